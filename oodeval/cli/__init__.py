@@ -1,0 +1,1 @@
+"""The `oodeval` command line: one module per command group, assembled in `main`."""

@@ -1,0 +1,76 @@
+"""Pieces every command module shares: error reporting and the default-subcommand group."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from oodeval.errors import OodevalError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+USAGE_ERROR = 2
+
+
+def fail(message: str) -> typer.Exit:
+    """Print `message` as one line on stderr and return the Exit(2) to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=USAGE_ERROR)
+
+
+def reports_errors(fn: F) -> F:
+    """Turn OodevalError (bad input) into one stderr line and exit status 2, no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except OodevalError as exc:
+            raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        except FileNotFoundError as exc:
+            name = exc.filename or str(exc)
+            raise fail(f"file not found: {name}; check the path") from None
+        except IsADirectoryError as exc:
+            raise fail(f"expected a file but got a folder: {exc.filename}") from None
+        except PermissionError as exc:
+            raise fail(f"permission denied: {exc.filename}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class DefaultCommandGroup(TyperGroup):
+    """A group that runs `default_command` when the first argument is not a subcommand.
+
+    `oodeval openworld preds.npz` then means `oodeval openworld score preds.npz`, while
+    `oodeval openworld ratio-study ...` still reaches its own subcommand.
+    """
+
+    default_command = "score"
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = [self.default_command, *args]
+        return super().resolve_command(ctx, args)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+def echo_output(text: str, output: str | None) -> None:
+    """Write `text` to the file `output`, or to stdout when it is None."""
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+        typer.echo(f"wrote {output}", err=True)

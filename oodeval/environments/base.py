@@ -1,0 +1,76 @@
+"""The one environment interface every dataset family implements.
+
+A scenario names its given environments (E_given, used for training and leave-one-out testing) and
+all environments (E_all, used by the ideal measure), and yields each environment's data on demand so
+that 101 environments never need to sit in memory as full image copies at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One environment's data: images (float32, N x C x H x W, values in [0, 1]) and int64 labels."""
+
+    name: str
+    images: np.ndarray
+    labels: np.ndarray
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def split(self, holdout_fraction: float, seed: int) -> tuple[Environment, Environment]:
+        """Return (train, validation) parts; `holdout_fraction` of the rows go to validation.
+
+        The permutation depends only on `seed` and the environment name, so it is reproducible.
+        """
+        n = len(self)
+        rng = np.random.default_rng([seed, _stable_hash(self.name)])
+        order = rng.permutation(n)
+        n_val = int(round(holdout_fraction * n))
+        val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
+        return (
+            Environment(self.name, self.images[train], self.labels[train], dict(self.meta)),
+            Environment(self.name, self.images[val], self.labels[val], dict(self.meta)),
+        )
+
+
+class Scenario:
+    """A named choice of E_given and E_all over one data family.
+
+    Subclasses implement `given()` and `evaluation()`; both are deterministic given the scenario's
+    seed. Names are strings such as ``"e=0.10"`` and are unique within a scenario.
+    """
+
+    name: str = "scenario"
+    num_classes: int = 2
+    input_shape: tuple[int, int, int] = (2, 14, 14)
+
+    @property
+    def given_names(self) -> Sequence[str]:
+        raise NotImplementedError
+
+    @property
+    def all_names(self) -> Sequence[str]:
+        raise NotImplementedError
+
+    def given(self) -> list[Environment]:
+        """The given environments' training data (disjoint images), in `given_names` order."""
+        raise NotImplementedError
+
+    def evaluation(self) -> Iterator[Environment]:
+        """The environments of E_all built from held-out images, in `all_names` order."""
+        raise NotImplementedError
+
+
+def _stable_hash(text: str) -> int:
+    """A process-independent 32-bit hash of `text` (Python's hash() is salted per process)."""
+    import zlib
+
+    return zlib.crc32(text.encode("utf-8"))

@@ -1,0 +1,1 @@
+"""oodeval.training."""
