@@ -1,0 +1,78 @@
+"""Open a local HTML file in headless Debian Chromium and report what a reader would see."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+
+
+@dataclass
+class PageCheck:
+    console_errors: list[str]
+    images: int
+    broken_images: list[str]
+    body_text: str
+    alerts: int
+    screenshot: Path
+
+
+def check_page(html: Path, screenshot_name: str) -> PageCheck:
+    """Load `html` from disk, collect console errors, image loads, text and a screenshot."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_bin = shutil.which("chromedriver")
+    if chromium is None or driver_bin is None:
+        pytest.fail(
+            "Chromium and chromedriver are required (apt-get install chromium "
+            "chromium-driver); scripts/test.sh installs them"
+        )
+    from selenium import webdriver
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="oodeval-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-quic",
+        f"--user-data-dir={profile}",
+        "--window-size=1280,1800",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_bin), options=options)
+    try:
+        driver.get(html.resolve().as_uri())
+        alerts = 0
+        try:
+            driver.switch_to.alert.dismiss()
+            alerts += 1
+        except NoAlertPresentException:
+            pass
+        state = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth]);"
+        )
+        broken = [alt for alt, complete, width in state if not complete or width <= 0]
+        text = driver.execute_script("return document.body.innerText;")
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / screenshot_name
+        driver.save_screenshot(str(shot))
+        errors = [
+            entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"
+        ]
+        return PageCheck(errors, len(state), broken, text, alerts, shot)
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

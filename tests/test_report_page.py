@@ -1,0 +1,82 @@
+"""The HTML page: escaping of users' strings, embedded figures, and a real-browser load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from oodeval.report.figures import PALETTE, heatmap, scatter_with_identity
+from oodeval.report.page import Section, Table, render_page
+
+EVIL = "<script>alert(1)</script> $x$"
+
+
+def _page(tmp_path):
+    data = pd.DataFrame(
+        {"ideal": [0.3, 0.5, 0.7], "measure": [0.35, 0.45, 0.8], "algorithm": ["A", EVIL, "C"]}
+    )
+    fig = scatter_with_identity(
+        data,
+        x="ideal",
+        y="measure",
+        panel=None,
+        hue="algorithm",
+        key="scatter",
+        title=f"Scatter {EVIL}",
+        caption="Points on the dashed line agree.",
+        xlabel="ideal",
+        ylabel="measure",
+    )
+    matrix = pd.DataFrame(
+        np.array([[0.1, 0.2], [0.3, 0.4]]), index=["A", EVIL], columns=["e1", EVIL]
+    )
+    heat = heatmap(matrix, key="heat", title="Heat", caption="Errors.", colorbar="error")
+    table = Table(f"Table {EVIL}", pd.DataFrame({"algorithm": [EVIL], "worst": [0.25]}), "cap")
+    html = render_page(
+        f"Report {EVIL}",
+        "sub",
+        [
+            Section(
+                "One",
+                intro=EVIL,
+                tables=[table],
+                figures=[fig, heat],
+                notes=[f"missing {EVIL}"],
+                facts=[("file", EVIL)],
+            )
+        ],
+    )
+    path = tmp_path / "report.html"
+    path.write_text(html, encoding="utf-8")
+    return html, path, fig
+
+
+def test_users_strings_are_escaped_in_the_markup(tmp_path):
+    html, _, _ = _page(tmp_path)
+    assert "<script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; $x$" in html
+
+
+def test_figures_are_embedded_and_keep_their_data(tmp_path):
+    html, _, fig = _page(tmp_path)
+    assert html.count('src="data:image/png;base64,') == 2
+    assert fig.png.startswith(b"\x89PNG")
+    assert list(fig.data["measure"]) == [0.35, 0.45, 0.8]
+
+
+def test_palette_is_okabe_ito():
+    assert PALETTE[:3] == ("#0072B2", "#E69F00", "#009E73")
+
+
+@pytest.mark.browser
+def test_page_loads_in_chromium_with_images_and_shows_names_as_text(tmp_path):
+    from tests.browser import check_page
+
+    _, path, _ = _page(tmp_path)
+    page = check_page(path, "report-page-escaping.png")
+    assert page.console_errors == []
+    assert page.alerts == 0
+    assert page.images == 2 and page.broken_images == []
+    assert EVIL in page.body_text
+    assert page.screenshot.stat().st_size > 0
