@@ -56,14 +56,19 @@ class DefaultCommandGroup(TyperGroup):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+        if self._routes_to_default(args):
             args = [self.default_command, *args]
         return super().resolve_command(ctx, args)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+        if self._routes_to_default(args):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
+
+    def _routes_to_default(self, args: list[str]) -> bool:
+        # Anything that is neither a subcommand nor the group's own --help belongs to the
+        # default command, options included (`oodeval openworld --format json preds.npz`).
+        return bool(args) and args[0] not in self.commands and args[0] not in ("--help", "-h")
 
 
 def echo_output(text: str, output: str | None) -> None:

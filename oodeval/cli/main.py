@@ -5,6 +5,14 @@ from __future__ import annotations
 import typer
 
 from oodeval import __version__
+from oodeval.cli import (
+    envs,
+    importers,
+    measures,
+    openworld,
+    report,
+    variance,
+)
 
 app = typer.Typer(
     name="oodeval",
@@ -32,6 +40,12 @@ def _root(
 
 # Command groups: each module defines `app` (a group) or `register(app)` (top-level commands).
 # --- registrations (one line per command module) ---
+measures.register(app)
+app.add_typer(importers.app, name="import")
+variance.register(app)
+app.add_typer(openworld.app, name="openworld")
+app.add_typer(envs.app, name="envs")
+report.register(app)
 # --- end registrations ---
 
 

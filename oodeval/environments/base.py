@@ -15,7 +15,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Environment:
-    """One environment's data: images (float32, N x C x H x W, values in [0, 1]) and int64 labels."""
+    """One environment's data: float32 images (N x C x H x W, values in [0, 1]), int64 labels."""
 
     name: str
     images: np.ndarray
@@ -29,6 +29,7 @@ class Environment:
         """Return (train, validation) parts; `holdout_fraction` of the rows go to validation.
 
         The permutation depends only on `seed` and the environment name, so it is reproducible.
+        Per-row arrays in `meta` (length N, e.g. color labels) are split along with the rows.
         """
         n = len(self)
         rng = np.random.default_rng([seed, _stable_hash(self.name)])
@@ -36,9 +37,16 @@ class Environment:
         n_val = int(round(holdout_fraction * n))
         val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
         return (
-            Environment(self.name, self.images[train], self.labels[train], dict(self.meta)),
-            Environment(self.name, self.images[val], self.labels[val], dict(self.meta)),
+            Environment(self.name, self.images[train], self.labels[train], self._meta_rows(train)),
+            Environment(self.name, self.images[val], self.labels[val], self._meta_rows(val)),
         )
+
+    def _meta_rows(self, rows: np.ndarray) -> dict:
+        n = len(self)
+        return {
+            k: v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v
+            for k, v in self.meta.items()
+        }
 
 
 class Scenario:
@@ -51,6 +59,8 @@ class Scenario:
     name: str = "scenario"
     num_classes: int = 2
     input_shape: tuple[int, int, int] = (2, 14, 14)
+    #: The family parameters the scenario was built with, e.g. {"ratio": "3:1", "scale": 1}.
+    params: dict = {}
 
     @property
     def given_names(self) -> Sequence[str]:
@@ -67,6 +77,16 @@ class Scenario:
     def evaluation(self) -> Iterator[Environment]:
         """The environments of E_all built from held-out images, in `all_names` order."""
         raise NotImplementedError
+
+    def sizes(self) -> dict[str, dict[str, int]]:
+        """Images per environment: {"given": {name: n}, "evaluation": {name: n}}.
+
+        This default builds every environment; families override it with a cheap count.
+        """
+        return {
+            "given": {env.name: len(env) for env in self.given()},
+            "evaluation": {env.name: len(env) for env in self.evaluation()},
+        }
 
 
 def _stable_hash(text: str) -> int:

@@ -9,8 +9,14 @@ import numpy as np
 from oodeval.errors import OodevalError
 
 
-def as_float_array(x: Any, name: str, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
-    """Return `x` as a finite float64 array, or raise OodevalError naming `name`."""
+def as_float_array(
+    x: Any, name: str, *, ndim: int | tuple[int, ...] | None = None, check_finite: bool = True
+) -> np.ndarray:
+    """Return `x` as a finite float64 array, or raise OodevalError naming `name`.
+
+    `check_finite=False` skips the NaN/inf scan for callers that detect non-finite values in a
+    reduction they compute anyway (NaN propagates through max/min); they must still reject them.
+    """
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as exc:
@@ -27,7 +33,7 @@ def as_float_array(x: Any, name: str, *, ndim: int | tuple[int, ...] | None = No
         if arr.ndim not in allowed:
             want = " or ".join(f"{d}-D" for d in allowed)
             raise OodevalError(f"{name} must be {want}, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if check_finite and not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise OodevalError(f"{name} contains {bad} NaN or infinite value(s); remove or fix them")
     return arr

@@ -1,1 +1,15 @@
-"""oodeval.openworld."""
+"""Open-world evaluation and GMoP (the second half of the OpenworldAUC paper).
+
+Modules (torch is imported only by `gmop`, `clip` and the encoder training in `features`):
+
+- `protocols`: base/new class splits, k-shot training sets, resampling a test set to a base:new
+  sample ratio (Fwd 1:5, Bwd 5:1) and ratio sweeps;
+- `ratio_study`: every metric against the base:new ratio (property P3, Figure 2);
+- `features`: the frozen-feature file format, a synthetic generator with controllable base/new
+  overlap, and real features from a small network trained on the base classes of MNIST/digits;
+- `gmop`: Gated Mixture-of-Prompts (Section 5.1) on frozen features, and its references
+  (zero-shot, a single context trained with cross-entropy);
+- `clip`: optional open_clip feature extraction and true prompt tuning (``oodeval[clip]``).
+
+The metrics themselves live in `oodeval.measures.openworld`.
+"""

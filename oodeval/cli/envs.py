@@ -1,0 +1,182 @@
+"""`oodeval envs`: list the environment families, describe a scenario, preview its images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from oodeval.cli._common import echo_output, reports_errors
+from oodeval.errors import OodevalError
+
+app = typer.Typer(help="Many-environment datasets: SR-CMNIST, CMNIST, colored, lined, corrupted.")
+
+FAMILY_ARG = typer.Argument(..., help="Family: sr-cmnist, cmnist, colored, lined or corrupted.")
+SOURCE_OPT = typer.Option(
+    "digits",
+    "--source",
+    help="Images: digits, mnist:DIR, folder:DIR, classfolder:DIR, cifar10:DIR.",
+)
+SEED_OPT = typer.Option(0, "--seed", help="Seed for splits, label noise and spurious features.")
+RATIO_OPT = typer.Option(
+    None, "--ratio", help="N_major:N_minor, e.g. 4:1 (sr-cmnist, colored, lined)."
+)
+SCALE_OPT = typer.Option(None, "--scale", help="Scale >= 1 (sr-cmnist).")
+SIZE_OPT = typer.Option(None, "--size", help="Image side for sr-cmnist/cmnist (e.g. 14 or 28).")
+PATTERN_OPT = typer.Option(None, "--pattern", help="Corrupted sampling pattern, e.g. 1-1-1-1.")
+SEVERITY_OPT = typer.Option(None, "--severity", help="Corruption severity 1..5 (corrupted).")
+IMAGE_SIZE_OPT = typer.Option(None, "--image-size", help="Resize folder images (corrupted).")
+CACHE_OPT = typer.Option(None, "--cache-dir", help="Cache folder for corrupted images.")
+
+
+def _scenario(family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir):
+    from oodeval.environments import build_scenario
+
+    given = {
+        "ratio": ratio,
+        "scale": scale,
+        "size": size,
+        "pattern": pattern,
+        "severity": severity,
+        "image_size": image_size,
+        "cache_dir": cache_dir,
+    }
+    params = {k: v for k, v in given.items() if v is not None}
+    return build_scenario(family, source=source, seed=seed, **params)
+
+
+@app.command("list")
+@reports_errors
+def list_families(
+    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+) -> None:
+    """List the environment families and their parameters."""
+    from oodeval.environments import FAMILIES
+
+    lines = []
+    for fam in FAMILIES.values():
+        lines.append(f"{fam.name:<10} {fam.summary}")
+        params = ", ".join(f"{k}={_short(v)}" for k, v in fam.parameters().items())
+        lines.append(f"{'':<10} parameters: {params}")
+    echo_output("\n".join(lines), output)
+
+
+def _short(value: object) -> str:
+    """repr of a default, with long tuples (the corruption list) summarised."""
+    if isinstance(value, tuple) and len(value) > 4:
+        return f"<{len(value)} names: {value[0]}, ..., {value[-1]}>"
+    return repr(value)
+
+
+@app.command("show")
+@reports_errors
+def show(
+    family: str = FAMILY_ARG,
+    source: str = SOURCE_OPT,
+    seed: int = SEED_OPT,
+    ratio: str | None = RATIO_OPT,
+    scale: int | None = SCALE_OPT,
+    size: int | None = SIZE_OPT,
+    pattern: str | None = PATTERN_OPT,
+    severity: int | None = SEVERITY_OPT,
+    image_size: int | None = IMAGE_SIZE_OPT,
+    cache_dir: str | None = CACHE_OPT,
+    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+) -> None:
+    """Print a scenario's E_given, the size of E_all and the image counts."""
+    sc = _scenario(
+        family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir
+    )
+    sizes = sc.sizes()
+    eval_counts = sorted(set(sizes["evaluation"].values()))
+    lines = [
+        f"scenario: {sc.name}",
+        f"params: {', '.join(f'{k}={v}' for k, v in sc.params.items())}",
+        f"classes: {sc.num_classes}   input shape: {'x'.join(str(d) for d in sc.input_shape)}",
+        f"E_given ({len(sc.given_names)} environments):",
+    ]
+    lines += [f"  {name:<24} {sizes['given'][name]:>7} images" for name in sc.given_names]
+    lines.append(
+        f"E_all: {len(sc.all_names)} environments ({sc.all_names[0]} ... {sc.all_names[-1]}), "
+        f"{'/'.join(str(c) for c in eval_counts)} held-out images each"
+    )
+    echo_output("\n".join(lines), output)
+
+
+@app.command("preview")
+@reports_errors
+def preview(
+    family: str = FAMILY_ARG,
+    out: Path = typer.Option(..., "--out", help="PNG file to write the grid to."),
+    source: str = SOURCE_OPT,
+    seed: int = SEED_OPT,
+    ratio: str | None = RATIO_OPT,
+    scale: int | None = SCALE_OPT,
+    size: int | None = SIZE_OPT,
+    pattern: str | None = PATTERN_OPT,
+    severity: int | None = SEVERITY_OPT,
+    image_size: int | None = IMAGE_SIZE_OPT,
+    cache_dir: str | None = CACHE_OPT,
+    per_env: int = typer.Option(8, "--per-env", help="Samples shown per environment."),
+    max_eval: int = typer.Option(5, "--max-eval", help="Evaluation environments shown (spread)."),
+) -> None:
+    """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
+    if per_env < 1 or max_eval < 0:
+        raise OodevalError("--per-env must be >= 1 and --max-eval >= 0")
+    sc = _scenario(
+        family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir
+    )
+    rows = [(f"given {env.name}", env) for env in sc.given()]
+    n_all = len(sc.all_names)
+    picks = (
+        set(np.linspace(0, n_all - 1, max_eval).round().astype(int).tolist()) if max_eval else set()
+    )
+    for j, env in enumerate(sc.evaluation()):
+        if j in picks:
+            rows.append((f"eval {env.name}", env))
+    save_grid(rows, per_env, out, title=sc.name)
+    typer.echo(f"wrote {out} ({len(rows)} environments x {per_env} samples)", err=True)
+
+
+def as_rgb(image: np.ndarray) -> np.ndarray:
+    """(C, H, W) in [0, 1] -> (H, W, 3) for display; two channels become red and green."""
+    c = image.shape[0]
+    if c == 3:
+        rgb = image
+    elif c == 2:
+        rgb = np.concatenate([image, np.zeros_like(image[:1])])
+    else:
+        rgb = np.repeat(image[:1], 3, axis=0)
+    return np.clip(rgb.transpose(1, 2, 0), 0.0, 1.0)
+
+
+def save_grid(rows, per_env: int, out: Path, *, title: str) -> None:
+    """Draw `rows` [(label, Environment)] as a grid with each sample's label, save to `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(rows), per_env, figsize=(1.1 * per_env + 1.6, 1.15 * len(rows) + 0.5), squeeze=False
+    )
+    for r, (label, env) in enumerate(rows):
+        for c in range(per_env):
+            ax = axes[r][c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c < len(env):
+                ax.imshow(as_rgb(env.images[c]), interpolation="nearest")
+                ax.set_title(f"y={int(env.labels[c])}", fontsize=7, pad=2)
+            else:
+                ax.axis("off")
+        axes[r][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, dpi=80)
+    except OSError as exc:
+        raise OodevalError(f"cannot write {out}: {exc.strerror}; check the folder") from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,213 @@
+"""`oodeval import ...`: score results produced by other tools (DomainBed sweeps) with oodeval."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import typer
+
+from oodeval.cli._common import echo_output, reports_errors
+from oodeval.errors import OodevalError
+from oodeval.results.domainbed import (
+    SELECTION_METHODS,
+    Sweep,
+    domain_measures_table,
+    environment_names,
+    long_form,
+    read_sweep,
+    results_table,
+    select,
+    selection_method,
+    selection_requirement,
+)
+
+app = typer.Typer(
+    help="Import results from other tools and score them with oodeval's measures.",
+    no_args_is_help=True,
+)
+
+FORMATS = ("table", "csv", "json", "markdown")
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool) -> str:
+    """Render string cells as an aligned plain-text table or a GitHub-markdown table."""
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    )
+
+
+def heading(text: str, *, markdown: bool) -> str:
+    """A section heading: DomainBed's ``-------- text`` or a markdown level-3 heading."""
+    return f"### {text}" if markdown else f"-------- {text}"
+
+
+def check_format(fmt: str) -> str:
+    """Return `fmt` lower-cased, or raise naming the accepted formats."""
+    fmt = fmt.lower()
+    if fmt not in FORMATS:
+        raise OodevalError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def frame_as_text(frame: pd.DataFrame, fmt: str) -> str:
+    """CSV text, or JSON lines (one object per row), of `frame`."""
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    return frame.to_json(orient="records", lines=True)
+
+
+def _number(x: float, digits: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _selection_tables(
+    sweep: Sweep, dataset: str, table: pd.DataFrame, methods: list[str], markdown: bool
+) -> list[str]:
+    n = sweep.n_envs(dataset)
+    names = environment_names(dataset, n)
+    parts = []
+    for method in methods:
+        title = f"Dataset: {dataset}, model selection method: {SELECTION_METHODS[method]}"
+        cells = table[(table["dataset"] == dataset) & (table["selection"] == method)]
+        if cells.empty:
+            parts.append(
+                heading(title, markdown=markdown)
+                + f"\nno data: this selection method needs {selection_requirement(method)}"
+            )
+            continue
+        rows = []
+        for algorithm, grp in cells.groupby("algorithm", sort=True):
+            by_env = {int(r.environment): r for r in grp.itertuples(index=False)}
+            row = [algorithm]
+            for e in range(n):
+                r = by_env.get(e)
+                row.append("X" if r is None else f"{r.mean:.1f} +/- {r.err:.1f}")
+            avg = f"{sum(by_env[e].mean for e in range(n)) / n:.1f}" if len(by_env) == n else "X"
+            rows.append([*row, avg])
+        parts.append(
+            heading(title, markdown=markdown)
+            + "\n"
+            + render_table(["Algorithm", *names, "Avg"], rows, markdown=markdown)
+        )
+    return parts
+
+
+def _measures_section(dataset: str, measures: pd.DataFrame, markdown: bool) -> str:
+    sub = measures[measures["dataset"] == dataset]
+    order = {m: i for i, m in enumerate(SELECTION_METHODS)}
+    sub = sub.assign(_order=sub["selection"].map(order)).sort_values(["_order", "algorithm"])
+    rows = [
+        [
+            SELECTION_METHODS[r.selection],
+            r.algorithm,
+            _number(r.average),
+            _number(r.worst),
+            _number(r.gap),
+            _number(r.worst_plus_gap),
+            "-" if pd.isna(r.rank_average) else str(r.rank_average),
+            "-" if pd.isna(r.rank_worst_plus_gap) else str(r.rank_worst_plus_gap),
+        ]
+        for r in sub.itertuples(index=False)
+    ]
+    header = [
+        "Selection",
+        "Algorithm",
+        "Average",
+        "Worst",
+        "Gap",
+        "Worst+gap",
+        "Rank (average)",
+        "Rank (worst+gap)",
+    ]
+    title = (
+        f"Dataset: {dataset}, measures over test environments "
+        "(error % = 100 - accuracy, lower is better)"
+    )
+    return heading(title, markdown=markdown) + "\n" + render_table(header, rows, markdown=markdown)
+
+
+def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, list[str]]:
+    """The text `oodeval import domainbed` prints and the 'no data' notes for stderr."""
+    selected = pd.concat([select(sweep, m) for m in methods], ignore_index=True)
+    notes = []
+    for dataset in sweep.datasets:
+        for m in methods:
+            mask = (selected["dataset"] == dataset) & (selected["selection"] == m)
+            if not mask.any():
+                notes.append(
+                    f"{SELECTION_METHODS[m]} has no data for {dataset}: it needs "
+                    f"{selection_requirement(m)}"
+                )
+    if selected.empty:
+        raise OodevalError(notes[0] if len(notes) == 1 else "; ".join(notes))
+    if fmt in ("csv", "json"):
+        combos = selected[["dataset", "selection"]].drop_duplicates()
+        if len(combos) > 1:
+            notes.append(
+                f"the export holds {len(combos)} (dataset, selection) combinations; "
+                "`oodeval measures` needs one: pass a single --selection and one dataset's rows"
+            )
+        return frame_as_text(long_form(selected, sweep), fmt), notes
+    markdown = fmt == "markdown"
+    table = results_table(selected, sweep)
+    measures = domain_measures_table(table, sweep)
+    parts = [
+        f"Sweep {sweep.path}: {sweep.n_runs} finished runs, {len(sweep.records)} records"
+        f" ({sweep.unfinished_runs} unfinished runs skipped)."
+    ]
+    for dataset in sweep.datasets:
+        parts += _selection_tables(sweep, dataset, table, methods, markdown)
+        parts.append(_measures_section(dataset, measures, markdown))
+    parts.append(
+        "Each test-environment accuracy is a leave-one-environment-out accuracy (mean +/- "
+        "std/sqrt(trials), population std, as DomainBed prints). Worst = largest error, gap = "
+        "largest - smallest error, worst+gap = worst + gap/(N-2) (Eq. 6 of the worst+gap paper)."
+    )
+    return "\n\n".join(parts), notes
+
+
+@app.command("domainbed")
+@reports_errors
+def domainbed(
+    sweep_dir: Path = typer.Argument(..., help="DomainBed output folder: one sub-folder per run."),
+    selection: list[str] = typer.Option(
+        None,
+        "--selection",
+        "-s",
+        help="Model selection: training_domain, leave_one_domain_out (lodo) or test_domain "
+        "(oracle). Repeat for several; default: all three.",
+    ),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv, json or markdown."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+) -> None:
+    """Score a DomainBed sweep: DomainBed's tables plus worst, gap and worst+gap.
+
+    csv/json give the long form `oodeval measures` reads (dataset, selection, algorithm,
+    environment, seed = trial_seed, split = loo, accuracy in [0, 1]; JSON as one object per line).
+    """
+    fmt = check_format(fmt)
+    methods = list(dict.fromkeys(selection_method(s) for s in selection or SELECTION_METHODS))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        sweep = read_sweep(sweep_dir)
+    for note in sweep.warnings:
+        typer.echo(f"warning: {note}", err=True)
+    if sweep.unfinished_runs:
+        typer.echo(
+            f"warning: skipped {sweep.unfinished_runs} unfinished run(s) without a `done` file",
+            err=True,
+        )
+    text, notes = domainbed_report(sweep, methods, fmt)
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
+    echo_output(text, output)

@@ -1,0 +1,147 @@
+"""`oodeval openworld`: the OpenworldAUC suite on a predictions file a user already has.
+
+`oodeval openworld PREDICTIONS` (short for `oodeval openworld score PREDICTIONS`) reads an .npz
+file (loaded with allow_pickle=False: object arrays are refused, nothing is unpickled) or a CSV
+file in one of these forms. Array names are for .npz, column names for CSV:
+
+1. Outputs over all classes (Algorithm 1 of the OpenworldAUC paper):
+   .npz  `probs` or `logits` (n x C), `labels` (n,), `base_classes` (k,) or --base-classes
+   CSV   `label`, and `prob_0` .. `prob_{C-1}` or `logit_0` .. `logit_{C-1}`; --base-classes
+   Optional, from separate models, replacing the detector / base / new classifier:
+   .npz  `scores`, `base_predictions`, `new_predictions`    CSV `score`, `base_prediction`,
+   `new_prediction` (class ids; larger scores mean "more base-like").
+2. Separate models without outputs: `labels`/`label`, `scores`/`score`,
+   `base_predictions`/`base_prediction`, `new_predictions`/`new_prediction`, and the base classes.
+   OverallAcc is not reported (it needs outputs over all classes).
+3. Already scored, one row per sample: `scores`/`score` (detector score), `is_base` (bool or 0/1:
+   the sample belongs to a base class) and `correct` (bool or 0/1: its domain classifier, g for
+   base samples and h for new samples, got it right).
+
+Printed: n_base, n_new, base_acc, new_acc, hm, overall_acc (form 1 only), auroc, openworld_auc
+(see oodeval.measures.openworld for the definitions). `--curve FILE` also writes the
+MissRate_b/HitRate_n curve (threshold, miss_rate_b, hit_rate_n); with logits the thresholds are
+log-probabilities. Example:
+
+    oodeval openworld examples/openworld_predictions.csv --base-classes 0-2 --format json
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from oodeval.cli._common import DefaultCommandGroup, echo_output, reports_errors
+from oodeval.measures.openworld import openworld_curve
+from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
+
+app = typer.Typer(
+    cls=DefaultCommandGroup,
+    help="Open-world evaluation (OpenworldAUC). `oodeval openworld FILE` runs `score`.",
+    no_args_is_help=True,
+)
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+# --------------------------------------------------------------------------------------------
+# rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _render(metrics: dict[str, float | int], fmt: OutputFormat) -> str:
+    if fmt is OutputFormat.json:
+        return json.dumps(metrics, indent=2)
+    if fmt is OutputFormat.csv:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(metrics.keys())
+        writer.writerow(repr(v) if isinstance(v, float) else v for v in metrics.values())
+        return buf.getvalue()
+    shown = {k: (f"{v:.6f}" if isinstance(v, float) else str(v)) for k, v in metrics.items()}
+    if fmt is OutputFormat.markdown:
+        lines = ["| metric | value |", "| --- | ---: |"]
+        lines += [f"| {k} | {v} |" for k, v in shown.items()]
+        return "\n".join(lines)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="OpenworldAUC suite")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in shown.items():
+        table.add_row(k, v)
+    console = Console(file=io.StringIO(), width=60, color_system=None)
+    console.print(table)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> None:
+    miss, hit, thresholds = openworld_curve(*samples, return_thresholds=True)
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(["threshold", "miss_rate_b", "hit_rate_n"])
+        for row in zip(thresholds.tolist(), miss.tolist(), hit.tolist(), strict=True):
+            writer.writerow(repr(v) for v in row)
+    typer.echo(f"wrote {path}", err=True)
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------------
+
+
+@app.command("score")
+@reports_errors
+def score(
+    predictions: Path = typer.Argument(
+        ...,
+        help=(
+            "An .npz or CSV file. Outputs form: probs|logits (n x C), labels, base_classes "
+            "(CSV: label, prob_<j>|logit_<j>, with --base-classes). Separate models: scores, "
+            "base_predictions, new_predictions, labels (CSV: score, base_prediction, "
+            "new_prediction, label). Already scored: scores, is_base, correct (CSV: score, "
+            "is_base, correct)."
+        ),
+    ),
+    base_classes: str | None = typer.Option(
+        None, "--base-classes", help="Base class ids, e.g. 0,1,2 or 0-49 (inclusive ranges)."
+    ),
+    tie: float = typer.Option(
+        0.5, "--tie", help="Credit for a base/new pair with equal scores (0 = strict)."
+    ),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="Output format."),
+    output: str | None = typer.Option(None, "--output", help="Write the result to this file."),
+    curve: str | None = typer.Option(
+        None, "--curve", help="Also write the MissRate_b/HitRate_n curve to this CSV file."
+    ),
+) -> None:
+    """Print BaseAcc, NewAcc, HM, OverallAcc, AUROC and OpenworldAUC for PREDICTIONS.
+
+    Detector r: max softmax probability over the base classes, softmax over ALL classes
+    (Algorithm 1 of the OpenworldAUC paper). g / h: argmax over the base / the new classes.
+    A base/new pair with equal scores counts --tie (0.5 by default).
+    Example: oodeval openworld examples/openworld_predictions.csv --base-classes 0-2
+    """
+    ids = parse_class_ids(base_classes) if base_classes is not None else None
+    arrays = read_predictions(predictions)
+    metrics, samples = score_predictions(arrays, ids, tie)
+    if curve is not None:
+        _write_curve(samples, curve)
+    echo_output(_render(metrics, fmt), output)
+
+
+# GMoP and ratio-study subcommands live in their own module (oodeval/cli/openworld_gmop.py).
+from oodeval.cli import openworld_gmop  # noqa: E402
+
+openworld_gmop.register(app)

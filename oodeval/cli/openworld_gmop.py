@@ -1,0 +1,232 @@
+"""`oodeval openworld` subcommands for the ratio study and GMoP on frozen features.
+
+Registered onto the `oodeval openworld` group by `register(app)`:
+
+* ``ratio-study PREDICTIONS`` -- every metric against the base:new ratio (property P3, Figure 2 of
+  the OpenworldAUC paper). PREDICTIONS is a predictions file in the forms `oodeval openworld score`
+  reads that carry labels (``probs``/``logits``, ``labels``, ``base_classes``; optionally
+  ``scores``, ``base_predictions``, ``new_predictions``), as ``evaluate --predictions`` writes.
+* ``make-features`` -- write train/test feature files (`oodeval.openworld.features` format) from
+  MNIST or digits through a small base-class encoder, or synthetic clusters.
+* ``train-gmop FEATURES --out MODEL`` -- train GMoP (or the single-context reference) on the
+  base-class rows of a feature file; the model is an ``.npz`` of plain arrays.
+* ``evaluate FEATURES [--model MODEL]`` -- the OpenworldAUC suite of a trained model, or of the
+  zero-shot reference without --model.
+
+torch is imported only inside the commands that train or evaluate.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from oodeval.cli._common import echo_output, reports_errors
+from oodeval.errors import OodevalError
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+class Method(str, Enum):
+    gmop = "gmop"
+    single_context = "single-context"
+
+
+def _render_rows(rows: list[dict], fmt: Format) -> str:
+    if fmt is Format.json:
+        return json.dumps(rows, indent=2)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(rows[0].keys())
+    for r in rows:
+        writer.writerow(repr(v) if isinstance(v, float) else v for v in r.values())
+    return buf.getvalue()
+
+
+def _render_metrics(metrics: dict[str, float], fmt: Format) -> str:
+    if fmt is Format.table:
+        width = max(len(k) for k in metrics)
+        return "\n".join(f"{k.ljust(width)}  {v:.6f}" for k, v in metrics.items())
+    return _render_rows([metrics], fmt)
+
+
+def ratio_study_command(
+    predictions: Path = typer.Argument(..., help="Predictions .npz/.csv with labels (see score)."),
+    base_classes: str | None = typer.Option(
+        None, "--base-classes", help="Base class ids, e.g. 0-4 or 0,1,2 (else from the file)."
+    ),
+    ratios: str = typer.Option(
+        "1:10,1:5,1:2,1:1,2:1,5:1,10:1",
+        "--ratios",
+        help="Comma-separated base:new ratios; Fwd = 1:5 and Bwd = 5:1.",
+    ),
+    repeats: int = typer.Option(5, "--repeats", help="Seeded resamples per ratio."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the first resample."),
+    fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
+    output: str | None = typer.Option(None, "--output", help="Write the result to this file."),
+) -> None:
+    """Print every metric against the base:new test ratio (mean+-std over resamples).
+
+    OverallAcc moves with the ratio; HM, AUROC and OpenworldAUC should not (property P3 of the
+    OpenworldAUC paper). The last line is each metric's spread (max - min over the ratios).
+    """
+    from oodeval.openworld.ratio_study import format_ratio_table, ratio_study
+    from oodeval.results.predictions import parse_class_ids, read_predictions
+
+    arrays = read_predictions(predictions)
+    if "labels" not in arrays:
+        raise OodevalError(
+            f"{predictions}: the ratio study resamples by class, so it needs 'labels' "
+            "(CSV column label)"
+        )
+    if base_classes is not None:
+        ids = parse_class_ids(base_classes)
+    elif "base_classes" in arrays:
+        ids = [int(c) for c in np.ravel(arrays["base_classes"])]
+    else:
+        raise OodevalError("which classes are base? pass --base-classes (e.g. 0-4)")
+    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
+    rows = ratio_study(
+        arrays.get(outputs_name) if outputs_name else None,
+        arrays["labels"],
+        ids,
+        [r for r in ratios.split(",") if r.strip()],
+        repeats=repeats,
+        seed=seed,
+        logits=outputs_name == "logits",
+        detector_scores=arrays.get("scores"),
+        base_predictions=arrays.get("base_predictions"),
+        new_predictions=arrays.get("new_predictions"),
+    )
+    text = format_ratio_table(rows) if fmt is Format.table else _render_rows(rows, fmt)
+    echo_output(text, output)
+
+
+def make_features_command(
+    train_out: Path = typer.Option(..., "--train-out", help="Few-shot training features (.npz)."),
+    test_out: Path = typer.Option(..., "--test-out", help="Test features (.npz)."),
+    source: str = typer.Option(
+        "digits", "--source", help="digits, mnist:DIR, or synthetic (Gaussian clusters)."
+    ),
+    encoder_source: str | None = typer.Option(
+        None,
+        "--encoder-source",
+        help="Train the encoder on this source's base classes (digits, for an mnist:DIR source).",
+    ),
+    shots: int = typer.Option(16, "--shots", help="Training samples per base class."),
+    overlap: float = typer.Option(
+        0.5, "--overlap", help="synthetic only: move new-class centres towards base ones (0..1)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of splits, encoder and draws."),
+) -> None:
+    """Write few-shot training and test feature files for train-gmop / evaluate."""
+    from oodeval.openworld.features import digit_features, save_features, synthetic_features
+    from oodeval.openworld.protocols import few_shot_indices
+
+    if source == "synthetic":
+        fs = synthetic_features(overlap=overlap, seed=seed, n_per_class=shots + 100)
+        train_idx = few_shot_indices(fs.labels, fs.base_classes, shots, seed=seed)
+        train = fs.subset(train_idx)
+        test = fs.subset(np.setdiff1d(np.arange(fs.labels.size), train_idx))
+    else:
+        train, test = digit_features(source, encoder_source=encoder_source, seed=seed, shots=shots)
+    save_features(train_out, train)
+    save_features(test_out, test)
+    typer.echo(
+        f"wrote {train_out} ({train.labels.size} rows) and {test_out} ({test.labels.size} rows)",
+        err=True,
+    )
+
+
+def train_gmop_command(
+    features: Path = typer.Argument(..., help="Training feature file (.npz); base rows are used."),
+    out: Path = typer.Option(..., "--out", help="Where to write the trained model (.npz)."),
+    method: Method = typer.Option(Method.gmop, "--method", help="gmop or single-context (CE)."),
+    partitions: int = typer.Option(3, "--partitions", help="K pseudo base/new partitions."),
+    auc_weight: float = typer.Option(1.0, "--auc-weight", help="lambda: gated AUC term weight."),
+    detector_weight: float = typer.Option(
+        1.0, "--detector-weight", help="alpha: detectors' cross-entropy weight."
+    ),
+    steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
+    lr: float = typer.Option(1e-2, "--lr", help="Adam learning rate."),
+    weight_decay: float = typer.Option(1e-3, "--weight-decay", help="Pull towards zero-shot."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Default: full batch."),
+    logit_scale: float | None = typer.Option(
+        None, "--logit-scale", help="Cosine-to-logit scale (default: from the feature file)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed (same seed -> same model)."),
+) -> None:
+    """Train GMoP (Section 5.1 of the OpenworldAUC paper) on frozen features and save it."""
+    from oodeval.openworld.features import load_features
+    from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
+
+    train = load_features(features)
+    n_new = int(np.count_nonzero(~np.isin(train.labels, train.base_classes)))
+    if n_new:
+        typer.echo(f"note: ignoring {n_new} new-class row(s); training uses base classes", err=True)
+    config = GMoPConfig(
+        n_partitions=partitions,
+        auc_weight=auc_weight,
+        detector_weight=detector_weight,
+        steps=steps,
+        lr=lr,
+        weight_decay=weight_decay,
+        batch_size=batch_size,
+        logit_scale=logit_scale,
+        seed=seed,
+    )
+    trainer = train_gmop if method is Method.gmop else train_single_context
+    model = trainer(train, config)
+    save_model(out, model, config)
+    typer.echo(f"wrote {out}", err=True)
+
+
+def evaluate_command(
+    features: Path = typer.Argument(..., help="Test feature file (.npz)."),
+    model_path: Path | None = typer.Option(
+        None, "--model", help="Model from train-gmop; omit for the zero-shot reference."
+    ),
+    predictions: Path | None = typer.Option(
+        None, "--predictions", help="Also write per-sample predictions (.npz) for ratio-study."
+    ),
+    fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
+    output: str | None = typer.Option(None, "--output", help="Write the result to this file."),
+) -> None:
+    """Print BaseAcc, NewAcc, HM, OverallAcc, AUROC and OpenworldAUC of a model on FEATURES."""
+    from oodeval.openworld.features import load_features
+    from oodeval.openworld.gmop import evaluate_model, load_model, zero_shot_model
+
+    test = load_features(features)
+    model = zero_shot_model(test) if model_path is None else load_model(model_path)
+    metrics = evaluate_model(model, test)
+    if predictions is not None:
+        out = model.predict(test.features)
+        np.savez(
+            predictions,
+            probs=out["outputs"],
+            labels=test.labels,
+            base_classes=np.asarray(test.base_classes, dtype=np.int64),
+            scores=out["detector_scores"],
+            base_predictions=out["base_predictions"],
+            new_predictions=out["new_predictions"],
+        )
+        typer.echo(f"wrote {predictions}", err=True)
+    echo_output(_render_metrics(metrics, fmt), output)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ratio-study, make-features, train-gmop and evaluate to the `openworld` group."""
+    app.command("ratio-study")(reports_errors(ratio_study_command))
+    app.command("make-features")(reports_errors(make_features_command))
+    app.command("train-gmop")(reports_errors(train_gmop_command))
+    app.command("evaluate")(reports_errors(evaluate_command))

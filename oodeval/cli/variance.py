@@ -1,0 +1,109 @@
+"""`oodeval variance SOURCE`: test variance over seeds and checkpoints, and the oracle gap."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import pandas as pd
+import typer
+
+from oodeval.cli._common import echo_output, reports_errors
+from oodeval.cli.importers import check_format, frame_as_text, heading, render_table
+from oodeval.results.domainbed import ENVIRONMENT_NAMES
+from oodeval.results.variance import average_over_environments, read_checkpoints, variance_table
+
+
+def _environment_label(dataset: str, env: object) -> str:
+    names = ENVIRONMENT_NAMES.get(dataset)
+    if names is not None and isinstance(env, numbers.Integral) and 0 <= env < len(names):
+        return names[int(env)]
+    return str(env)
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if pd.isna(x) else f"{x:.2f}"
+
+
+def variance_report(table: pd.DataFrame, *, last: int, ddof: int, markdown: bool) -> str:
+    """Per-dataset tables of `variance_table` rows followed by their mean over environments."""
+    means = average_over_environments(table)
+    header = [
+        "Algorithm",
+        "Test env",
+        "Trials",
+        "Train-dom. val acc",
+        "Oracle acc",
+        "Oracle gap",
+        "Seed std",
+        "Epoch std",
+        "Checkpoints",
+    ]
+    parts = []
+    for dataset in sorted(table["dataset"].unique()):
+        rows = []
+        sub = pd.concat(
+            [table[table["dataset"] == dataset], means[means["dataset"] == dataset]],
+            ignore_index=True,
+        )
+        for r in sub.itertuples(index=False):
+            rows.append(
+                [
+                    str(r.algorithm),
+                    _environment_label(dataset, r.environment),
+                    str(r.n_trials),
+                    _fmt(r.training_domain_acc),
+                    _fmt(r.oracle_acc),
+                    _fmt(r.oracle_gap),
+                    _fmt(r.seed_std),
+                    _fmt(r.epoch_std),
+                    str(r.epoch_checkpoints),
+                ]
+            )
+        rows.sort(key=lambda row: (row[0], row[1] == "mean"))
+        title = f"Dataset: {dataset}, test variance and oracle gap (accuracy points)"
+        parts.append(
+            heading(title, markdown=markdown) + "\n" + render_table(header, rows, markdown=markdown)
+        )
+    parts.append(
+        f"Seed std: std (ddof={ddof}) over trials of the accuracy chosen by training-domain "
+        f"validation. Epoch std: std (ddof={ddof}) over the last {last} checkpoints of each chosen "
+        "run, mean over trials. Oracle gap: test-domain validation (oracle) minus training-domain "
+        "validation accuracy, mean over trials (NICO++ Section 4.4, Table 4)."
+    )
+    return "\n\n".join(parts)
+
+
+@reports_errors
+def variance(
+    source: str = typer.Argument(
+        ..., help="A DomainBed-style sweep folder, or a CSV of per-checkpoint records."
+    ),
+    last: int = typer.Option(10, "--last", help="Checkpoints per run for the epoch std."),
+    ddof: int = typer.Option(1, "--ddof", help="Delta degrees of freedom of the stds."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv, json or markdown."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+) -> None:
+    """Std across seeds, std across the last checkpoints, and the oracle-vs-training-domain gap.
+
+    A CSV source needs the columns dataset, algorithm, environment, trial, hparams, step,
+    test_acc, train_val_acc, oracle_val_acc (one row per checkpoint, accuracies in [0, 1]).
+    """
+    fmt = check_format(fmt)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checkpoints = read_checkpoints(source)
+    for w in caught:
+        typer.echo(f"warning: {w.message}", err=True)
+    table = variance_table(checkpoints, last=last, ddof=ddof)
+    if fmt in ("csv", "json"):
+        full = pd.concat([table, average_over_environments(table)], ignore_index=True)
+        text = frame_as_text(full, fmt)
+    else:
+        text = variance_report(table, last=last, ddof=ddof, markdown=fmt == "markdown")
+    echo_output(text, output)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `variance` as a top-level command of `app`."""
+    app.command("variance")(variance)

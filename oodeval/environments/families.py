@@ -1,0 +1,84 @@
+"""The registry of environment families and `build_scenario`, the one way to build a scenario."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from oodeval.environments.base import Scenario
+from oodeval.environments.colored import build_colored
+from oodeval.environments.corrupted import build_corrupted
+from oodeval.environments.lined import build_lined
+from oodeval.environments.sources import ImageSource
+from oodeval.environments.srcmnist import build_cmnist, build_srcmnist
+from oodeval.errors import OodevalError
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of scenarios: its builder and a one-line description for `oodeval envs list`."""
+
+    name: str
+    builder: Callable[..., Scenario]
+    summary: str
+
+    def parameters(self) -> dict[str, object]:
+        """The builder's keyword parameters (other than source and seed) with their defaults."""
+        sig = inspect.signature(self.builder)
+        return {
+            n: p.default
+            for n, p in sig.parameters.items()
+            if n not in ("source", "seed") and p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "sr-cmnist",
+            build_srcmnist,
+            "SR-CMNIST: red/green digits, E_given from Ratio x Scale, 101 environments (Sec. 4.1)",
+        ),
+        Family("cmnist", build_cmnist, "CMNIST: E_given {0.1, 0.2, 0.9}, 101 evaluation envs"),
+        Family(
+            "colored",
+            build_colored,
+            "C-Cats&Dogs style: color tint vs binary label, 101 environments (Sec. 4.2.1)",
+        ),
+        Family(
+            "lined",
+            build_lined,
+            "L-CIFAR10 style: class-colored line vs K-class label, 101 environments (Sec. 4.2.2)",
+        ),
+        Family(
+            "corrupted",
+            build_corrupted,
+            "PACS/VLCS-corrupted style: K domains x (clean + 15 corruptions) (Sec. 4.3)",
+        ),
+    )
+}
+
+
+def build_scenario(
+    family: str, *, source: str | ImageSource = "digits", seed: int = 0, **params: object
+) -> Scenario:
+    """Build the scenario of `family` over `source` with family parameters `params`.
+
+    >>> sc = build_scenario("sr-cmnist", source="digits", ratio="4:1", scale=2)
+    >>> sc.name, len(sc.given_names), len(sc.all_names), sc.params["scale"]
+    ('sr-cmnist/ratio=4:1/scale=2', 10, 101, 2)
+    """
+    fam = FAMILIES.get(str(family).lower())
+    if fam is None:
+        raise OodevalError(f"unknown dataset family {family!r}; use one of: {', '.join(FAMILIES)}")
+    allowed = fam.parameters()
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise OodevalError(
+            f"{fam.name} has no parameter {unknown[0]!r}; its parameters are: {', '.join(allowed)}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise OodevalError(f"seed must be a non-negative integer, got {seed!r}")
+    return fam.builder(source=source, seed=seed, **params)

@@ -1,0 +1,221 @@
+"""MNIST in IDX format: reading (plain or gzip), checksum verification, optional download.
+
+IDX layout: a 4-byte magic (two zero bytes, a type code 0x08 for unsigned bytes, the number of
+dimensions), one big-endian uint32 per dimension, then the data.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from oodeval.environments.sources import ImageSource
+from oodeval.errors import OodevalError
+
+SPLITS = ("train", "t10k")
+FILES = {split: (f"{split}-images-idx3-ubyte", f"{split}-labels-idx1-ubyte") for split in SPLITS}
+# SHA-256 of the gzip files as published; used by `download_mnist`.
+KNOWN_SHA256 = {
+    "train-images-idx3-ubyte.gz": (
+        "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609"
+    ),
+    "train-labels-idx1-ubyte.gz": (
+        "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c"
+    ),
+    "t10k-images-idx3-ubyte.gz": (
+        "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6"
+    ),
+    "t10k-labels-idx1-ubyte.gz": (
+        "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"
+    ),
+}
+DEFAULT_MIRRORS = (
+    "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "https://storage.googleapis.com/cvdf-datasets/mnist/",
+)
+CHECKSUM_FILE = "SHA256SUMS"
+
+
+def load_mnist(root: str | Path, *, split: str | None = None) -> ImageSource:
+    """Load MNIST from the IDX files in `root` as float32 (N, 1, 28, 28) images in [0, 1].
+
+    Every split present (``train`` then ``t10k``) is loaded and concatenated unless `split` names
+    one. Files may be gzip-compressed (``.gz``). When `root` holds a ``SHA256SUMS`` file
+    (``<hex digest>  <file name>`` lines), every listed file that is read is verified first.
+    """
+    root = Path(root)
+    splits = SPLITS if split is None else (split,)
+    if split is not None and split not in SPLITS:
+        raise OodevalError(f"unknown MNIST split {split!r}; use 'train' or 't10k'")
+    sums = read_checksums(root / CHECKSUM_FILE)
+    images, labels = [], []
+    for name in splits:
+        img_path = _find(root, FILES[name][0])
+        lbl_path = _find(root, FILES[name][1])
+        if img_path is None and lbl_path is None:
+            continue
+        if img_path is None or lbl_path is None:
+            missing = FILES[name][0] if img_path is None else FILES[name][1]
+            raise OodevalError(
+                f"{root} has only half of the MNIST {name} split: {missing} is missing"
+            )
+        for path in (img_path, lbl_path):
+            verify_checksum(path, sums)
+        x = read_idx(img_path)
+        y = read_idx(lbl_path)
+        if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise OodevalError(
+                f"MNIST files in {root} disagree: images {x.shape}, labels {y.shape}; "
+                "re-download them"
+            )
+        images.append(x)
+        labels.append(y)
+    if not images:
+        raise OodevalError(
+            f"no MNIST IDX files in {root}; expected e.g. t10k-images-idx3-ubyte.gz and "
+            "t10k-labels-idx1-ubyte.gz (or run oodeval.environments.mnist.download_mnist)"
+        )
+    x = np.concatenate(images)
+    y = np.concatenate(labels).astype(np.int64)
+    if y.size and (y.min() < 0 or y.max() > 9):
+        raise OodevalError(f"MNIST labels in {root} must be digits 0-9, got {int(y.max())}")
+    return ImageSource(
+        f"mnist:{root}",
+        (x.astype(np.float32) / np.float32(255.0))[:, None],
+        y,
+        tuple(str(d) for d in range(10)),
+    )
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read one IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as fh:
+            data = fh.read()
+    except (OSError, EOFError) as exc:
+        raise OodevalError(f"cannot read IDX file {path}: {exc}; re-download it") from None
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise OodevalError(f"{path} is not an IDX file (bad magic number); re-download it")
+    if data[2] != 0x08:
+        raise OodevalError(f"{path} holds IDX type 0x{data[2]:02x}; only unsigned bytes (0x08)")
+    ndim = data[3]
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise OodevalError(f"{path} is truncated (header); re-download it")
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    expected = int(np.prod(shape, dtype=np.int64))
+    if len(data) - header != expected:
+        raise OodevalError(
+            f"{path} holds {len(data) - header} data bytes but its header says {expected}; "
+            "the file is truncated or corrupt, re-download it"
+        )
+    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def read_checksums(path: Path) -> dict[str, str]:
+    """Parse a ``SHA256SUMS`` file into {file name: lower-case hex digest}; {} when absent."""
+    if not path.is_file():
+        return {}
+    sums: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2 or len(parts[0]) != 64:
+            raise OodevalError(f"{path} line {lineno} is not '<sha256>  <file name>': {line!r}")
+        sums[parts[1].lstrip("*").strip()] = parts[0].lower()
+    return sums
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 hex digest of the file at `path`."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checksum(path: Path, sums: dict[str, str]) -> None:
+    """Raise OodevalError when `path` is listed in `sums` with a different SHA-256."""
+    want = sums.get(path.name)
+    if want is None:
+        return
+    got = sha256_of(path)
+    if got != want:
+        raise OodevalError(
+            f"checksum mismatch for {path}: SHA256SUMS says {want[:12]}..., "
+            f"file has {got[:12]}...; "
+            "the file is corrupt or was replaced, re-download it"
+        )
+
+
+def download_mnist(
+    root: str | Path,
+    *,
+    splits: tuple[str, ...] = SPLITS,
+    mirrors: tuple[str, ...] = DEFAULT_MIRRORS,
+    retries: int = 3,
+    timeout: float = 30.0,
+) -> Path:
+    """Download the MNIST gzip files into `root`, verify their SHA-256, write ``SHA256SUMS``.
+
+    Files already present with the right checksum are kept. Each file is tried on every mirror,
+    `retries` times with exponential back-off; a file whose checksum does not match is deleted.
+    Raises OodevalError (one line) when offline or every attempt failed.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for split in splits:
+        if split not in SPLITS:
+            raise OodevalError(f"unknown MNIST split {split!r}; use 'train' or 't10k'")
+        for stem in FILES[split]:
+            name = stem + ".gz"
+            target = root / name
+            if target.is_file() and sha256_of(target) == KNOWN_SHA256[name]:
+                continue
+            _fetch(name, target, mirrors, retries, timeout)
+    lines = [f"{KNOWN_SHA256[n]}  {n}" for n in sorted(KNOWN_SHA256) if (root / n).is_file()]
+    (root / CHECKSUM_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def _fetch(name: str, target: Path, mirrors: tuple[str, ...], retries: int, timeout: float) -> None:
+    last = "no mirror given"
+    for attempt in range(max(1, retries)):
+        for mirror in mirrors:
+            tmp = target.with_suffix(target.suffix + ".part")
+            try:
+                with urllib.request.urlopen(mirror + name, timeout=timeout) as resp:
+                    tmp.write_bytes(resp.read())
+            except (urllib.error.URLError, OSError, TimeoutError) as exc:
+                last = f"{mirror}{name}: {exc}"
+                tmp.unlink(missing_ok=True)
+                continue
+            if sha256_of(tmp) != KNOWN_SHA256[name]:
+                last = f"{mirror}{name}: checksum mismatch"
+                tmp.unlink(missing_ok=True)
+                continue
+            tmp.replace(target)
+            return
+        time.sleep(min(2.0**attempt, 8.0))
+    raise OodevalError(
+        f"could not download {name} ({last}); check the network or copy the IDX files into "
+        f"{target.parent} by hand"
+    )
+
+
+def _find(root: Path, stem: str) -> Path | None:
+    for candidate in (root / stem, root / (stem + ".gz")):
+        if candidate.is_file():
+            return candidate
+    return None

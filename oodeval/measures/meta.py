@@ -1,0 +1,276 @@
+"""Meta-evaluation of measures across algorithms: rank correlation with the ideal measure,
+algorithm selection, selection degradation (Sections 5 and 6.1 of the worst+gap paper), seed
+statistics and a bootstrap confidence interval for the correlations.
+
+Conventions: Spearman's rho is `scipy.stats.spearmanr`; Kendall's tau is tau-b
+(`scipy.stats.kendalltau`, variant "b", which corrects for ties). Scores are "lower is better".
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from scipy import stats
+
+from oodeval.errors import OodevalError
+from oodeval.measures._validation import as_float_array, check_same_length
+
+__all__ = [
+    "TIE_DECIMALS",
+    "Selection",
+    "bootstrap_correlation_ci",
+    "mean_std",
+    "rank_correlation",
+    "select_algorithm",
+    "selection_degradation",
+]
+
+TIE_DECIMALS = 12
+"""Scores are compared after rounding to this many decimals, so floating-point noise such as
+0.3 - 0.1 != 0.4 - 0.2 neither breaks a tie in a selection nor orders tied values in a rank."""
+
+
+def _tie_rounded(x: np.ndarray) -> np.ndarray:
+    return np.round(x, TIE_DECIMALS)
+
+
+def _paired_scores(measure_scores: Any, ideal_scores: Any) -> tuple[np.ndarray, np.ndarray]:
+    m = _tie_rounded(as_float_array(measure_scores, "measure_scores", ndim=1))
+    i = _tie_rounded(as_float_array(ideal_scores, "ideal_scores", ndim=1))
+    n = check_same_length(measure_scores=m, ideal_scores=i)
+    if n < 2:
+        raise OodevalError(f"correlations need >= 2 algorithms, got {n}; add algorithms to compare")
+    return m, i
+
+
+def rank_correlation(measure_scores: Any, ideal_scores: Any) -> dict[str, float]:
+    """Spearman's rho and Kendall's tau-b between a measure and the ideal measure over algorithms.
+
+    Section 5 of the worst+gap paper. Both come from scipy (`spearmanr`, `kendalltau` with
+    variant="b"), on scores rounded to TIE_DECIMALS decimals (so floating-point noise does not
+    order tied values). When either input is constant the correlation is undefined and NaN is
+    returned (scipy's warning is silenced; the caller decides how to report it).
+
+    Parameters
+    ----------
+    measure_scores : array-like of shape (n_algorithms,)
+    ideal_scores : array-like of shape (n_algorithms,)
+        n_algorithms >= 2, else OodevalError.
+
+    Returns
+    -------
+    dict with keys "spearman" and "kendall" (floats in [-1, 1] or NaN)
+
+    >>> rank_correlation([0.3, 0.1, 0.2], [0.9, 0.2, 0.4])
+    {'spearman': 1.0, 'kendall': 1.0}
+    """
+    m, i = _paired_scores(measure_scores, ideal_scores)
+    if np.ptp(m) == 0 or np.ptp(i) == 0:
+        return {"spearman": float("nan"), "kendall": float("nan")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rho = stats.spearmanr(m, i).statistic
+        tau = stats.kendalltau(m, i, variant="b").statistic
+    return {"spearman": float(rho), "kendall": float(tau)}
+
+
+class Selection(NamedTuple):
+    """The algorithm a measure selects (argmin) and every algorithm tied with it."""
+
+    name: str
+    index: int
+    tied: tuple[str, ...]
+    """All algorithms whose score equals the minimum after rounding to TIE_DECIMALS, sorted by
+    name (so ``len(tied) > 1`` means the choice was a tie broken by name)."""
+
+
+def select_algorithm(scores: Any, names: Sequence[str]) -> Selection:
+    """The algorithm with the lowest score: argmin, Eq. 3/5/7 of the worst+gap paper.
+
+    Ties (scores equal to the minimum after rounding to TIE_DECIMALS) go to the first name in
+    sorted order, and are reported in `Selection.tied`, so the choice never depends on input
+    order.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_algorithms,)
+    names : sequence of str of length n_algorithms (distinct)
+
+    Returns
+    -------
+    Selection(name, index, tied)
+
+    >>> select_algorithm([0.3, 0.1, 0.1], ["ERM", "VREx", "IRM"])
+    Selection(name='IRM', index=2, tied=('IRM', 'VREx'))
+    """
+    s = as_float_array(scores, "scores", ndim=1)
+    names = [str(n) for n in names]
+    check_same_length(scores=s, names=np.asarray(names, dtype=object))
+    if s.size == 0:
+        raise OodevalError("scores is empty; selection needs at least one algorithm")
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise OodevalError(f"algorithm names must be distinct, repeated: {', '.join(dup)}")
+    r = _tie_rounded(s)
+    tied_idx = np.flatnonzero(r == r.min())
+    tied = tuple(sorted(names[k] for k in tied_idx))
+    return Selection(name=tied[0], index=names.index(tied[0]), tied=tied)
+
+
+def selection_degradation(measure_scores: Any, ideal_scores: Any, names: Sequence[str]) -> float:
+    """Performance degradation of selecting with a measure, Section 6.1 of the worst+gap paper.
+
+    |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| where A*_x = argmin_A of measure x (ties broken as
+    in `select_algorithm`). Zero when the measure selects a truly best algorithm.
+
+    Parameters
+    ----------
+    measure_scores, ideal_scores : array-like of shape (n_algorithms,)
+    names : sequence of str of length n_algorithms
+
+    Returns
+    -------
+    float (in the units of `ideal_scores`)
+
+    >>> round(selection_degradation([0.2, 0.3], [0.9, 0.4], ["ERM", "IRM"]), 12)
+    0.5
+    """
+    m = as_float_array(measure_scores, "measure_scores", ndim=1)
+    i = as_float_array(ideal_scores, "ideal_scores", ndim=1)
+    check_same_length(measure_scores=m, ideal_scores=i)
+    by_measure = select_algorithm(m, names)
+    by_ideal = select_algorithm(i, names)
+    return float(abs(i[by_ideal.index] - i[by_measure.index]))
+
+
+def mean_std(values: Any, *, ddof: int = 1) -> tuple[float, float]:
+    """Mean and standard deviation over seeds (sample std, ddof=1 by default).
+
+    NaN entries (e.g. undefined correlations) propagate. With fewer than ddof + 1 values the std
+    is undefined and returned as NaN.
+
+    Parameters
+    ----------
+    values : array-like of shape (n_seeds,)
+    ddof : int, default 1
+
+    Returns
+    -------
+    (mean, std) as floats
+
+    >>> [round(v, 12) for v in mean_std([0.5, 0.7, 0.9])]
+    [0.7, 0.2]
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        raise OodevalError("mean_std needs at least one value")
+    mean = float(v.mean())
+    std = float(v.std(ddof=ddof)) if v.size > ddof else float("nan")
+    return mean, std
+
+
+def _rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row pair (average ranks for ties); NaN for constant rows."""
+    rx = stats.rankdata(x, axis=1)
+    ry = stats.rankdata(y, axis=1)
+    rx -= rx.mean(axis=1, keepdims=True)
+    ry -= ry.mean(axis=1, keepdims=True)
+    num = (rx * ry).sum(axis=1)
+    den = np.sqrt((rx * rx).sum(axis=1) * (ry * ry).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _rowwise_kendall_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b of each row pair by pairwise signs; NaN for constant rows.
+
+    tau_b = (n_c - n_d) / sqrt((n_0 - n_x)(n_0 - n_y)), n_0 = n(n-1)/2 pairs, n_x / n_y the pairs
+    tied in x / y; (n_c - n_d) is half the sum of sign(dx)*sign(dy) over ordered pairs.
+    """
+    n = x.shape[1]
+    out = np.empty(x.shape[0])
+    chunk = max(1, 4_000_000 // (n * n))
+    n0 = n * (n - 1) / 2
+    for start in range(0, x.shape[0], chunk):
+        xs, ys = x[start : start + chunk], y[start : start + chunk]
+        sx = np.sign(xs[:, :, None] - xs[:, None, :])
+        sy = np.sign(ys[:, :, None] - ys[:, None, :])
+        s = (sx * sy).sum(axis=(1, 2)) / 2
+        tx = ((sx == 0).sum(axis=(1, 2)) - n) / 2
+        ty = ((sy == 0).sum(axis=(1, 2)) - n) / 2
+        den = np.sqrt((n0 - tx) * (n0 - ty))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[start : start + chunk] = np.where(den > 0, s / np.where(den > 0, den, 1.0), np.nan)
+    return out
+
+
+def bootstrap_correlation_ci(
+    measure_scores: Any,
+    ideal_scores: Any,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Percentile bootstrap confidence intervals for Spearman's rho and Kendall's tau-b.
+
+    Beyond the worst+gap paper: algorithms are resampled with replacement (pairs of measure and
+    ideal score stay together), each resample's rho and tau-b are computed exactly as in
+    `rank_correlation`, and the interval is the (1-confidence)/2 and (1+confidence)/2 quantiles.
+    Degenerate resamples, in which the measure or the ideal scores are all equal (e.g. one
+    algorithm drawn n times), have no defined correlation: they are dropped, and `n_valid` says
+    how many resamples remained (the interval is conditional on a non-degenerate resample). If
+    none remain the bounds are NaN. Same `seed` -> identical interval.
+
+    Parameters
+    ----------
+    measure_scores, ideal_scores : array-like of shape (n_algorithms,), n_algorithms >= 2
+    n_resamples : int, default 2000
+    confidence : float in (0, 1), default 0.95
+    seed : int, default 0
+
+    Returns
+    -------
+    dict with "spearman": (low, high), "kendall": (low, high), "n_valid": int,
+    "n_resamples": int, "confidence": float
+
+    >>> ci = bootstrap_correlation_ci([0.1, 0.2, 0.3, 0.4], [0.2, 0.3, 0.4, 0.5], seed=1)
+    >>> ci["spearman"], ci["kendall"]
+    ((1.0, 1.0), (1.0, 1.0))
+    """
+    m, i = _paired_scores(measure_scores, ideal_scores)
+    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise OodevalError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if not 0 < confidence < 1:
+        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, m.size, size=(int(n_resamples), m.size))
+    x, y = m[idx], i[idx]
+    rho = _rowwise_spearman(x, y)
+    if m.size <= 200:
+        tau = _rowwise_kendall_b(x, y)
+    else:  # O(n^2) pairwise signs get large; scipy's O(n log n) per resample instead
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tau = np.array(
+                [stats.kendalltau(a, b, variant="b").statistic for a, b in zip(x, y, strict=True)]
+            )
+    valid = np.isfinite(rho) & np.isfinite(tau)
+    q = [(1 - confidence) / 2, (1 + confidence) / 2]
+
+    def bounds(v: np.ndarray) -> tuple[float, float]:
+        if not valid.any():
+            return (float("nan"), float("nan"))
+        lo, hi = np.quantile(v[valid], q)
+        return (float(lo), float(hi))
+
+    return {
+        "spearman": bounds(rho),
+        "kendall": bounds(tau),
+        "n_valid": int(valid.sum()),
+        "n_resamples": int(n_resamples),
+        "confidence": float(confidence),
+    }

@@ -1,0 +1,566 @@
+"""Gated Mixture-of-Prompts (GMoP, Section 5.1 of the OpenworldAUC paper) on frozen features.
+
+GMoP splits the open-world model into three parts, each with its own "prompt":
+
+* a base-domain classifier ``g`` with a learnable context, trained with cross-entropy on the base
+  classes;
+* a new-domain classifier ``h`` that stays zero-shot (fixed class text features, no training), so
+  it cannot overfit the base classes;
+* a detector ``r`` made of K sub-detectors ``r_k``, each with its own learnable context and each
+  trained on a pseudo base/new partition of the base classes: with the base classes in sorted order
+  ``c_0 < c_1 < ...``, class ``c_j`` is pseudo-new in partition ``k`` iff ``j mod K == k``.
+
+Loss (the objective (OP_fin) of Section 5.1 with the square surrogate ``l_sq(t) = (1 - t)^2`` and
+the sigmoid gates of the paragraph "Gated Mixture-of-Prompts"), for one batch::
+
+    L = CE(g) + lambda * (1/K) sum_k AUC_k + alpha * (1/K) sum_k CE_k(r_k on pseudo-base samples)
+    AUC_k = 1/(n_b n_n) sum_{i in pseudo-base} sum_{j in pseudo-new}
+            phi_b(i) * (1 - (r_k(x_i) - r_k(x_j)))^2 * phi_n(j)
+    phi_b(i) = sigmoid(p_g(y_i | x_i)),  phi_n(j) = sigmoid(p_h(y_j | x_j))
+
+``p_g`` is g's softmax over the pseudo-base classes of partition k and ``p_h`` the zero-shot
+softmax over its pseudo-new classes (the base and new classifiers of the simulated open world).
+Because ``h`` has no parameters, gradient reaches ``g`` only through the base gate. The double sum
+is computed in O(n) by expanding the square (see `gated_auc_loss`); `gated_auc_loss_pairwise` is
+the n_b x n_n reference. The alpha term is the detectors' cross-entropy on pseudo-base labels.
+
+Scores. During training ``r_k(x)`` is the largest softmax probability over the pseudo-base classes,
+the softmax taken over all base classes (pseudo-new ones included, as new classes are at test
+time). At test time ``r_k(x)`` is the largest softmax probability over the base classes, the
+softmax taken over all classes, and ``r(x) = max_k r_k(x)`` (Section 5.1, "Pseudo Base-to-New
+Partition").
+
+Learnable context in feature space. Only frozen features are available here, so a "prompt" cannot
+be prepended to class-name tokens. Each context is instead a class-shared affine map of the text
+features, ``t'_c = normalize(t_c + W t_c + b)`` with ``W`` (d x d) and ``b`` (d,) initialised to
+zero, so training starts from the zero-shot classifier and, like a CoOp context, one set of
+parameters serves every class -- including classes never seen in training. Unlike prompt tuning
+through the text transformer (see `oodeval.openworld.clip`), the correction can only be affine in
+the frozen class embedding: it cannot re-read the class name in a new context, and it does not use
+the text encoder's nonlinearity. Logits are ``logit_scale * cos(x, t'_c)`` as in CLIP.
+
+torch is imported by this module; it belongs to the training parts of ``oodeval.openworld``.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from oodeval.errors import OodevalError
+from oodeval.measures.openworld import openworld_scores
+from oodeval.openworld.features import FeatureSet
+
+MODEL_FORMAT = "oodeval-gmop-1"
+
+
+@dataclass(frozen=True)
+class PseudoPartition:
+    """One pseudo base/new partition of the base classes (sorted class ids)."""
+
+    pseudo_base: tuple[int, ...]
+    pseudo_new: tuple[int, ...]
+
+
+def pseudo_partitions(base_classes: Sequence[int], n_partitions: int = 3) -> list[PseudoPartition]:
+    """K pseudo base/new partitions: sorted base class number j is pseudo-new in partition j mod K.
+
+    Every base class is pseudo-new in exactly one partition and pseudo-base in the other K - 1, so
+    the pseudo-base sets cover the base classes (Section 5.1) whenever K >= 2.
+
+    Examples
+    --------
+    >>> [(p.pseudo_base, p.pseudo_new) for p in pseudo_partitions([0, 1, 2, 3, 4], 3)]
+    [((1, 2, 4), (0, 3)), ((0, 2, 3), (1, 4)), ((0, 1, 3, 4), (2,))]
+    """
+    base = sorted({int(c) for c in base_classes})
+    if not isinstance(n_partitions, int | np.integer) or n_partitions < 2:
+        raise OodevalError(
+            f"the number of partitions K must be an integer >= 2, got {n_partitions}"
+        )
+    if n_partitions > len(base):
+        raise OodevalError(
+            f"K={n_partitions} partitions need at least K base classes, got {len(base)}; "
+            f"lower --partitions to at most {len(base)}"
+        )
+    return [
+        PseudoPartition(
+            tuple(c for j, c in enumerate(base) if j % n_partitions != k),
+            tuple(c for j, c in enumerate(base) if j % n_partitions == k),
+        )
+        for k in range(n_partitions)
+    ]
+
+
+def gated_auc_loss(
+    scores_base: torch.Tensor,
+    scores_new: torch.Tensor,
+    gate_base: torch.Tensor,
+    gate_new: torch.Tensor,
+) -> torch.Tensor:
+    """Mean over all (base, new) pairs of ``phi_b * (1 - (r_b - r_n))^2 * phi_n``, in O(n).
+
+    With ``a_i = 1 - r_b(i)`` the pair term is ``(a_i + r_n(j))^2 = a_i^2 + 2 a_i r_n(j) +
+    r_n(j)^2``, so the double sum factorises exactly into single sums::
+
+        sum_ij phi_i phi_j (a_i + r_j)^2 = S(phi a^2) S(phi_n) + 2 S(phi a) S(phi_n r)
+                                           + S(phi) S(phi_n r^2)
+
+    Parameters
+    ----------
+    scores_base, gate_base : tensors of shape (n_b,)
+    scores_new, gate_new : tensors of shape (n_n,)
+
+    Examples
+    --------
+    >>> t = torch.tensor
+    >>> float(gated_auc_loss(t([1.0, 0.5]), t([0.0]), t([1.0, 1.0]), t([1.0])))
+    0.125
+    """
+    a = 1.0 - scores_base
+    sum_gb, sum_gn = gate_base.sum(), gate_new.sum()
+    total = (
+        (gate_base * a * a).sum() * sum_gn
+        + 2.0 * (gate_base * a).sum() * (gate_new * scores_new).sum()
+        + sum_gb * (gate_new * scores_new * scores_new).sum()
+    )
+    return total / (scores_base.numel() * scores_new.numel())
+
+
+def gated_auc_loss_pairwise(
+    scores_base: torch.Tensor,
+    scores_new: torch.Tensor,
+    gate_base: torch.Tensor,
+    gate_new: torch.Tensor,
+) -> torch.Tensor:
+    """Reference for `gated_auc_loss`: the explicit n_b x n_n matrix of pair terms, averaged."""
+    diff = scores_base[:, None] - scores_new[None, :]
+    return (gate_base[:, None] * (1.0 - diff) ** 2 * gate_new[None, :]).mean()
+
+
+@dataclass(frozen=True)
+class GMoPConfig:
+    """Hyper-parameters of GMoP training (defaults follow Section 5.1: K = 3 partitions).
+
+    ``auc_weight`` is lambda, ``detector_weight`` alpha; ``logit_scale=None`` takes the feature
+    file's scale; ``batch_size=None`` trains on the full (few-shot) set each step; ``weight_decay``
+    pulls every context towards the zero-shot classifier. Contexts start at zero (the zero-shot
+    classifier), so ``seed`` only changes the mini-batch order: full-batch training gives the same
+    model for every seed.
+    """
+
+    n_partitions: int = 3
+    auc_weight: float = 1.0
+    detector_weight: float = 1.0
+    steps: int = 200
+    lr: float = 1e-2
+    weight_decay: float = 1e-3
+    batch_size: int | None = None
+    logit_scale: float | None = None
+    seed: int = 0
+
+
+def _contextual_text(text: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Class text features through a learnable context: normalize(t + W t + b), row-wise."""
+    return F.normalize(text + text @ weight.T + bias, dim=-1)
+
+
+def _check_features(x: np.ndarray | torch.Tensor, dim: int) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(x, dtype=np.float32))
+    if t.ndim != 2 or t.shape[1] != dim:
+        raise OodevalError(
+            f"features have shape {tuple(t.shape)} but the model expects (n, {dim}); use features "
+            "from the same encoder as the model's text features"
+        )
+    return F.normalize(t, dim=1)
+
+
+class _ContextClassifier(torch.nn.Module):
+    """Shared pieces: frozen unit text features (C, d), a logit scale, base/new class ids."""
+
+    def __init__(
+        self, text_features: np.ndarray, base_classes: Sequence[int], logit_scale: float
+    ) -> None:
+        super().__init__()
+        text = torch.as_tensor(np.asarray(text_features, dtype=np.float32))
+        self.register_buffer("text", F.normalize(text, dim=1))
+        self.base_classes = tuple(sorted(int(c) for c in base_classes))
+        self.new_classes = tuple(c for c in range(text.shape[0]) if c not in self.base_classes)
+        if not self.base_classes or not self.new_classes:
+            raise OodevalError("need at least one base class and one new class")
+        if not logit_scale > 0:
+            raise OodevalError(f"logit_scale must be positive, got {logit_scale}")
+        self.logit_scale = float(logit_scale)
+
+    @property
+    def dim(self) -> int:
+        return int(self.text.shape[1])
+
+    def _logits(
+        self, x: torch.Tensor, classes: Sequence[int], weight: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        text = _contextual_text(self.text[list(classes)], weight, bias)
+        return self.logit_scale * x @ text.T
+
+    def zero_shot_logits(self, x: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
+        """Logits of the fixed (hand-crafted prompt) classifier h over `classes`."""
+        return self.logit_scale * x @ self.text[list(classes)].T
+
+
+class GMoP(_ContextClassifier):
+    """GMoP on frozen features: g's context, K detector contexts, zero-shot h (see module doc)."""
+
+    def __init__(
+        self,
+        text_features: np.ndarray,
+        base_classes: Sequence[int],
+        *,
+        n_partitions: int = 3,
+        logit_scale: float = 100.0,
+    ) -> None:
+        super().__init__(text_features, base_classes, logit_scale)
+        self.partitions = pseudo_partitions(self.base_classes, n_partitions)
+        d, k = self.dim, n_partitions
+        self.g_weight = torch.nn.Parameter(torch.zeros(d, d))
+        self.g_bias = torch.nn.Parameter(torch.zeros(d))
+        self.r_weight = torch.nn.Parameter(torch.zeros(k, d, d))
+        self.r_bias = torch.nn.Parameter(torch.zeros(k, d))
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self.partitions)
+
+    def base_logits(self, x: torch.Tensor, classes: Sequence[int] | None = None) -> torch.Tensor:
+        """Logits of g over `classes` (default: all base classes)."""
+        return self._logits(x, classes or self.base_classes, self.g_weight, self.g_bias)
+
+    def detector_logits(self, x: torch.Tensor, k: int, classes: Sequence[int]) -> torch.Tensor:
+        """Logits of sub-detector k over `classes`."""
+        return self._logits(x, classes, self.r_weight[k], self.r_bias[k])
+
+    def losses(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The three terms of the loss on a batch of unit features `x` and base-class labels `y`.
+
+        Returns a dict with "ce" (g's cross-entropy), "auc" (gated AUC term averaged over the
+        partitions present in the batch) and "detector_ce" (sub-detectors' cross-entropy on
+        pseudo-base samples, averaged over partitions).
+        """
+        base = self.base_classes
+        pos = {c: i for i, c in enumerate(base)}
+        y_pos = torch.tensor([pos[int(c)] for c in y], dtype=torch.long, device=x.device)
+        ce = F.cross_entropy(self.base_logits(x), y_pos)
+        auc_terms, det_terms = [], []
+        for k, part in enumerate(self.partitions):
+            is_pb = torch.isin(y, torch.tensor(part.pseudo_base, device=y.device))
+            is_pn = ~is_pb
+            # r_k's softmax over every base class; its score is the max over pseudo-base ones.
+            det_logits = self.detector_logits(x, k, base)
+            pb_cols = [pos[c] for c in part.pseudo_base]
+            if is_pb.any():
+                det_terms.append(F.cross_entropy(det_logits[is_pb], y_pos[is_pb]))
+            if not (is_pb.any() and is_pn.any()):
+                continue
+            r_k = det_logits.softmax(dim=1)[:, pb_cols].amax(dim=1)
+            gate_b = self.base_gate(x[is_pb], y[is_pb], part.pseudo_base)
+            gate_n = self.new_gate(x[is_pn], y[is_pn], part.pseudo_new)
+            auc_terms.append(gated_auc_loss(r_k[is_pb], r_k[is_pn], gate_b, gate_n))
+        zero = x.new_zeros(())
+        return {
+            "ce": ce,
+            "auc": torch.stack(auc_terms).mean() if auc_terms else zero,
+            "detector_ce": torch.stack(det_terms).mean() if det_terms else zero,
+        }
+
+    def base_gate(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
+        """phi_b = sigmoid(p_g(y | x)), g's softmax over `classes` (depends on g's context)."""
+        col = {c: i for i, c in enumerate(classes)}
+        idx = torch.tensor([col[int(c)] for c in y], dtype=torch.long, device=x.device)
+        prob = self.base_logits(x, classes).softmax(dim=1)
+        return torch.sigmoid(prob.gather(1, idx[:, None])[:, 0])
+
+    def new_gate(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
+        """phi_n = sigmoid(p_h(y | x)), zero-shot softmax over `classes` (no learnable input)."""
+        col = {c: i for i, c in enumerate(classes)}
+        idx = torch.tensor([col[int(c)] for c in y], dtype=torch.long, device=x.device)
+        prob = self.zero_shot_logits(x, classes).softmax(dim=1)
+        return torch.sigmoid(prob.gather(1, idx[:, None])[:, 0])
+
+    def detector_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """r(x) = max_k max_{c in base} softmax_k(x)_c, each softmax over all C classes."""
+        every = list(range(self.text.shape[0]))
+        per_k = [
+            self.detector_logits(x, k, every).softmax(dim=1)[:, list(self.base_classes)].amax(1)
+            for k in range(self.n_partitions)
+        ]
+        return torch.stack(per_k, dim=1).amax(dim=1)
+
+    @torch.no_grad()
+    def predict(self, features: Any) -> dict[str, np.ndarray]:
+        """Open-world outputs for `features` (n, d).
+
+        Returns "detector_scores" r(x), "base_predictions" g(x), "new_predictions" h(x) (class
+        ids) and "outputs" (n, C): the gated mixture ``r(x) p_g(c|x)`` on base classes and
+        ``(1 - r(x)) p_h(c|x)`` on new ones, whose argmax defines GMoP's OverallAcc.
+        """
+        x = _check_features(features, self.dim).to(self.text.device)
+        with single_thread():
+            r = self.detector_scores(x)
+            p_g = self.base_logits(x).softmax(dim=1)
+            p_h = self.zero_shot_logits(x, self.new_classes).softmax(dim=1)
+        outputs = torch.zeros(x.shape[0], self.text.shape[0], dtype=torch.float64, device=x.device)
+        outputs[:, list(self.base_classes)] = (r[:, None] * p_g).double()
+        outputs[:, list(self.new_classes)] = ((1.0 - r)[:, None] * p_h).double()
+        base = np.asarray(self.base_classes)
+        new = np.asarray(self.new_classes)
+        return {
+            "detector_scores": r.double().cpu().numpy(),
+            "base_predictions": base[p_g.argmax(dim=1).cpu().numpy()],
+            "new_predictions": new[p_h.argmax(dim=1).cpu().numpy()],
+            "outputs": outputs.cpu().numpy(),
+        }
+
+
+class SingleContext(_ContextClassifier):
+    """One context shared by every class: CoOp's analogue (trained) or CLIP zero-shot (untrained).
+
+    Outputs are the softmax over all classes; the detector is its max over the base classes, g
+    and h the argmax over base / new columns (the reference methods of the paper's Table 2).
+    """
+
+    def __init__(
+        self, text_features: np.ndarray, base_classes: Sequence[int], *, logit_scale: float = 100.0
+    ) -> None:
+        super().__init__(text_features, base_classes, logit_scale)
+        self.weight = torch.nn.Parameter(torch.zeros(self.dim, self.dim))
+        self.bias = torch.nn.Parameter(torch.zeros(self.dim))
+
+    def losses(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Cross-entropy over the base classes (the only term of CoOp-style training)."""
+        pos = {c: i for i, c in enumerate(self.base_classes)}
+        y_pos = torch.tensor([pos[int(c)] for c in y], dtype=torch.long)
+        logits = self._logits(x, self.base_classes, self.weight, self.bias)
+        return {"ce": F.cross_entropy(logits, y_pos)}
+
+    @torch.no_grad()
+    def predict(self, features: Any) -> dict[str, np.ndarray]:
+        """ "outputs" (n, C) softmax over all classes plus the derived detector and predictions."""
+        x = _check_features(features, self.dim)
+        every = list(range(self.text.shape[0]))
+        with single_thread():
+            logits = self._logits(x.to(self.text.device), every, self.weight, self.bias)
+        probs = logits.softmax(dim=1).double().cpu().numpy()
+        base, new = np.asarray(self.base_classes), np.asarray(self.new_classes)
+        return {
+            "detector_scores": probs[:, base].max(axis=1),
+            "base_predictions": base[probs[:, base].argmax(axis=1)],
+            "new_predictions": new[probs[:, new].argmax(axis=1)],
+            "outputs": probs,
+        }
+
+
+def _training_tensors(train: FeatureSet) -> tuple[torch.Tensor, torch.Tensor]:
+    base = np.asarray(train.base_classes)
+    keep = np.isin(train.labels, base)
+    if not keep.any():
+        raise OodevalError("the training features hold no base-class samples; nothing to train")
+    present = set(np.unique(train.labels[keep]).tolist())
+    empty = [c for c in train.base_classes if c not in present]
+    if empty:
+        raise OodevalError(
+            f"base class(es) {empty} have no training samples; give samples of every base class "
+            "or drop them from base_classes"
+        )
+    x = F.normalize(torch.from_numpy(train.features[keep].astype(np.float32)), dim=1)
+    return x, torch.from_numpy(train.labels[keep].astype(np.int64))
+
+
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread, then restore the previous setting.
+
+    The problems here are tiny (d x d context maps, a few hundred samples): extra threads only add
+    synchronisation, which on a busy machine slows training by more than 10x.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _fit(model: torch.nn.Module, train: FeatureSet, config: GMoPConfig, weights: dict) -> None:
+    """Adam on the sum of weighted loss terms; full batch or seeded mini-batches."""
+    with single_thread():
+        _fit_steps(model, train, config, weights)
+
+
+def _fit_steps(
+    model: torch.nn.Module, train: FeatureSet, config: GMoPConfig, weights: dict
+) -> None:
+    x, y = _training_tensors(train)
+    device = next(model.buffers()).device  # the text features live where the model does
+    x, y = x.to(device), y.to(device)
+    gen = torch.Generator().manual_seed(config.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    n = x.shape[0]
+    batch = n if config.batch_size is None else max(1, min(int(config.batch_size), n))
+    perm = torch.randperm(n, generator=gen)
+    cursor = 0
+    for step in range(config.steps):
+        if batch == n:
+            idx = torch.arange(n)
+        else:
+            if cursor + batch > n:
+                perm, cursor = torch.randperm(n, generator=gen), 0
+            idx, cursor = perm[cursor : cursor + batch], cursor + batch
+        terms = model.losses(x[idx], y[idx])
+        loss = sum(weights[name] * value for name, value in terms.items())
+        if not torch.isfinite(loss):
+            raise OodevalError(f"training diverged (loss {float(loss)}) at step {step}; lower --lr")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _check_config(config: GMoPConfig) -> None:
+    if config.steps < 0 or config.lr <= 0 or config.weight_decay < 0:
+        raise OodevalError("need steps >= 0, lr > 0 and weight_decay >= 0")
+    if config.auc_weight < 0 or config.detector_weight < 0:
+        raise OodevalError("auc_weight (lambda) and detector_weight (alpha) must be >= 0")
+
+
+def _logit_scale(train: FeatureSet, config: GMoPConfig) -> float:
+    return float(config.logit_scale if config.logit_scale is not None else train.logit_scale)
+
+
+def train_gmop(train: FeatureSet, config: GMoPConfig | None = None) -> GMoP:
+    """Train GMoP's base context and K detector contexts on `train` (base-class rows are used).
+
+    Same features, config and seed give bit-identical parameters.
+
+    Examples
+    --------
+    >>> from oodeval.openworld.features import synthetic_features
+    >>> fs = synthetic_features(n_classes=6, dim=8, n_per_class=4, seed=0)
+    >>> model = train_gmop(fs, GMoPConfig(steps=2))
+    >>> model.n_partitions, model.base_classes
+    (3, (0, 1, 2))
+    """
+    config = config or GMoPConfig()
+    _check_config(config)
+    torch.manual_seed(config.seed)
+    model = GMoP(
+        train.text_features,
+        train.base_classes,
+        n_partitions=config.n_partitions,
+        logit_scale=_logit_scale(train, config),
+    )
+    weights = {"ce": 1.0, "auc": config.auc_weight, "detector_ce": config.detector_weight}
+    _fit(model, train, config, weights)
+    return model.eval()
+
+
+def train_single_context(train: FeatureSet, config: GMoPConfig | None = None) -> SingleContext:
+    """The CoOp-style reference: one context trained with cross-entropy on the base classes only."""
+    config = config or GMoPConfig()
+    _check_config(config)
+    model = SingleContext(
+        train.text_features, train.base_classes, logit_scale=_logit_scale(train, config)
+    )
+    _fit(model, train, config, {"ce": 1.0})
+    return model.eval()
+
+
+def zero_shot_model(features: FeatureSet, *, logit_scale: float | None = None) -> SingleContext:
+    """The CLIP-style zero-shot reference: fixed text features, max-softmax detector."""
+    scale = features.logit_scale if logit_scale is None else logit_scale
+    return SingleContext(features.text_features, features.base_classes, logit_scale=scale).eval()
+
+
+def evaluate_model(model: GMoP | SingleContext, test: FeatureSet) -> dict[str, float]:
+    """OpenworldAUC, AUROC, HM, BaseAcc, NewAcc and OverallAcc of `model` on `test`."""
+    if tuple(test.base_classes) != model.base_classes:
+        raise OodevalError(
+            f"test base classes {list(test.base_classes)} differ from the model's "
+            f"{list(model.base_classes)}; use the same base/new split"
+        )
+    if test.text_features.shape[0] != model.text.shape[0]:
+        raise OodevalError(
+            f"test features have {test.text_features.shape[0]} classes but the model has "
+            f"{model.text.shape[0]}"
+        )
+    out = model.predict(test.features)
+    return openworld_scores(
+        out["outputs"],
+        test.labels,
+        model.base_classes,
+        detector_scores=out["detector_scores"],
+        base_predictions=out["base_predictions"],
+        new_predictions=out["new_predictions"],
+    )
+
+
+def save_model(
+    path: str | Path, model: GMoP | SingleContext, config: GMoPConfig | None = None
+) -> None:
+    """Write a trained model to ``.npz`` (plain arrays; read back with `load_model`)."""
+    arrays: dict[str, np.ndarray] = {
+        "format": np.asarray(MODEL_FORMAT),
+        "kind": np.asarray("gmop" if isinstance(model, GMoP) else "single_context"),
+        "text_features": model.text.numpy(),
+        "base_classes": np.asarray(model.base_classes, dtype=np.int64),
+        "logit_scale": np.asarray(model.logit_scale),
+    }
+    for name, value in model.state_dict().items():
+        if name != "text":
+            arrays[f"param_{name}"] = value.detach().numpy()
+    if config is not None:
+        arrays["config_json"] = np.asarray(_config_json(config))
+    np.savez(path, **arrays)
+
+
+def _config_json(config: GMoPConfig) -> str:
+    import json
+
+    return json.dumps(asdict(config), sort_keys=True)
+
+
+def load_model(path: str | Path) -> GMoP | SingleContext:
+    """Read a model written by `save_model` (``allow_pickle=False``; arrays checked by shape)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise OodevalError(f"{path}: not a readable .npz model file ({exc})") from None
+    if str(arrays.get("format", "")) != MODEL_FORMAT:
+        raise OodevalError(f"{path}: not an oodeval GMoP model (train one with train-gmop)")
+    text = arrays["text_features"]
+    base = [int(c) for c in arrays["base_classes"]]
+    scale = float(arrays["logit_scale"])
+    if str(arrays["kind"]) == "gmop":
+        k = int(arrays["param_r_bias"].shape[0])
+        model: GMoP | SingleContext = GMoP(text, base, n_partitions=k, logit_scale=scale)
+    else:
+        model = SingleContext(text, base, logit_scale=scale)
+    # The stored text features are already unit rows: load them bit for bit.
+    state = {"text": torch.from_numpy(np.asarray(text, dtype=np.float32))}
+    for name, value in model.state_dict().items():
+        if name == "text":
+            continue
+        stored = arrays.get(f"param_{name}")
+        if stored is None or tuple(stored.shape) != tuple(value.shape):
+            raise OodevalError(f"{path}: parameter {name} is missing or has the wrong shape")
+        state[name] = torch.from_numpy(np.asarray(stored, dtype=np.float32))
+    model.load_state_dict(state)
+    return model.eval()

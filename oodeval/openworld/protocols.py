@@ -1,0 +1,275 @@
+"""Open-world evaluation protocols: base/new class splits, few-shot sets and base:new resampling.
+
+The open-world prompt-tuning setting of the OpenworldAUC paper (Sections 3-4) trains on a few shots
+of the *base* classes and tests on a mixture of base and *new* classes whose base:new sample ratio
+is unknown. Property P3 of that paper asks that a metric does not move when only that ratio changes;
+`resample_to_ratio` builds test sets that differ only in it (per-class proportional subsampling, so
+the class mix *within* each domain stays as in the original set).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from oodeval.errors import OodevalError
+
+#: Named ratios of the paper's Figure 2 study: "Fwd" has few base samples, "Bwd" few new ones.
+RATIO_PRESETS: dict[str, tuple[float, float]] = {"fwd": (1.0, 5.0), "bwd": (5.0, 1.0)}
+
+#: Default sweep of base:new ratios, from new-dominated to base-dominated.
+DEFAULT_RATIOS: tuple[str, ...] = ("1:10", "1:5", "1:2", "1:1", "2:1", "5:1", "10:1")
+
+
+@dataclass(frozen=True)
+class BaseNewSplit:
+    """Sorted base and new class ids (disjoint; together they are every class)."""
+
+    base: tuple[int, ...]
+    new: tuple[int, ...]
+
+
+def as_label_array(labels: Any, name: str = "labels") -> np.ndarray:
+    """Return `labels` as a 1-D int64 array of non-negative class ids, or raise OodevalError."""
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise OodevalError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)):
+            if not np.all(arr == np.round(arr)):
+                raise OodevalError(f"{name} must be integer class ids, got fractional values")
+        else:
+            raise OodevalError(f"{name} must be integer class ids, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        raise OodevalError(f"{name} must be non-negative class ids, found {int(arr.min())}")
+    return arr
+
+
+def base_new_split(
+    classes: Iterable[int], *, n_base: int | None = None, seed: int | None = None
+) -> BaseNewSplit:
+    """Split class ids into base and new classes.
+
+    Default (``seed=None``): sort the ids and take the first ``ceil(C / 2)`` as base, the rest as
+    new -- the base-to-new protocol of CoOp/CoCoOp that DeCoOp and the OpenworldAUC paper use.
+    With a seed, a seeded random permutation picks the base classes instead.
+
+    Parameters
+    ----------
+    classes : iterable of int
+        Class ids (duplicates are ignored, so a label array works too).
+    n_base : int, optional
+        Number of base classes; default ``ceil(C / 2)``. Must leave at least one new class.
+    seed : int, optional
+        ``None`` for the sorted split; an int for a reproducible random split.
+
+    Examples
+    --------
+    >>> base_new_split(range(10))
+    BaseNewSplit(base=(0, 1, 2, 3, 4), new=(5, 6, 7, 8, 9))
+    >>> base_new_split([3, 1, 2])
+    BaseNewSplit(base=(1, 2), new=(3,))
+    """
+    ids = np.unique(as_label_array(np.fromiter(classes, dtype=np.int64), "classes"))
+    if ids.size < 2:
+        raise OodevalError(f"need at least 2 classes to split into base and new, got {ids.size}")
+    k = math.ceil(ids.size / 2) if n_base is None else int(n_base)
+    if not 1 <= k < ids.size:
+        raise OodevalError(
+            f"n_base must be between 1 and {ids.size - 1} for {ids.size} classes, got {k}"
+        )
+    if seed is None:
+        base = ids[:k]
+    else:
+        base = np.sort(np.random.default_rng(seed).permutation(ids)[:k])
+    new = np.setdiff1d(ids, base)
+    return BaseNewSplit(tuple(int(c) for c in base), tuple(int(c) for c in new))
+
+
+def few_shot_indices(
+    labels: Any, classes: Iterable[int], shots: int, *, seed: int = 0
+) -> np.ndarray:
+    """Indices of a k-shot training set: `shots` samples of each class in `classes`, seeded.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n,)
+        Class id of every sample.
+    classes : iterable of int
+        Classes to draw from (usually the base classes).
+    shots : int
+        Samples per class; every class must have at least this many.
+
+    Returns
+    -------
+    ndarray of shape (len(classes) * shots,), sorted row indices into `labels`.
+
+    Examples
+    --------
+    >>> few_shot_indices([0, 0, 1, 1, 1, 2], [0, 1], 2).size
+    4
+    """
+    y = as_label_array(labels)
+    if shots < 1:
+        raise OodevalError(f"shots must be at least 1, got {shots}")
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for c in sorted({int(c) for c in classes}):
+        rows = np.flatnonzero(y == c)
+        if rows.size < shots:
+            raise OodevalError(
+                f"class {c} has {rows.size} sample(s), fewer than shots={shots}; lower --shots"
+            )
+        chosen.append(rng.choice(rows, size=shots, replace=False))
+    if not chosen:
+        raise OodevalError("no classes given to draw few-shot samples from")
+    return np.sort(np.concatenate(chosen))
+
+
+def parse_ratio(ratio: str | Sequence[float]) -> tuple[float, float]:
+    """Parse a base:new ratio such as ``"1:5"``, ``"Fwd"`` (1:5), ``"Bwd"`` (5:1) or ``(1, 5)``.
+
+    Examples
+    --------
+    >>> parse_ratio("1:5"), parse_ratio("Bwd"), parse_ratio((2, 1))
+    ((1.0, 5.0), (5.0, 1.0), (2.0, 1.0))
+    """
+    if isinstance(ratio, str):
+        text = ratio.strip().lower()
+        if text in RATIO_PRESETS:
+            return RATIO_PRESETS[text]
+        parts = text.split(":")
+        if len(parts) != 2:
+            raise OodevalError(f"ratio {ratio!r} is not of the form BASE:NEW (e.g. 1:5) or Fwd/Bwd")
+        try:
+            a, b = float(parts[0]), float(parts[1])
+        except ValueError:
+            raise OodevalError(f"ratio {ratio!r} must hold two numbers, e.g. 1:5") from None
+    else:
+        values = list(ratio)
+        if len(values) != 2:
+            raise OodevalError(f"ratio must have two parts (base, new), got {values!r}")
+        a, b = float(values[0]), float(values[1])
+    if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
+        raise OodevalError(f"ratio parts must be positive numbers, got {a}:{b}")
+    return a, b
+
+
+def format_ratio(ratio: tuple[float, float]) -> str:
+    """``(1.0, 5.0)`` -> ``"1:5"`` (integers without a trailing .0)."""
+    return ":".join(f"{v:g}" for v in ratio)
+
+
+def _proportional_counts(available: np.ndarray, total: int) -> np.ndarray:
+    """Split `total` across classes in proportion to `available` (largest remainder, capped)."""
+    if total >= available.sum():
+        return available.copy()
+    exact = available * (total / available.sum())
+    counts = np.floor(exact).astype(np.int64)
+    remainder = total - int(counts.sum())
+    # Largest fractional parts first; ties go to the lower class position (stable sort).
+    order = np.argsort(-(exact - counts), kind="stable")
+    counts[order[:remainder]] += 1
+    return counts
+
+
+def resample_to_ratio(
+    labels: Any,
+    base_classes: Iterable[int],
+    ratio: str | Sequence[float],
+    *,
+    seed: int = 0,
+    n_total: int | None = None,
+) -> np.ndarray:
+    """Row indices of a subsample whose base:new sample ratio is `ratio`.
+
+    The largest subsample with ``n_base / n_new = a / b`` is taken (or one of about `n_total` rows):
+    ``n_base = floor(a * s)``, ``n_new = floor(b * s)`` with ``s = min(N_base / a, N_new / b)``.
+    Each domain's quota is split over its classes in proportion to their counts (largest
+    remainder), and each class's rows are drawn without replacement with a seeded generator, so
+    only the base:new ratio changes -- the setting of the paper's Figure 2 (property P3).
+
+    Parameters
+    ----------
+    labels : array-like of shape (n,)
+        Class ids of the test set.
+    base_classes : iterable of int
+        Base class ids; every other label is new.
+    ratio : str or (float, float)
+        Base:new ratio, e.g. ``"1:5"``, ``"Fwd"`` or ``(5, 1)``.
+    seed : int
+        Seed of the draw.
+    n_total : int, optional
+        Target size (at most the largest feasible size).
+
+    Returns
+    -------
+    ndarray of sorted row indices.
+
+    Examples
+    --------
+    >>> y = [0] * 50 + [1] * 50
+    >>> idx = resample_to_ratio(y, [0], "1:5")
+    >>> int((np.asarray(y)[idx] == 0).sum()), int((np.asarray(y)[idx] == 1).sum())
+    (10, 50)
+    """
+    y = as_label_array(labels)
+    a, b = parse_ratio(ratio)
+    base = np.asarray(sorted({int(c) for c in base_classes}), dtype=np.int64)
+    is_base = np.isin(y, base)
+    n_b_avail, n_n_avail = int(is_base.sum()), int((~is_base).sum())
+    if n_b_avail == 0 or n_n_avail == 0:
+        raise OodevalError(
+            f"need samples of both base and new classes to resample, got {n_b_avail} base and "
+            f"{n_n_avail} new"
+        )
+    scale = min(n_b_avail / a, n_n_avail / b)
+    if n_total is not None:
+        if n_total < 2:
+            raise OodevalError(f"n_total must be at least 2, got {n_total}")
+        scale = min(scale, n_total / (a + b))
+    n_b, n_n = int(math.floor(a * scale + 1e-9)), int(math.floor(b * scale + 1e-9))
+    if n_b == 0 or n_n == 0:
+        raise OodevalError(
+            f"ratio {format_ratio((a, b))} leaves no base or no new samples from {n_b_avail} base "
+            f"and {n_n_avail} new; use a less extreme ratio"
+        )
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for mask, quota in ((is_base, n_b), (~is_base, n_n)):
+        classes = np.unique(y[mask])
+        available = np.array([np.count_nonzero(y == c) for c in classes], dtype=np.int64)
+        for c, k in zip(classes, _proportional_counts(available, quota), strict=True):
+            if k:
+                chosen.append(rng.choice(np.flatnonzero(y == c), size=int(k), replace=False))
+    return np.sort(np.concatenate(chosen))
+
+
+def ratio_sweep(
+    labels: Any,
+    base_classes: Iterable[int],
+    ratios: Iterable[str | Sequence[float]] = DEFAULT_RATIOS,
+    *,
+    seed: int = 0,
+    n_total: int | None = None,
+) -> list[tuple[str, np.ndarray]]:
+    """``[(ratio_text, indices), ...]`` of `resample_to_ratio` for each ratio (same seed each).
+
+    Examples
+    --------
+    >>> [(name, idx.size) for name, idx in ratio_sweep([0] * 10 + [1] * 10, [0], ["1:1", "Bwd"])]
+    [('1:1', 20), ('5:1', 12)]
+    """
+    base = [int(c) for c in base_classes]
+    return [
+        (
+            format_ratio(parse_ratio(r)),
+            resample_to_ratio(labels, base, r, seed=seed, n_total=n_total),
+        )
+        for r in ratios
+    ]

@@ -1,0 +1,72 @@
+"""Build the one-page HTML report for any oodeval source: a study folder, a results file, or an
+open-world predictions file."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from oodeval.errors import OodevalError
+from oodeval.report.page import Section, render_page
+
+
+def source_kind(path: Path) -> str:
+    """'study', 'results' or 'openworld', decided from what the path holds."""
+    if path.is_dir():
+        return "study"
+    if not path.exists():
+        raise OodevalError(
+            f"{path} does not exist; give a study folder, a results CSV or an "
+            "open-world predictions file"
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return "openworld"
+    if suffix in {".jsonl", ".ndjson", ".json"}:
+        return "results"
+    if suffix == ".csv":
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            header = [h.strip().lower() for h in next(csv.reader(fh), [])]
+        if "algorithm" in header and "environment" in header:
+            return "results"
+        return "openworld"
+    raise OodevalError(
+        f"{path}: cannot tell what this is from its suffix {suffix!r}; give a study folder, a "
+        "results .csv/.jsonl (algorithm, environment, error|accuracy, split) or an open-world "
+        ".npz/.csv"
+    )
+
+
+def build_report(
+    source: str | Path, *, base_classes: str | None = None, percent: bool = False
+) -> str:
+    """Return the report on `source` as one self-contained HTML string."""
+    path = Path(source)
+    kind = source_kind(path)
+    sections: list[Section]
+    if kind == "study":
+        from oodeval.report.study_report import study_sections
+
+        sections = study_sections(path)
+        title, subtitle = "oodeval study report", f"Study folder {path}"
+    elif kind == "results":
+        from oodeval.report.results_report import results_sections
+
+        sections = results_sections(path, percent=percent)
+        title, subtitle = "oodeval measures report", f"Results file {path.name}"
+    else:
+        from oodeval.report.openworld_report import openworld_sections
+
+        sections = openworld_sections(path, base_classes=base_classes)
+        title, subtitle = "oodeval open-world report", f"Predictions file {path.name}"
+    return render_page(title, subtitle, sections)
+
+
+def write_report(source: str | Path, out: str | Path, **kwargs: object) -> Path:
+    """Build the report on `source` and write it to `out`; return the written path."""
+    html = build_report(source, **kwargs)  # type: ignore[arg-type]
+    out = Path(out)
+    if out.parent and not out.parent.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    return out

@@ -1,0 +1,152 @@
+"""Report sections for an open-world predictions file (the input of `oodeval openworld`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from oodeval.measures.openworld import openworld_curve
+from oodeval.report.figures import Figure, curves, lines
+from oodeval.report.page import Section, Table
+from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
+
+SWEEP_RATIOS = ("1:5", "1:3", "1:2", "1:1", "2:1", "3:1", "5:1")
+SWEEP_METRICS = ("overall_acc", "openworld_auc", "auroc", "hm")
+
+
+def roc_points(base_scores: np.ndarray, new_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ROC of the base-vs-new detector (base positive): false and true positive rates."""
+    from sklearn.metrics import roc_curve
+
+    y = np.concatenate([np.ones(base_scores.size), np.zeros(new_scores.size)])
+    fpr, tpr, _ = roc_curve(y, np.concatenate([base_scores, new_scores]), drop_intermediate=False)
+    return fpr, tpr
+
+
+def ratio_sweep_table(
+    arrays: dict[str, np.ndarray], base_classes: list[int] | None, *, repeats: int = 5
+) -> pd.DataFrame | None:
+    """Every metric against the base:new test ratio (resampled per class, seeded), or None.
+
+    Needs labels and class predictions (not the already-scored form).
+    """
+    from oodeval.openworld.ratio_study import ratio_study
+
+    if "correct" in arrays or "labels" not in arrays:
+        return None
+    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
+    classes = base_classes if base_classes is not None else np.ravel(arrays["base_classes"])
+    rows = ratio_study(
+        arrays.get(outputs_name) if outputs_name else None,
+        arrays["labels"],
+        [int(c) for c in classes],
+        SWEEP_RATIOS,
+        repeats=repeats,
+        seed=0,
+        logits=outputs_name == "logits",
+        detector_scores=arrays.get("scores"),
+        base_predictions=arrays.get("base_predictions"),
+        new_predictions=arrays.get("new_predictions"),
+    )
+    frame = pd.DataFrame(rows)
+    frame["base_share"] = frame["n_base"] / (frame["n_base"] + frame["n_new"])
+    return frame
+
+
+def openworld_sections(path: str | Path, *, base_classes: str | None = None) -> list[Section]:
+    """All sections of the report on one open-world predictions file."""
+    ids = parse_class_ids(base_classes) if base_classes is not None else None
+    arrays = read_predictions(Path(path))
+    metrics, samples = score_predictions(arrays, ids, 0.5)
+    base_scores, new_scores, base_ok, new_ok = samples
+    names = {
+        "n_base": "base samples",
+        "n_new": "new samples",
+        "base_acc": "BaseAcc",
+        "new_acc": "NewAcc",
+        "hm": "HM",
+        "overall_acc": "OverallAcc",
+        "auroc": "AUROC",
+        "openworld_auc": "OpenworldAUC",
+    }
+    table = pd.DataFrame(
+        [(names.get(k, k), v) for k, v in metrics.items()], columns=["metric", "value"]
+    )
+    overview = Section(
+        "Open-world metrics",
+        intro="Base-vs-new detection r (max softmax probability over base classes, Algorithm 1 "
+        "of the OpenworldAUC paper), base classifier g and new classifier h scored together. "
+        "OpenworldAUC = P(g right on a base sample, h right on a new sample, and the base sample "
+        "scored above the new one); ties count one half.",
+        facts=[("file", str(path))],
+        tables=[Table("The OpenworldAUC suite", table, digits=4)],
+    )
+    miss, hit = openworld_curve(base_scores, new_scores, base_ok, new_ok)
+    fpr, tpr = roc_points(np.asarray(base_scores, float), np.asarray(new_scores, float))
+    overview.figures.append(
+        curves(
+            [("OpenworldAUC curve", miss, hit)],
+            key="owauc_curve",
+            title="MissRate_b - HitRate_n curve",
+            caption="Each point is a threshold t on the detector: x is the share of base samples "
+            "lost (sent to h, or misclassified by g), y the share of new samples caught and "
+            "classified right by h. The area under the curve is OpenworldAUC "
+            f"({metrics['openworld_auc']:.4f}); x starts at 1 - BaseAcc and y ends at NewAcc, so "
+            "classification errors shrink the area as well as detection errors.",
+            xlabel="MissRate_b(t)",
+            ylabel="HitRate_n(t)",
+        )
+    )
+    overview.figures.append(
+        curves(
+            [("ROC", fpr, tpr)],
+            key="roc",
+            diagonal=True,
+            title="ROC of the base-vs-new detector",
+            caption=f"True positive rate (base samples kept) against false positive rate (new "
+            f"samples kept) over thresholds; area = AUROC ({metrics['auroc']:.4f}). It ignores "
+            "whether g and h classify correctly, which is what OpenworldAUC adds.",
+            xlabel="false positive rate (new)",
+            ylabel="true positive rate (base)",
+        )
+    )
+    sections = [overview]
+    sweep = ratio_sweep_table(arrays, ids)
+    if sweep is None:
+        overview.notes.append(
+            "No ratio sweep: the already-scored form has no class labels to resample by class."
+        )
+    else:
+        sections.append(_sweep_section(sweep))
+    return sections
+
+
+def _sweep_section(sweep: pd.DataFrame) -> Section:
+    tidy = sweep.melt(
+        id_vars=["ratio", "base_share"],
+        value_vars=list(SWEEP_METRICS),
+        var_name="metric",
+        value_name="value",
+    )
+    figure: Figure = lines(
+        tidy,
+        x="base_share",
+        y="value",
+        hue="metric",
+        key="ratio_sweep",
+        title="Metrics against the base:new ratio of the test set",
+        caption="The test set resampled per class to base:new ratios from 1:5 to 5:1 (mean of "
+        "5 seeded draws). A ratio-insensitive metric is a flat line (property P3 of the "
+        "OpenworldAUC paper): OpenworldAUC, AUROC and HM stay put while OverallAcc follows the "
+        "share of whichever side the model is better at.",
+        xlabel="share of base samples in the test set",
+        ylabel="metric",
+    )
+    keep = ["ratio", "n_base", "n_new", *SWEEP_METRICS]
+    return Section(
+        "Sensitivity to the base:new ratio",
+        tables=[Table("Metrics per ratio (mean over resamples)", sweep[keep], digits=4)],
+        figures=[figure],
+    )

@@ -1,0 +1,208 @@
+"""Report sections for a long-form results file (the input of `oodeval measures`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from oodeval.report.figures import Figure, bump_chart, heatmap, lines
+from oodeval.report.page import Section, Table
+from oodeval.results.longform import LongResults, read_results
+from oodeval.results.scoring import score_results
+
+RANKED = ("average", "worst_plus_gap", "worst", "gap")
+
+
+def measure_ranks(results: LongResults) -> pd.DataFrame:
+    """Seed-averaged measures per algorithm and each algorithm's rank under each (1 = lowest).
+
+    Ranks use the 'min' method, so tied algorithms share the better rank.
+    """
+    n_given = len(results.given_environments)
+    names = [m for m in RANKED if m != "worst_plus_gap" or n_given >= 3]
+    tables = score_results(results, measures=names)
+    cols = names + (["ideal"] if "ideal" in tables.measures.columns else [])
+    mean = tables.measures.groupby("algorithm", sort=False)[cols].mean()
+    mean = mean.reindex(list(results.algorithms))
+    out = mean.reset_index()
+    for c in cols:
+        out[f"rank_{c}"] = mean[c].round(12).rank(method="min").astype(int).to_numpy()
+    return out
+
+
+def environment_errors(results: LongResults, split: str) -> pd.DataFrame:
+    """Seed-mean error per algorithm (rows) and environment (columns) for `split` loo or all."""
+    cube = results.loo if split == "loo" else results.full
+    envs = results.given_environments if split == "loo" else results.all_environments
+    if cube is None:
+        return pd.DataFrame()
+    frame = pd.DataFrame(cube.mean(axis=0), index=list(results.algorithms), columns=list(envs))
+    frame.index.name = "algorithm"
+    return frame
+
+
+def _numeric_env(name: str) -> float | None:
+    text = name.split("=", 1)[1] if "=" in name else name
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def results_sections(path: str | Path, *, percent: bool = False) -> list[Section]:
+    """All sections of the report on one results file."""
+    results = read_results(path, percent=percent)
+    n_alg = len(results.algorithms)
+    overview = Section(
+        "Overview",
+        intro="Leave-one-environment-out (loo) errors of each algorithm on its held-out given "
+        "environment, and, when present, errors of the model trained on all given environments "
+        "on every environment of E_all (all), which define the ideal measure (Eq. 4 of the "
+        "worst+gap paper).",
+        facts=[
+            ("file", str(path)),
+            ("algorithms", ", ".join(results.algorithms)),
+            ("seeds", ", ".join(results.seeds) if results.has_seed else "none (one run each)"),
+            ("given environments (N)", f"{len(results.given_environments)}"),
+            (
+                "environments of E_all",
+                f"{len(results.all_environments)}"
+                if results.all_environments
+                else "none: no 'all' rows, so no ideal measure",
+            ),
+        ],
+    )
+    sections = [overview]
+    if len(results.given_environments) < 3:
+        overview.notes.append(
+            f"worst+gap (Eq. 6) needs at least 3 given environments; this file has "
+            f"{len(results.given_environments)}, so only average, worst and gap are shown."
+        )
+    ranks = measure_ranks(results)
+    measure_cols = [c for c in ranks.columns if c != "algorithm" and not c.startswith("rank_")]
+    table = ranks[["algorithm"]].copy()
+    for c in measure_cols:
+        table[c.replace("_", " ")] = [
+            f"{v:.3f} ({r})" for v, r in zip(ranks[c], ranks[f"rank_{c}"], strict=True)
+        ]
+    measures = Section(
+        "Measures and rankings",
+        intro="Each measure is an error (lower is better), averaged over seeds. worst+gap = "
+        "worst + (worst - best)/(N - 2) (Eq. 6); average is Eq. 2; ideal is the max error of the "
+        "model trained on all given environments over E_all (Eq. 4).",
+        tables=[Table("Measures per algorithm: value (rank, 1 = lowest error)", table)],
+    )
+    sections.append(measures)
+    if n_alg < 2:
+        measures.notes.append(
+            f"Only one algorithm ({results.algorithms[0]}): rankings, the bump chart and "
+            "correlations need at least two algorithms."
+        )
+    elif "rank_worst_plus_gap" in ranks.columns:
+        bump = ranks[["algorithm", "rank_average", "rank_worst_plus_gap"]].rename(
+            columns={"rank_average": "average", "rank_worst_plus_gap": "worst_plus_gap"}
+        )
+        measures.figures.append(
+            bump_chart(
+                bump,
+                label="algorithm",
+                left="average",
+                right="worst_plus_gap",
+                key="bump",
+                title="How the ranking changes from average to worst+gap",
+                caption="Each line is one algorithm: its rank under the average of the LOO errors "
+                "(left) and under worst+gap (right); 1 is the lowest error. Crossing lines are "
+                "algorithms that the average measure orders differently.",
+            )
+        )
+        if "ideal" in ranks.columns:
+            tables = score_results(results, measures=["average", "worst_plus_gap"])
+            summary = tables.correlation_summary
+            corr = tables.correlations if summary is None else summary
+            measures.tables.append(
+                Table(
+                    "Rank correlation with the ideal measure",
+                    corr,
+                    "Spearman's rho and Kendall's tau-b (scipy) across algorithms between "
+                    "each measure and the ideal measure; closer to 1 means the measure orders "
+                    "algorithms as the truth does. Over several seeds: mean and std (ddof=1).",
+                )
+            )
+            measures.tables.append(
+                Table(
+                    "Algorithm selected by each measure",
+                    tables.selections,
+                    "The algorithm with the lowest value of each measure (ties go to the first "
+                    "name in sorted order) and its degradation "
+                    "|R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|.",
+                )
+            )
+    sections.append(_environment_section(results))
+    return sections
+
+
+def _environment_section(results: LongResults) -> Section:
+    section = Section(
+        "Per-environment errors",
+        intro="Where each algorithm fails: errors per environment, averaged over seeds.",
+    )
+    loo = environment_errors(results, "loo")
+    section.figures.append(
+        heatmap(
+            loo,
+            key="heat_loo",
+            colorbar="LOO error",
+            title="Leave-one-out error per algorithm and held-out environment",
+            caption="Row: algorithm; column: the given environment left out in training and tested "
+            "on; colour: error (brighter is worse). worst is the brightest cell of a row, best the "
+            "darkest, and gap their difference.",
+        )
+    )
+    full = environment_errors(results, "all")
+    if full.empty:
+        section.notes.append(
+            "No 'all' rows: the errors of the model trained on all given "
+            "environments, and so the ideal measure, are not available."
+        )
+        return section
+    positions = [_numeric_env(c) for c in full.columns]
+    if all(p is not None for p in positions) and len(positions) > 2:
+        tidy = full.reset_index().melt(
+            id_vars="algorithm", var_name="environment", value_name="error"
+        )
+        tidy["position"] = [_numeric_env(e) for e in tidy["environment"]]
+        section.figures.append(_env_curve(tidy))
+    else:
+        section.figures.append(
+            heatmap(
+                full,
+                key="heat_all",
+                colorbar="error",
+                title="Error of the model trained on all given environments, per environment",
+                caption="Row: algorithm; column: environment of E_all; colour: error. The ideal "
+                "measure of an algorithm is the brightest cell of its row.",
+            )
+        )
+    return section
+
+
+def _env_curve(tidy: pd.DataFrame) -> Figure:
+    return lines(
+        tidy,
+        x="position",
+        y="error",
+        hue="algorithm",
+        key="env_curve",
+        title="Error of the model trained on all given environments across E_all",
+        caption="x: the environment's parameter (e.g. e, the probability that colour disagrees "
+        "with the label); y: error of each algorithm's full model there. The highest point of a "
+        "curve is that algorithm's ideal measure; a curve that climbs towards one end shows the "
+        "model relying on the spurious feature.",
+        xlabel="environment",
+        ylabel="error",
+        markers=len(tidy["position"].unique()) <= 25,
+    )
+
+
+__all__ = ["environment_errors", "measure_ranks", "results_sections"]

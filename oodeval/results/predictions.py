@@ -1,0 +1,292 @@
+"""Readers of users' open-world predictions files (.npz without pickle, or CSV) and the suite.
+
+The accepted forms and their array/column names are documented in `oodeval.cli.openworld`.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oodeval.errors import OodevalError
+from oodeval.measures._validation import as_bool_array, as_float_array, check_same_length
+from oodeval.measures.openworld import (
+    openworld_scored_samples,
+    openworld_scores,
+    openworld_summary,
+)
+
+# CSV column -> canonical (.npz) array name, for the per-sample vectors.
+_CSV_COLUMNS = {
+    "label": "labels",
+    "score": "scores",
+    "is_base": "is_base",
+    "correct": "correct",
+    "base_prediction": "base_predictions",
+    "new_prediction": "new_predictions",
+}
+_NPZ_NAMES = (
+    "probs",
+    "logits",
+    "labels",
+    "base_classes",
+    "scores",
+    "base_predictions",
+    "new_predictions",
+    "is_base",
+    "correct",
+)
+_MATRIX_COLUMN = re.compile(r"^(prob|logit)_(\d+)$")
+_BOOL_NAMES = {"is_base", "correct"}
+_MAX_RANGE = 10_000_000
+_BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False}
+
+
+# --------------------------------------------------------------------------------------------
+# reading predictions files
+# --------------------------------------------------------------------------------------------
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise OodevalError(f"{path} is not a readable .npz file ({exc})") from None
+    except ValueError:
+        raise OodevalError(
+            f"{path} is not an .npz archive of numeric arrays (pickled data is never loaded); "
+            "save it with np.savez(path, probs=..., labels=...)"
+        ) from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise OodevalError(
+            f"{path} holds a single array, not an .npz archive of named arrays; save it with "
+            "np.savez(path, probs=..., labels=...)"
+        )
+    with data:
+        names = list(data.files)
+        arrays = {}
+        for name in names:
+            if name not in _NPZ_NAMES:
+                continue
+            try:
+                arrays[name] = data[name]
+            except ValueError:
+                raise OodevalError(
+                    f"{path}: array {name!r} needs unpickling (object dtype), which oodeval never "
+                    "does; save plain numeric arrays"
+                ) from None
+            except (zipfile.BadZipFile, EOFError, OSError) as exc:
+                raise OodevalError(f"{path}: array {name!r} is unreadable ({exc})") from None
+    if not arrays:
+        raise OodevalError(
+            f"{path} holds none of the expected arrays ({', '.join(_NPZ_NAMES)}); found "
+            f"{', '.join(names) or 'nothing'}"
+        )
+    return arrays
+
+
+def _read_csv(path: Path) -> dict[str, np.ndarray]:
+    import pandas as pd
+
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh), [])
+        with warnings.catch_warnings():
+            # a row with more fields than the header would otherwise shift into an index
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, skipinitialspace=True, encoding="utf-8", index_col=False)
+    except pd.errors.EmptyDataError:
+        raise OodevalError(
+            f"{path} is empty; expected a header row and one row per sample"
+        ) from None
+    except (pd.errors.ParserError, pd.errors.ParserWarning, UnicodeDecodeError, csv.Error) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OodevalError(f"{path} is not a readable CSV file: {first}") from None
+    # pandas renames a repeated column to "name.1"; the raw header shows the repeat.
+    header = [c.strip() for c in header]
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise OodevalError(f"{path}: column {repeated[0]!r} appears more than once")
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if frame.empty:
+        raise OodevalError(f"{path} has a header but no rows")
+
+    arrays: dict[str, np.ndarray] = {}
+    for column, name in _CSV_COLUMNS.items():
+        if column in frame.columns:
+            arrays[name] = _csv_column(frame[column], column, path, boolean=name in _BOOL_NAMES)
+    matrix_columns: dict[str, dict[int, str]] = {"prob": {}, "logit": {}}
+    for column in frame.columns:
+        match = _MATRIX_COLUMN.match(column)
+        if match:
+            matrix_columns[match.group(1)][int(match.group(2))] = column
+    if matrix_columns["prob"] and matrix_columns["logit"]:
+        raise OodevalError(f"{path} has both prob_<j> and logit_<j> columns; keep one kind")
+    for kind, columns in matrix_columns.items():
+        if not columns:
+            continue
+        missing = sorted(set(range(max(columns) + 1)) - set(columns))
+        if missing:
+            raise OodevalError(
+                f"{path}: {kind}_<j> columns must run {kind}_0 .. {kind}_{max(columns)} without "
+                f"gaps; missing {kind}_{missing[0]}"
+            )
+        matrix = [_csv_column(frame[columns[j]], columns[j], path) for j in sorted(columns)]
+        arrays[kind + "s"] = np.column_stack(matrix)
+    if not arrays:
+        raise OodevalError(
+            f"{path} has none of the expected columns (label, score, is_base, correct, "
+            f"base_prediction, new_prediction, prob_<j>, logit_<j>); found "
+            f"{', '.join(frame.columns)}"
+        )
+    return arrays
+
+
+def _csv_column(series: Any, column: str, path: Path, *, boolean: bool = False) -> np.ndarray:
+    """Return one CSV column as a numeric (or bool) array, naming the first bad cell."""
+    import pandas as pd
+
+    textual = not (
+        pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+    )
+    if boolean and textual:
+        words = series.astype(str).str.strip().str.lower()
+        bad = ~words.isin(list(_BOOL_WORDS))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise OodevalError(
+                f"{path}: column {column!r} must be true/false or 1/0, row {row + 2} holds "
+                f"{series.iloc[row]!r}"
+            )
+        return words.map(_BOOL_WORDS).to_numpy(dtype=bool)
+    if textual:
+        numeric = pd.to_numeric(series, errors="coerce")
+        bad = numeric.isna() & series.notna()
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise OodevalError(
+                f"{path}: column {column!r} must hold numbers, row {row + 2} holds "
+                f"{series.iloc[row]!r}"
+            )
+        series = numeric
+    if series.isna().any():
+        row = int(np.flatnonzero(series.isna().to_numpy())[0])
+        raise OodevalError(f"{path}: column {column!r} has an empty or NaN cell in row {row + 2}")
+    return series.to_numpy()
+
+
+def read_predictions(path: Path) -> dict[str, np.ndarray]:
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return _read_npz(path)
+    if suffix == ".csv":
+        return _read_csv(path)
+    raise OodevalError(f"{path}: unsupported file type {suffix!r}; give an .npz or .csv file")
+
+
+def parse_class_ids(text: str) -> list[int]:
+    """Parse "0,1,2" or "0-4,7" (inclusive ranges) into class ids."""
+    ids: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+        if match:
+            first, last = int(match.group(1)), int(match.group(2))
+            if last < first:
+                raise OodevalError(f"--base-classes range {part!r} runs backwards; write low-high")
+            if last - first >= _MAX_RANGE:
+                raise OodevalError(f"--base-classes range {part!r} spans over {_MAX_RANGE} ids")
+            ids.extend(range(first, last + 1))
+        elif part.isdigit():
+            ids.append(int(part))
+        else:
+            raise OodevalError(
+                f"--base-classes must list class ids like 0,1,2 or 0-4, got {part!r}"
+            )
+    return ids
+
+
+# --------------------------------------------------------------------------------------------
+# computing the suite
+# --------------------------------------------------------------------------------------------
+
+
+def score_predictions(
+    arrays: dict[str, np.ndarray], base_classes: list[int] | np.ndarray | None, tie: float
+) -> tuple[dict[str, float | int], tuple[np.ndarray, ...]]:
+    """Return the metrics and the (base_scores, new_scores, base_correct, new_correct) samples."""
+    if "correct" in arrays:
+        for extra in ("probs", "logits", "base_predictions", "new_predictions"):
+            if extra in arrays:
+                raise OodevalError(
+                    f"the file has both 'correct' (already-scored form) and {extra!r} (outputs "
+                    "form); keep the columns of one form"
+                )
+        missing = [name for name in ("scores", "is_base") if name not in arrays]
+        if missing:
+            raise OodevalError(
+                f"already-scored form ('correct' given) also needs {' and '.join(missing)} "
+                "(CSV columns score, is_base)"
+            )
+        scores = as_float_array(arrays["scores"], "scores", ndim=1)
+        is_base = as_bool_array(arrays["is_base"], "is_base")
+        correct = as_bool_array(arrays["correct"], "correct")
+        check_same_length(scores=scores, is_base=is_base, correct=correct)
+        if not is_base.any() or is_base.all():
+            which = "base" if not is_base.any() else "new"
+            raise OodevalError(
+                f"no {which} samples: is_base must be true for some rows and false for others"
+            )
+        samples = (scores[is_base], scores[~is_base], correct[is_base], correct[~is_base])
+        metrics: dict[str, float | int] = {
+            "n_base": int(is_base.sum()),
+            "n_new": int((~is_base).sum()),
+            **openworld_summary(*samples, tie=tie),
+        }
+        return metrics, samples
+
+    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
+    if outputs_name is not None and "probs" in arrays and "logits" in arrays:
+        raise OodevalError("the file has both 'probs' and 'logits'; keep one")
+    if "labels" not in arrays:
+        raise OodevalError(
+            "missing 'labels' (CSV column label); or give the already-scored form with "
+            "score, is_base, correct"
+        )
+    stored = arrays.get("base_classes")
+    if base_classes is None:
+        if stored is None:
+            raise OodevalError(
+                "which classes are base? pass --base-classes (e.g. 0-49 or 0,1,2) or store a "
+                "'base_classes' array in the .npz"
+            )
+        base_classes = np.ravel(stored)  # validated by openworld_scores
+    elif stored is not None and set(np.ravel(stored).tolist()) != set(base_classes):
+        raise OodevalError(
+            "--base-classes differs from the 'base_classes' array stored in the file; drop one"
+        )
+    if outputs_name is None and not all(
+        k in arrays for k in ("scores", "base_predictions", "new_predictions")
+    ):
+        raise OodevalError(
+            "need model outputs ('probs' or 'logits'; CSV prob_<j> or logit_<j> columns) or all of "
+            "scores, base_predictions, new_predictions (CSV score, base_prediction, new_prediction)"
+        )
+    kwargs: dict[str, Any] = {
+        "logits": outputs_name == "logits",
+        "detector_scores": arrays.get("scores"),
+        "base_predictions": arrays.get("base_predictions"),
+        "new_predictions": arrays.get("new_predictions"),
+    }
+    outputs = arrays.get(outputs_name) if outputs_name else None
+    result = openworld_scores(outputs, arrays["labels"], base_classes, tie=tie, **kwargs)
+    samples = openworld_scored_samples(outputs, arrays["labels"], base_classes, **kwargs)
+    metrics = {"n_base": len(samples.base_scores), "n_new": len(samples.new_scores)}
+    metrics.update({k: v for k, v in result.items() if not np.isnan(v)})
+    return metrics, tuple(samples)

@@ -1,0 +1,198 @@
+"""Test variance and the oracle-leak gap from per-checkpoint results (NICO++ Section 4.4, Table 4).
+
+Three figures per (dataset, algorithm, test environment), all in accuracy percentage points:
+
+- ``seed_std``: std across trials (seeds) of the test accuracy picked by training-domain validation;
+- ``epoch_std``: std of the test accuracy over the last `last` checkpoints of a run (NICO++ uses the
+  last 10 epochs), averaged over the runs training-domain validation picked, one per trial;
+- ``oracle_gap``: mean over trials of (test accuracy under test-domain validation, the oracle)
+  minus (test accuracy under training-domain validation): how much a leak of test-domain knowledge
+  into model selection would add.
+
+The input is the tidy per-checkpoint frame of `oodeval.results.domainbed.checkpoint_table` (columns
+`CHECKPOINT_COLUMNS`), so any source of runs (a DomainBed folder, a study store, a CSV) can feed it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from oodeval.errors import OodevalError
+from oodeval.results.domainbed import (
+    CHECKPOINT_COLUMNS,
+    SweepWarning,
+    checkpoint_table,
+    read_sweep,
+    select_test_domain,
+    select_training_domain,
+)
+
+_KEYS = ["dataset", "algorithm", "environment"]
+_NUMERIC = ["trial", "step", "test_acc", "train_val_acc", "oracle_val_acc"]
+
+VARIANCE_COLUMNS = [
+    *_KEYS,
+    "n_trials",
+    "training_domain_acc",
+    "oracle_acc",
+    "oracle_gap",
+    "seed_std",
+    "epoch_std",
+    "epoch_checkpoints",
+]
+
+
+def _check_checkpoints(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in CHECKPOINT_COLUMNS if c not in checkpoints.columns]
+    if missing:
+        raise OodevalError(
+            f"per-checkpoint records lack column(s) {', '.join(missing)}; "
+            f"expected {', '.join(CHECKPOINT_COLUMNS)}"
+        )
+    if checkpoints.empty:
+        raise OodevalError("no per-checkpoint records (runs with a single test environment) given")
+    df = checkpoints[list(CHECKPOINT_COLUMNS)].reset_index(drop=True)
+    for col in ("dataset", "algorithm", "environment", "hparams"):
+        if df[col].isna().any():
+            raise OodevalError(f"column {col!r} has empty values; every checkpoint needs one")
+    for col in _NUMERIC:
+        values = pd.to_numeric(df[col], errors="coerce")
+        if values.isna().any() or not np.isfinite(values.to_numpy(dtype=float)).all():
+            raise OodevalError(f"column {col!r} must hold finite numbers; fix or drop those rows")
+        df[col] = values
+    for col in ("test_acc", "train_val_acc", "oracle_val_acc"):
+        if ((df[col] < 0) | (df[col] > 1)).any():
+            raise OodevalError(
+                f"column {col!r} must hold accuracies as fractions in [0, 1]; "
+                "divide percentages by 100"
+            )
+    return df
+
+
+def variance_table(checkpoints: pd.DataFrame, *, last: int = 10, ddof: int = 1) -> pd.DataFrame:
+    """Seed std, last-checkpoint std and the oracle gap per (dataset, algorithm, environment).
+
+    seed_std = 100 * std_t(a_t) with a_t the training-domain-validation test accuracy of trial t;
+    epoch_std = 100 * mean_t std(test_acc over the last `last` checkpoints of trial t's chosen run);
+    oracle_gap = 100 * mean_t(o_t - a_t) with o_t the test-domain-validation (oracle) accuracy.
+    std uses `ddof` (1: sample std; NaN when there are not more than `ddof` values).
+
+    Parameters
+    ----------
+    checkpoints : DataFrame
+        One row per checkpoint with columns dataset, algorithm, environment, trial, hparams (any
+        id of the hyperparameter draw), step, test_acc, train_val_acc, oracle_val_acc
+        (accuracies as fractions in [0, 1]).
+    last : int
+        Number of final checkpoints per run for epoch_std (NICO++ Table 4 uses 10); runs with fewer
+        checkpoints use all of theirs (``epoch_checkpoints`` reports the smallest count used).
+    ddof : int
+        Delta degrees of freedom of both stds.
+
+    Returns
+    -------
+    DataFrame with columns `VARIANCE_COLUMNS`, one row per (dataset, algorithm, environment).
+
+    Examples
+    --------
+    >>> rows = [("D", "ERM", 0, t, 0, s, acc, val, val)
+    ...         for t, accs in enumerate([(0.5, 0.6), (0.7, 0.8)])
+    ...         for s, (acc, val) in enumerate(zip(accs, (0.1, 0.2)))]
+    >>> df = pd.DataFrame(rows, columns=list(CHECKPOINT_COLUMNS))
+    >>> out = variance_table(df)
+    >>> round(float(out.seed_std[0]), 4), round(float(out.epoch_std[0]), 4)
+    (14.1421, 7.0711)
+    """
+    if last < 1:
+        raise OodevalError(f"last must be a positive number of checkpoints, got {last}")
+    if ddof < 0:
+        raise OodevalError(f"ddof must be >= 0, got {ddof}")
+    df = _check_checkpoints(checkpoints)
+    td = select_training_domain(df)
+    oracle = select_test_domain(df)
+    both = td.merge(
+        oracle[[*_KEYS, "trial", "test_acc"]],
+        on=[*_KEYS, "trial"],
+        suffixes=("", "_oracle"),
+    )
+    ordered = df.sort_values([*_KEYS, "trial", "hparams", "step"], kind="stable")
+    tails = ordered.groupby([*_KEYS, "trial", "hparams"], sort=False).tail(last)
+    chosen_tails = tails.merge(td[[*_KEYS, "trial", "hparams"]], on=[*_KEYS, "trial", "hparams"])
+    per_run = chosen_tails.groupby([*_KEYS, "trial"]).agg(
+        epoch_std=("test_acc", lambda a: _std(a.to_numpy(dtype=float), ddof)),
+        n_ckpt=("test_acc", "size"),
+    )
+    rows = []
+    for key, grp in both.groupby(_KEYS, sort=True):
+        a = grp["test_acc"].to_numpy(dtype=float)
+        o = grp["test_acc_oracle"].to_numpy(dtype=float)
+        runs = per_run.loc[key]
+        rows.append(
+            {
+                **dict(zip(_KEYS, key, strict=True)),
+                "n_trials": len(grp),
+                "training_domain_acc": 100 * float(a.mean()),
+                "oracle_acc": 100 * float(o.mean()),
+                "oracle_gap": 100 * float(np.mean(o - a)),
+                "seed_std": 100 * _std(a, ddof),
+                "epoch_std": 100 * float(runs["epoch_std"].mean()),
+                "epoch_checkpoints": int(runs["n_ckpt"].min()),
+            }
+        )
+    return pd.DataFrame(rows, columns=VARIANCE_COLUMNS)
+
+
+def _std(values: np.ndarray, ddof: int) -> float:
+    if values.size <= ddof:
+        return float("nan")
+    return float(np.std(values, ddof=ddof))
+
+
+def average_over_environments(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean of each `variance_table` figure over the test environments, per (dataset, algorithm).
+
+    The environment column becomes ``"mean"``; n_trials and epoch_checkpoints become the minimum.
+    """
+    rows = []
+    for (dataset, algorithm), grp in table.groupby(["dataset", "algorithm"], sort=True):
+        row = {"dataset": dataset, "algorithm": algorithm, "environment": "mean"}
+        for col in ("training_domain_acc", "oracle_acc", "oracle_gap", "seed_std", "epoch_std"):
+            row[col] = float(grp[col].mean())
+        row["n_trials"] = int(grp["n_trials"].min())
+        row["epoch_checkpoints"] = int(grp["epoch_checkpoints"].min())
+        rows.append(row)
+    return pd.DataFrame(rows, columns=VARIANCE_COLUMNS)
+
+
+def read_checkpoints(source: str | Path) -> pd.DataFrame:
+    """Per-checkpoint records from `source`: a DomainBed sweep folder or a CSV with those columns.
+
+    A folder is read with `oodeval.results.domainbed.read_sweep` (environment = test env index);
+    a CSV must have the columns of `CHECKPOINT_COLUMNS` (extra columns are ignored).
+    """
+    path = Path(source)
+    if not path.exists():
+        raise OodevalError(f"source not found: {path}; pass a DomainBed sweep folder or a CSV")
+    if path.is_dir():
+        sweep = read_sweep(path)
+        if sweep.unfinished_runs:
+            warnings.warn(
+                f"skipped {sweep.unfinished_runs} unfinished run(s) without a `done` file",
+                SweepWarning,
+                stacklevel=2,
+            )
+        ckpts = checkpoint_table(sweep)
+        if ckpts.empty:
+            raise OodevalError(
+                f"{path} has no runs with a single test environment; variance needs them"
+            )
+        return ckpts
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise OodevalError(f"cannot read {path} as CSV: {str(exc).splitlines()[0]}") from None
+    return _check_checkpoints(frame)
