@@ -11,6 +11,8 @@ from oodeval.cli import (
     measures,
     openworld,
     report,
+    shift,
+    splits,
     variance,
 )
 
@@ -45,6 +47,8 @@ app.add_typer(importers.app, name="import")
 variance.register(app)
 app.add_typer(openworld.app, name="openworld")
 app.add_typer(envs.app, name="envs")
+shift.register(app)
+app.add_typer(splits.app, name="splits")
 report.register(app)
 # --- end registrations ---
 

@@ -1,0 +1,223 @@
+"""`oodeval splits ...`: NICO++ domain-split protocols for any ``<domain>/<class>/<image>`` tree.
+
+- ``classic TREE --out splits.csv [--train a,b] [--test c,d]``: named training / test domains.
+- ``flexible-random TREE --out splits.csv``: per class 2 dominant, 12 minor, 6 test domains.
+- ``flexible-compositional TREE --out splits.csv``: 4 exclusive domains, 2 majority, 12 minority,
+  4 test per class.
+- ``evaluate SPLITS.csv PREDICTIONS.csv``: per-test-domain accuracy and Average / Overall / Std.
+
+The split commands write the CSV (path, class, domain, role) and print a count table per role.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import typer
+
+from oodeval.cli._common import echo_output, reports_errors
+from oodeval.errors import OodevalError
+from oodeval.protocols import (
+    classic_split,
+    evaluate_split,
+    flexible_compositional_split,
+    flexible_random_split,
+    read_split_csv,
+    role_counts,
+    scan_tree,
+    write_split_csv,
+)
+
+app = typer.Typer(
+    help="NICO++ domain-split protocols (classic, flexible) and their evaluation.",
+    no_args_is_help=True,
+)
+
+__all__ = ["app", "render_counts", "read_predictions"]
+
+
+def _names(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise OodevalError(f"expected comma-separated domain names, got {text!r}")
+    return names
+
+
+def render_counts(rows: list) -> str:
+    """The summary table: images, classes, domains and cells per role, then the total.
+
+    >>> from oodeval.protocols import SplitRow
+    >>> print(render_counts([SplitRow("a/x/1.png", "x", "a", "train")]))
+    role   images  classes  domains  cells
+    train       1        1        1      1
+    total       1        1        1      1
+    """
+    table = role_counts(rows)
+    cols = ["role", "images", "classes", "domains", "cells"]
+    widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) if c == "role" else c.rjust(widths[c]) for c in cols)]
+    for r in table:
+        lines.append(
+            "  ".join(
+                str(r[c]).ljust(widths[c]) if c == "role" else str(r[c]).rjust(widths[c])
+                for c in cols
+            )
+        )
+    return "\n".join(lines)
+
+
+def _finish(rows: list, out: str, header: str) -> None:
+    n = write_split_csv(rows, out)
+    typer.echo(f"{header}; wrote {n} rows to {out}")
+    typer.echo(render_counts(rows))
+
+
+TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
+OUT_OPT = typer.Option(..., "--out", "-o", help="Split CSV to write (path,class,domain,role).")
+SEED_OPT = typer.Option(0, "--seed", help="Seed of every random draw.")
+PER_MINOR_OPT = typer.Option(50, "--per-minor", min=1, help="Images per minor training domain.")
+PER_TEST_OPT = typer.Option(50, "--per-test", min=1, help="Images per test domain.")
+COMMON_OPT = typer.Option(
+    None, "--common", help="Comma-separated common domains (default: NICO++'s or all shared)."
+)
+
+
+@app.command("classic")
+@reports_errors
+def classic_command(
+    tree: Path = TREE_ARG,
+    out: str = OUT_OPT,
+    train: str | None = typer.Option(None, "--train", help="Comma-separated training domains."),
+    test: str | None = typer.Option(None, "--test", help="Comma-separated test domains."),
+    val_fraction: float = typer.Option(0.2, "--val-fraction", help="Validation share per cell."),
+    seed: int = SEED_OPT,
+) -> None:
+    """Classic split: the same training and test domains for every class (NICO++ Sec. 4.2)."""
+    rows = classic_split(
+        scan_tree(tree),
+        train_domains=_names(train),
+        test_domains=_names(test),
+        val_fraction=val_fraction,
+        seed=seed,
+    )
+    train_d = sorted({r.domain for r in rows if r.role != "test"})
+    test_d = sorted({r.domain for r in rows if r.role == "test"})
+    _finish(rows, out, f"classic: train {','.join(train_d)}; test {','.join(test_d)}")
+
+
+@app.command("flexible-random")
+@reports_errors
+def flexible_random_command(
+    tree: Path = TREE_ARG,
+    out: str = OUT_OPT,
+    n_dominant: int = typer.Option(2, "--n-dominant", help="Dominant domains per class."),
+    n_minor: int = typer.Option(12, "--n-minor", help="Minor training domains per class."),
+    n_test: int = typer.Option(6, "--n-test", help="Test domains per class."),
+    per_minor: int = PER_MINOR_OPT,
+    per_test: int = PER_TEST_OPT,
+    common: str | None = COMMON_OPT,
+    val_fraction: float = typer.Option(0.0, "--val-fraction", help="Validation share per cell."),
+    seed: int = SEED_OPT,
+) -> None:
+    """Flexible random split: per class 2 dominant, 12 minor and 6 test domains (Sec. 4.3)."""
+    rows = flexible_random_split(
+        scan_tree(tree),
+        common_domains=_names(common),
+        n_dominant=n_dominant,
+        n_minor=n_minor,
+        n_test=n_test,
+        per_minor=per_minor,
+        per_test=per_test,
+        val_fraction=val_fraction,
+        seed=seed,
+    )
+    _finish(rows, out, f"flexible random (seed {seed})")
+
+
+@app.command("flexible-compositional")
+@reports_errors
+def flexible_compositional_command(
+    tree: Path = TREE_ARG,
+    out: str = OUT_OPT,
+    exclusive: str | None = typer.Option(
+        None, "--exclusive", help="Comma-separated exclusive domains (default: drawn)."
+    ),
+    n_exclusive: int = typer.Option(4, "--n-exclusive", help="Exclusive domains to draw."),
+    n_majority: int = typer.Option(2, "--n-majority", help="Majority domains per class."),
+    n_minority: int = typer.Option(12, "--n-minority", help="Minority domains per class."),
+    n_test: int = typer.Option(4, "--n-test", help="Test domains per class."),
+    per_minor: int = PER_MINOR_OPT,
+    per_test: int = PER_TEST_OPT,
+    common: str | None = COMMON_OPT,
+    val_fraction: float = typer.Option(0.0, "--val-fraction", help="Validation share per cell."),
+    seed: int = SEED_OPT,
+) -> None:
+    """Flexible compositional split: exclusive training-only domains (NICO++ Sec. 4.3)."""
+    rows = flexible_compositional_split(
+        scan_tree(tree),
+        exclusive_domains=_names(exclusive),
+        common_domains=_names(common),
+        n_exclusive=n_exclusive,
+        n_majority=n_majority,
+        n_minority=n_minority,
+        n_test=n_test,
+        per_minor=per_minor,
+        per_test=per_test,
+        val_fraction=val_fraction,
+        seed=seed,
+    )
+    _finish(rows, out, f"flexible compositional (seed {seed})")
+
+
+def read_predictions(path: str | Path) -> dict[str, str]:
+    """Read a predictions CSV with columns path,prediction (predicted class name) into a dict."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        fields = [f.strip() for f in (reader.fieldnames or [])]
+        if "path" not in fields or "prediction" not in fields:
+            raise OodevalError(
+                f"{path}: needs columns path,prediction (predicted class name), got {fields}"
+            )
+        out: dict[str, str] = {}
+        for line_no, rec in enumerate(reader, start=2):
+            rec = {k.strip(): (v or "").strip() for k, v in rec.items() if k is not None}
+            if rec["path"] in out:
+                raise OodevalError(f"{path}: line {line_no} repeats the path {rec['path']}")
+            out[rec["path"]] = rec["prediction"]
+    return out
+
+
+@app.command("evaluate")
+@reports_errors
+def evaluate_command(
+    splits: Path = typer.Argument(..., help="Split CSV written by `oodeval splits`."),
+    predictions: Path = typer.Argument(..., help="CSV with columns path,prediction."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+) -> None:
+    """Per-test-domain accuracy and NICO++ Average / Overall / Std (Eq. 5)."""
+    summary = evaluate_split(read_split_csv(splits), read_predictions(predictions))
+    if as_json:
+        clean = {
+            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()
+        }
+        echo_output(json.dumps(clean, indent=2), output)
+        return
+    domains = [k[len("count_") :] for k in summary if k.startswith("count_")]
+    width = max(len("domain"), *(len(d) for d in domains))
+    lines = [f"{'domain'.ljust(width)}  {'images':>6}  accuracy"]
+    for d in domains:
+        lines.append(f"{d.ljust(width)}  {summary['count_' + d]:>6}  {summary['acc_' + d]:.4f}")
+    std = summary["acc_std"]
+    lines += [
+        "",
+        f"Average {summary['acc_avg']:.4f}  Overall {summary['acc_overall']:.4f}  "
+        f"Std {'n/a (one domain)' if math.isnan(std) else f'{std:.4f}'}  "
+        f"(NICO++ Eq. 5, over {len(domains)} test domain(s))",
+    ]
+    echo_output("\n".join(lines), output)

@@ -1,0 +1,215 @@
+"""The NICO++ flexible protocols: training and test domains chosen per class (Section 4.3).
+
+Random: for every class, `n_dominant` dominant domains are drawn from the common domains,
+`n_minor` minor domains from the class's remaining domains, and `n_test` of the rest are test
+domains (NICO++: 2, 12, 6 of 20). A domain may then be seen with class A in training and with
+class B at test time, so domain-label correlations can be spurious.
+
+Compositional: `n_exclusive` exclusive domains (drawn once from the common domains, or named) are
+used for training only; every class takes `n_majority` majority domains from them, `n_minority`
+minority domains from its sharing (non-exclusive) domains and `n_test` of the remaining sharing
+domains for test (NICO++: 4, 2, 12, 4), so no majority domain ever appears at test time.
+
+Both take all images of dominant/majority domains, `per_minor` images per minor/minority domain
+and `per_test` per test domain (NICO++: 50 and 50), drawn with a generator seeded by (seed, class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from oodeval.errors import OodevalError
+from oodeval.protocols.tree import (
+    NICO_COMMON_DOMAINS,
+    ImageTree,
+    SplitRow,
+    check_domains,
+    class_rng,
+    sample_cell,
+    with_validation,
+)
+
+
+def default_common_domains(tree: ImageTree) -> tuple[str, ...]:
+    """NICO++'s ten common domains when the tree has them all, else the domains of every class."""
+    if all(d in tree.domains for d in NICO_COMMON_DOMAINS):
+        return NICO_COMMON_DOMAINS
+    return tree.common_domains()
+
+
+def flexible_random_split(
+    tree: ImageTree,
+    *,
+    common_domains: Sequence[str] | None = None,
+    n_dominant: int = 2,
+    n_minor: int = 12,
+    n_test: int = 6,
+    per_minor: int = 50,
+    per_test: int = 50,
+    val_fraction: float = 0.0,
+    seed: int = 0,
+) -> list[SplitRow]:
+    """Return the rows of a flexible random split (roles train, val, test).
+
+    Parameters
+    ----------
+    tree : ImageTree
+    common_domains : sequence of str, optional
+        Domains dominant ones are drawn from (default: `default_common_domains`).
+    n_dominant, n_minor, n_test : int
+        Domains per class in each group.
+    per_minor, per_test : int
+        Images drawn per minor training domain and per test domain.
+    val_fraction : float
+        Share of every training cell moved to role "val" (default 0: the NICO++ counts).
+    seed : int
+    """
+    _check_counts(
+        n_dominant=n_dominant,
+        n_minor=n_minor,
+        n_test=n_test,
+        per_minor=per_minor,
+        per_test=per_test,
+    )
+    common = _common(tree, common_domains)
+    rows: list[SplitRow] = []
+    for cls in tree.classes:
+        rng = class_rng(seed, cls)
+        own = tree.domains_of(cls)
+        pool = [d for d in common if d in own]
+        if len(pool) < n_dominant:
+            raise OodevalError(
+                f"class {cls} has {len(pool)} common domain(s) with images ({', '.join(pool)}) but "
+                f"{n_dominant} dominant domains are needed; lower --n-dominant"
+            )
+        dominant = [pool[i] for i in sorted(rng.choice(len(pool), n_dominant, replace=False))]
+        rest = [d for d in own if d not in dominant]
+        if len(rest) < n_minor + n_test:
+            raise OodevalError(
+                f"class {cls} has {len(rest)} non-dominant domain(s) but {n_minor} minor + "
+                f"{n_test} test are needed; lower --n-minor or --n-test"
+            )
+        order = rng.permutation(len(rest))
+        minor = sorted(rest[i] for i in order[:n_minor])
+        test = sorted(rest[i] for i in order[n_minor : n_minor + n_test])
+        rows += _cell_rows(
+            tree, cls, dominant, minor, test, per_minor, per_test, rng, "dominant", "minor"
+        )
+    return with_validation(rows, val_fraction, seed)
+
+
+def flexible_compositional_split(
+    tree: ImageTree,
+    *,
+    exclusive_domains: Sequence[str] | None = None,
+    common_domains: Sequence[str] | None = None,
+    n_exclusive: int = 4,
+    n_majority: int = 2,
+    n_minority: int = 12,
+    n_test: int = 4,
+    per_minor: int = 50,
+    per_test: int = 50,
+    val_fraction: float = 0.0,
+    seed: int = 0,
+) -> list[SplitRow]:
+    """Return the rows of a flexible compositional split (roles train, val, test).
+
+    Parameters
+    ----------
+    tree : ImageTree
+    exclusive_domains : sequence of str, optional
+        The training-only domains; by default `n_exclusive` drawn (seeded) from the common domains.
+    common_domains : sequence of str, optional
+        Where exclusive domains are drawn from (default: `default_common_domains`).
+    n_exclusive, n_majority, n_minority, n_test : int
+        Group sizes (NICO++: 4, 2, 12, 4).
+    per_minor, per_test, val_fraction, seed : as in `flexible_random_split`.
+    """
+    _check_counts(
+        n_dominant=n_majority,
+        n_minor=n_minority,
+        n_test=n_test,
+        per_minor=per_minor,
+        per_test=per_test,
+    )
+    if exclusive_domains is not None:
+        exclusive = check_domains(tree, exclusive_domains, "exclusive")
+    else:
+        common = _common(tree, common_domains)
+        if n_exclusive < n_majority or len(common) < n_exclusive:
+            raise OodevalError(
+                f"cannot draw {n_exclusive} exclusive domains holding {n_majority} majority ones "
+                f"from {len(common)} common domain(s); adjust --n-exclusive"
+            )
+        rng = class_rng(seed, "\0exclusive")
+        exclusive = tuple(
+            sorted(common[i] for i in rng.choice(len(common), n_exclusive, replace=False))
+        )
+    rows: list[SplitRow] = []
+    for cls in tree.classes:
+        rng = class_rng(seed, cls)
+        own = tree.domains_of(cls)
+        pool = [d for d in exclusive if d in own]
+        if len(pool) < n_majority:
+            raise OodevalError(
+                f"class {cls} has images in {len(pool)} exclusive domain(s) "
+                f"({', '.join(pool) or 'none'}) but {n_majority} majority domains are needed"
+            )
+        majority = [pool[i] for i in sorted(rng.choice(len(pool), n_majority, replace=False))]
+        sharing = [d for d in own if d not in exclusive]
+        if len(sharing) < n_minority + n_test:
+            raise OodevalError(
+                f"class {cls} has {len(sharing)} sharing domain(s) but {n_minority} minority + "
+                f"{n_test} test are needed; lower --n-minority or --n-test"
+            )
+        order = rng.permutation(len(sharing))
+        minority = sorted(sharing[i] for i in order[:n_minority])
+        test = sorted(sharing[i] for i in order[n_minority : n_minority + n_test])
+        rows += _cell_rows(
+            tree, cls, majority, minority, test, per_minor, per_test, rng, "majority", "minority"
+        )
+    return with_validation(rows, val_fraction, seed)
+
+
+def _cell_rows(
+    tree: ImageTree,
+    cls: str,
+    main: Sequence[str],
+    minor: Sequence[str],
+    test: Sequence[str],
+    per_minor: int,
+    per_test: int,
+    rng: np.random.Generator,
+    main_word: str,
+    minor_word: str,
+) -> list[SplitRow]:
+    """Rows of one class: all images of `main`, `per_minor` per minor and `per_test` per test."""
+    rows = []
+    for dom in main:
+        files = sample_cell(tree, cls, dom, None, rng, f"a {main_word} training domain")
+        rows += [SplitRow(p, cls, dom, "train") for p in files]
+    for dom in minor:
+        files = sample_cell(tree, cls, dom, per_minor, rng, f"a {minor_word} training domain")
+        rows += [SplitRow(p, cls, dom, "train") for p in files]
+    for dom in test:
+        files = sample_cell(tree, cls, dom, per_test, rng, "a test domain")
+        rows += [SplitRow(p, cls, dom, "test") for p in files]
+    return rows
+
+
+def _common(tree: ImageTree, common_domains: Sequence[str] | None) -> tuple[str, ...]:
+    if common_domains is not None:
+        return check_domains(tree, common_domains, "common")
+    common = default_common_domains(tree)
+    if not common:
+        raise OodevalError("no domain holds images of every class; name the common domains")
+    return common
+
+
+def _check_counts(**counts: int) -> None:
+    for name, value in counts.items():
+        low = 0 if name == "n_minor" else 1
+        if int(value) < low:
+            raise OodevalError(f"{name} must be at least {low}, got {value}")

@@ -1,0 +1,218 @@
+"""A ``<domain>/<class>/<image>`` tree and the split rows the NICO++ protocols produce.
+
+The tree is only listed, never read: a split names images by their path relative to the root, so
+the CSV files work with any loader. `write_split_csv` / `read_split_csv` hold the split file format
+(columns ``path,class,domain,role``) and `role_counts` the summary table.
+"""
+
+from __future__ import annotations
+
+import csv
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from oodeval.errors import OodevalError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+ROLES: tuple[str, ...] = ("train", "val", "test")
+CSV_COLUMNS: tuple[str, ...] = ("path", "class", "domain", "role")
+
+# NICO++'s ten common domains and its first classic split (Section 4.2, Table 2, left half).
+NICO_TRAIN_DOMAINS: tuple[str, ...] = ("grass", "water", "rock", "autumn", "indoor", "dim")
+NICO_TEST_DOMAINS: tuple[str, ...] = ("sand", "winter", "outdoor", "dark")
+NICO_COMMON_DOMAINS: tuple[str, ...] = NICO_TRAIN_DOMAINS + NICO_TEST_DOMAINS
+
+
+@dataclass(frozen=True)
+class SplitRow:
+    """One image of a split: its path relative to the tree root, class, domain and role."""
+
+    path: str
+    cls: str
+    domain: str
+    role: str
+
+
+@dataclass(frozen=True)
+class ImageTree:
+    """The image paths of a ``<domain>/<class>/<image>`` tree, grouped by (class, domain) cell."""
+
+    root: Path
+    cells: dict[tuple[str, str], tuple[str, ...]]
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """All domain names, sorted."""
+        return tuple(sorted({d for _, d in self.cells}))
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """All class names, sorted."""
+        return tuple(sorted({c for c, _ in self.cells}))
+
+    def domains_of(self, cls: str) -> tuple[str, ...]:
+        """The domains holding at least one image of class `cls`, sorted."""
+        return tuple(sorted(d for c, d in self.cells if c == cls))
+
+    def images(self, cls: str, domain: str) -> tuple[str, ...]:
+        """Relative paths of the images of the (cls, domain) cell, sorted; empty if absent."""
+        return self.cells.get((cls, domain), ())
+
+    def common_domains(self) -> tuple[str, ...]:
+        """Domains present for every class, sorted."""
+        shared = set(self.domains)
+        for cls in self.classes:
+            shared &= set(self.domains_of(cls))
+        return tuple(sorted(shared))
+
+
+def scan_tree(root: str | Path) -> ImageTree:
+    """List the images of a ``<domain>/<class>/<image>`` tree (hidden files are skipped).
+
+    Raises OodevalError when the folder is missing or holds no images in that layout.
+    """
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise OodevalError(
+            f"image tree not found: {root}; give a folder laid out <domain>/<class>/<image>"
+        )
+    cells: dict[tuple[str, str], tuple[str, ...]] = {}
+    for dom in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for cls in sorted(p for p in dom.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            files = sorted(
+                f"{dom.name}/{cls.name}/{f.name}"
+                for f in cls.iterdir()
+                if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_SUFFIXES
+            )
+            if files:
+                cells[(cls.name, dom.name)] = tuple(files)
+    if not cells:
+        raise OodevalError(f"no images found under {root}; expected <domain>/<class>/<image> files")
+    return ImageTree(root, cells)
+
+
+def class_rng(seed: int, cls: str, stream: int = 0) -> np.random.Generator:
+    """A generator depending only on (seed, class name, stream): adding classes changes nothing."""
+    return np.random.default_rng([int(seed), zlib.crc32(cls.encode("utf-8")), stream])
+
+
+def sample_cell(
+    tree: ImageTree, cls: str, domain: str, count: int | None, rng: np.random.Generator, why: str
+) -> list[str]:
+    """All images of a cell (count None) or `count` of them drawn without replacement.
+
+    Raises OodevalError naming the cell when it holds fewer than `count` images (or none).
+    """
+    files = tree.images(cls, domain)
+    need = 1 if count is None else count
+    if len(files) < need:
+        raise OodevalError(
+            f"cell (class={cls}, domain={domain}) has {len(files)} image(s) but {why} needs "
+            f"{need}; lower the per-domain count or drop the domain"
+        )
+    if count is None:
+        return list(files)
+    picked = rng.choice(len(files), size=count, replace=False)
+    return [files[i] for i in sorted(picked)]
+
+
+def with_validation(rows: list[SplitRow], val_fraction: float, seed: int) -> list[SplitRow]:
+    """Move round(val_fraction * n) training images of every (class, domain) cell to role "val".
+
+    The draw is seeded per class, so the split is reproducible.
+    """
+    if not 0.0 <= val_fraction < 1.0:
+        raise OodevalError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    if val_fraction == 0.0:
+        return rows
+    by_cell: dict[tuple[str, str], list[int]] = {}
+    for i, row in enumerate(rows):
+        if row.role == "train":
+            by_cell.setdefault((row.cls, row.domain), []).append(i)
+    out = list(rows)
+    for (cls, domain), idx in sorted(by_cell.items()):
+        rng = class_rng(seed, f"{cls}/{domain}", stream=1)
+        n_val = int(round(val_fraction * len(idx)))
+        for j in rng.choice(len(idx), size=n_val, replace=False):
+            r = out[idx[j]]
+            out[idx[j]] = SplitRow(r.path, r.cls, r.domain, "val")
+    return out
+
+
+def check_domains(tree: ImageTree, names: Sequence[str], what: str) -> tuple[str, ...]:
+    """Return `names` as a tuple after checking they are distinct domains of the tree."""
+    names = tuple(names)
+    unknown = [d for d in names if d not in tree.domains]
+    if unknown:
+        raise OodevalError(
+            f"{what} domain(s) {', '.join(unknown)} not in the tree; available: "
+            f"{', '.join(tree.domains)}"
+        )
+    if len(set(names)) != len(names):
+        raise OodevalError(f"{what} domains repeat a name: {', '.join(names)}")
+    return names
+
+
+def write_split_csv(rows: Iterable[SplitRow], path: str | Path) -> int:
+    """Write the split as CSV with columns path,class,domain,role; return the number of rows."""
+    n = 0
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            writer.writerow((row.path, row.cls, row.domain, row.role))
+            n += 1
+    return n
+
+
+def read_split_csv(path: str | Path) -> list[SplitRow]:
+    """Read a split CSV written by `write_split_csv`, checking the header and the roles."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or tuple(h.strip() for h in header) != CSV_COLUMNS:
+            raise OodevalError(
+                f"{path}: expected the header {','.join(CSV_COLUMNS)}, got {header}; "
+                "use a file written by `oodeval splits`"
+            )
+        rows = []
+        for line_no, rec in enumerate(reader, start=2):
+            if not rec:
+                continue
+            if len(rec) != 4:
+                raise OodevalError(f"{path}: line {line_no} has {len(rec)} fields, expected 4")
+            if rec[3] not in ROLES:
+                raise OodevalError(
+                    f"{path}: line {line_no} has role {rec[3]!r}; roles are {', '.join(ROLES)}"
+                )
+            rows.append(SplitRow(*rec))
+    return rows
+
+
+def role_counts(rows: Sequence[SplitRow]) -> list[dict[str, int | str]]:
+    """Summary per role: images, classes, domains and (class, domain) cells, plus a total row.
+
+    >>> rows = [SplitRow("a/x/1.png", "x", "a", "train"), SplitRow("b/x/2.png", "x", "b", "test")]
+    >>> [r["images"] for r in role_counts(rows)]
+    [1, 1, 2]
+    """
+    out: list[dict[str, int | str]] = []
+    groups = [(role, [r for r in rows if r.role == role]) for role in ROLES]
+    groups.append(("total", list(rows)))
+    for role, members in groups:
+        if role != "total" and not members:
+            continue
+        out.append(
+            {
+                "role": role,
+                "images": len(members),
+                "classes": len({r.cls for r in members}),
+                "domains": len({r.domain for r in members}),
+                "cells": len({(r.cls, r.domain) for r in members}),
+            }
+        )
+    return out

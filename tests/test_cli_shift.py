@@ -1,0 +1,103 @@
+"""`oodeval shift --source SPEC --target SPEC` (CliRunner and one real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from oodeval.cli.main import app
+from oodeval.cli.shift import explanation
+from oodeval.shift import shift_metrics
+from oodeval.shift.specs import disjoint_pair, load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+FAST = ["--seeds", "2", "--steps", "30", "--max-samples", "400"]
+
+
+def test_shift_prints_all_metrics_and_the_theorem_line():
+    args = ["shift", "--source", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    for name in ("m_cov", "m_cpt_min", "m_cpt_max", "cpt_minus_cov", "Theorem 3.3"):
+        assert name in res.output
+    assert "+-" in res.output and "2 seed(s) [0, 1]" in res.output
+
+
+def test_shift_json_matches_the_library_call():
+    args = ["shift", "--source", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.15", *FAST]
+    res = runner.invoke(app, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    src = load_spec("sr-cmnist:e=0.1", max_samples=400)
+    tgt = load_spec("sr-cmnist:e=0.15", max_samples=400)
+    src, tgt = disjoint_pair(src, tgt)
+    ref = shift_metrics(
+        src.images, src.labels, tgt.images, tgt.labels, seeds=[0, 1], num_classes=2, steps=30
+    )
+    assert payload["per_seed"] == [dict(row) for row in ref.per_seed]
+    assert payload["summary"]["m_cov"]["mean"] == pytest.approx(ref.mean("m_cov"))
+    assert payload["n_source"] + payload["n_target"] == len(src) + len(tgt)
+    assert payload["explanation"] == explanation(ref.mean("cpt_minus_cov"))
+
+
+def test_same_spec_twice_is_an_iid_split_and_single_seed_has_no_std(tmp_path):
+    out = tmp_path / "r.json"
+    args = ["shift", "--source", "digits", "--target", "digits", "--seeds", "1", "--steps", "20"]
+    res = runner.invoke(app, [*args, "--format", "json", "--output", str(out)])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(out.read_text())
+    assert payload["n_source"] + payload["n_target"] == 1797  # every digit on one side only
+    assert payload["summary"]["m_cov"]["std"] is None
+
+
+def test_explanation_reads_the_sign():
+    assert "> 0" in explanation(0.2) and "forces target error" in explanation(0.2)
+    assert "<= 0" in explanation(-0.1) and "no target error" in explanation(-0.1)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("nosuch:e=0.1", "unknown SPEC kind"),
+        ("sr-cmnist:e=0.123", "no environment e=0.123"),
+        ("mnist:/no/such/dir", "not found"),
+    ],
+)
+def test_shift_bad_spec_exits_2_with_one_line(source, message):
+    res = runner.invoke(app, ["shift", "--source", source, "--target", "digits"])
+    assert res.exit_code == 2
+    assert message in res.output
+
+
+def test_shift_subprocess_bad_input_has_no_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "oodeval.cli.main", "shift", "--source", "sr-cmnist"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oodeval.cli.main",
+            "shift",
+            "--source",
+            "sr-cmnist:ratio=3:1",
+            "--target",
+            "digits",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "e=VALUE or env=NAME" in proc.stderr
