@@ -83,6 +83,17 @@ def test_lined_line_matches_the_label_with_probability_e(digits):
         assert np.array_equal(env.images[:, :, thickness:], base[:, :, thickness:])
 
 
+@pytest.mark.parametrize("k", [2, 10, 13])
+def test_every_class_line_shows_on_black_and_on_white_backgrounds(k):
+    # A black line on a digit's black background (or a white one on a white photo) would leave
+    # that class without its spurious feature.
+    colors = line_colors(k)
+    assert colors.shape == (k, 3)
+    assert np.all(colors.max(axis=1) >= 0.3) and np.all(colors.min(axis=1) <= 0.7)
+    gaps = np.abs(colors[:, None] - colors[None]).max(axis=2) + np.eye(k)
+    assert gaps.min() >= 0.15
+
+
 def test_lined_label_noise_is_25_percent_and_uniform_over_other_classes():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 10, size=200_000)
@@ -167,3 +178,18 @@ def test_split_carries_per_row_meta(digits):
     assert all(
         by_index[i] == c for i, c in zip(val.meta["indices"], val.meta["spurious"], strict=True)
     )
+
+
+@pytest.mark.parametrize("family", ["sr-cmnist", "cmnist", "colored", "lined"])
+def test_scenarios_pickle_into_worker_processes_unchanged(family):
+    import pickle
+
+    from oodeval.environments import build_scenario
+
+    scenario = build_scenario(family, source="digits", seed=3)
+    copy = pickle.loads(pickle.dumps(scenario))
+    for a, b in zip(scenario.given(), copy.given(), strict=True):
+        assert a.name == b.name
+        assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
+    first = next(iter(copy.evaluation()))
+    assert np.array_equal(first.images, next(iter(scenario.evaluation())).images)

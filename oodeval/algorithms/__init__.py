@@ -1,1 +1,54 @@
-"""oodeval.algorithms."""
+"""Domain-generalisation algorithms (the 14 DomainBed algorithms of the worst+gap study).
+
+Each algorithm is a small class with ``update(x, y) -> dict of per-model losses`` and
+``predict(x) -> logits`` (see `oodeval.algorithms.base`), declaring its hyperparameters with
+defaults and random-search distributions next to its code; `register_algorithm` adds user classes.
+
+>>> from oodeval.algorithms import available, default_hparams
+>>> len(available()) >= 14
+True
+>>> default_hparams("GroupDRO")
+{'lr': 0.001, 'weight_decay': 0.0, 'groupdro_eta': 0.01}
+"""
+
+from oodeval.algorithms import (  # noqa: F401  (importing a module registers its algorithms)
+    adversarial,
+    alignment,
+    arm,
+    erm,
+    groupdro,
+    invariance,
+    mixup,
+    mldg,
+    mtl,
+    rsc,
+    sagnet,
+)
+from oodeval.algorithms.base import Algorithm
+from oodeval.algorithms.hparams import HParam
+from oodeval.algorithms.registry import (
+    available,
+    default_hparams,
+    get_algorithm,
+    register_algorithm,
+    resolve_hparams,
+    sample_hparams,
+)
+
+#: The 14 algorithms of the worst+gap paper (Section 5), in DomainBed's order.
+PAPER_ALGORITHMS = (
+    "ERM", "IRM", "GroupDRO", "Mixup", "MLDG", "CORAL", "MMD",
+    "DANN", "CDANN", "MTL", "SagNet", "ARM", "VREx", "RSC",
+)  # fmt: skip
+
+__all__ = [
+    "PAPER_ALGORITHMS",
+    "Algorithm",
+    "HParam",
+    "available",
+    "default_hparams",
+    "get_algorithm",
+    "register_algorithm",
+    "resolve_hparams",
+    "sample_hparams",
+]

@@ -23,7 +23,7 @@ from oodeval.environments.spurious import (
     E_ALL,
     SpuriousScenario,
     binary_preliminary,
-    flipped_with,
+    flipped_by_e,
     parse_ratio,
     to_rgb,
 )
@@ -87,7 +87,7 @@ def build_colored(
         given_values=values,
         all_values=E_ALL,
         render=tinted,
-        spurious=flipped_with(lambda e: e),
+        spurious=flipped_by_e,
         input_shape=(3, base.shape[2], base.shape[3]),
         seed=seed,
         eval_fraction=eval_fraction,

@@ -30,7 +30,8 @@ from oodeval.environments.spurious import (
 from oodeval.errors import OodevalError
 
 DEFAULT_RATIO = "4:1"
-# Ten well-separated colors (RGB in [0, 1]); more classes get evenly spaced hues.
+# Ten well-separated colors (RGB in [0, 1]), none black or white, so a line shows on the black
+# background of digits and on bright photos alike; more classes get evenly spaced hues.
 TEN_COLORS = (
     (0.90, 0.10, 0.10),
     (0.10, 0.70, 0.10),
@@ -40,8 +41,8 @@ TEN_COLORS = (
     (0.10, 0.85, 0.85),
     (1.00, 0.55, 0.00),
     (0.55, 0.30, 0.10),
-    (1.00, 1.00, 1.00),
-    (0.00, 0.00, 0.00),
+    (1.00, 0.60, 0.80),
+    (0.50, 0.50, 0.50),
 )
 
 
@@ -69,17 +70,30 @@ def lined_given_values(ratio: str = DEFAULT_RATIO) -> tuple[float, ...]:
     return tuple(minors) + tuple(majors)
 
 
-def line_drawer(num_classes: int, height: int):
-    """A renderer painting a band of rows 0..thickness-1 in the color of each image's line class."""
-    colors = line_colors(num_classes)
-    thickness = max(1, height // 10)
+class LineDrawer:
+    """Paints a band of rows 0..thickness-1 in the color of each image's line class.
 
-    def render(images: np.ndarray, line_classes: np.ndarray) -> np.ndarray:
+    A class rather than a closure so that scenarios pickle into worker processes.
+    """
+
+    def __init__(self, num_classes: int, height: int) -> None:
+        self.colors = line_colors(num_classes)
+        self.thickness = max(1, height // 10)
+
+    def __call__(self, images: np.ndarray, line_classes: np.ndarray) -> np.ndarray:
         out = np.array(images, dtype=np.float32, copy=True)
-        out[:, :, :thickness, :] = colors[line_classes][:, :, None, None]
+        out[:, :, : self.thickness, :] = self.colors[line_classes][:, :, None, None]
         return out
 
-    return render
+
+class KeptWithProbabilityE:
+    """Spurious line classes for K classes: the final label kept with probability e."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+
+    def __call__(self, final: np.ndarray, e: float, rng: np.random.Generator) -> np.ndarray:
+        return replaced_labels(final, 1.0 - e, self.num_classes, rng)
 
 
 def build_lined(
@@ -109,9 +123,6 @@ def build_lined(
     params["source"] = src.name
     base = to_rgb(src.images)
 
-    def spurious(final: np.ndarray, e: float, rng: np.random.Generator) -> np.ndarray:
-        return replaced_labels(final, 1.0 - e, k, rng)
-
     return SpuriousScenario(
         name=f"lined/ratio={ratio}" if given is None else "lined/custom",
         base=base,
@@ -119,8 +130,8 @@ def build_lined(
         num_classes=k,
         given_values=values,
         all_values=E_ALL,
-        render=line_drawer(k, base.shape[2]),
-        spurious=spurious,
+        render=LineDrawer(k, base.shape[2]),
+        spurious=KeptWithProbabilityE(k),
         input_shape=(3, base.shape[2], base.shape[3]),
         seed=seed,
         eval_fraction=eval_fraction,

@@ -302,10 +302,9 @@ def binary_preliminary(labels: np.ndarray, num_classes: int) -> np.ndarray:
     return (np.asarray(labels) >= num_classes // 2).astype(np.int64)
 
 
-def flipped_with(p_of_e: Callable[[float], float]) -> SpuriousLabels:
-    """Spurious labels for two classes: the final label flipped with probability p_of_e(e)."""
+def flipped_by_e(final: np.ndarray, e: float, rng: np.random.Generator) -> np.ndarray:
+    """Spurious labels for two classes: the final label flipped with probability e.
 
-    def spurious(final: np.ndarray, e: float, rng: np.random.Generator) -> np.ndarray:
-        return replaced_labels(final, p_of_e(e), 2, rng)
-
-    return spurious
+    A module-level function (not a closure) so that scenarios pickle into worker processes.
+    """
+    return replaced_labels(final, e, 2, rng)

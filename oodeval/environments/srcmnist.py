@@ -30,7 +30,7 @@ from oodeval.environments.spurious import (
     E_ALL,
     SpuriousScenario,
     binary_preliminary,
-    flipped_with,
+    flipped_by_e,
     parse_ratio,
     to_gray,
 )
@@ -152,7 +152,7 @@ def build_srcmnist(
         params = {"given": list(values)}
     base = digit_base(src, size)
     params.update(size=int(base.shape[-1]), source=src.name)
-    flip_by_e = flipped_with(lambda e: e)
+    flip_by_e = flipped_by_e
     return SpuriousScenario(
         name=name,
         base=base,

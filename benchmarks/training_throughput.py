@@ -1,0 +1,282 @@
+"""Trainings per hour: oodeval's batched LOO trainer vs plain loops training N + 1 models in turn.
+
+One unit of the worst+gap protocol trains N leave-one-out models and one full model (a "training"
+is one of them). All contenders use the same IRM-style MLP, Adam(lr 1e-3), B rows per environment
+per step, the same number of steps, training-domain validation every `--eval-every` steps (and at
+the last step) with best-checkpoint restoring, and the same test evaluation (LOO model k on e_k,
+the full model on all 101 environments of E_all). Baselines, measured in the same run:
+
+- plain loop (tensors): one model after another, minibatches indexed from tensors, one forward per
+  validation/test environment — a careful sequential implementation;
+- plain loop (DataLoader): the same with the usual PyTorch idiom, a shuffling DataLoader per
+  environment (num_workers=0) for training and DataLoader batches of 64 for evaluation, as in
+  DomainBed.
+
+Each contender is warmed up once, then timed `--repeats` times interleaved; the best time counts.
+
+Run:  .venv/bin/python benchmarks/training_throughput.py [--steps 300] [--scales 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from oodeval.environments import build_scenario  # noqa: E402
+from oodeval.training import UnitSpec, run_unit, run_units  # noqa: E402
+
+
+def plain_mlp(n_in: int, n_classes: int, width: int = 256) -> nn.Module:
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(n_in, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, n_classes),
+    )
+
+
+class _MeanPool(nn.Module):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h.mean(dim=(2, 3))
+
+
+def plain_cnn(channels: int, n_classes: int) -> nn.Module:
+    """The same small CNN as oodeval's ``model="cnn"``, as one ordinary nn.Sequential."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.GroupNorm(8, 32),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.GroupNorm(8, 64),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.GroupNorm(8, 64),
+        _MeanPool(),
+        nn.Linear(64, n_classes),
+    )
+
+
+def _accuracy_tensors(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((net(x).argmax(1) == y).float().mean())
+
+
+def _accuracy_loader(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    correct = 0
+    with torch.no_grad():
+        for xb, yb in DataLoader(TensorDataset(x, y), batch_size=64):
+            correct += int((net(xb).argmax(1) == yb).sum())
+    return correct / len(y)
+
+
+def plain_loop(
+    scenario, *, steps: int, batch: int, eval_every: int, seed: int, loaders: bool, model: str
+):
+    """Train and test the unit's N + 1 models one after another; returns the LOO/all errors."""
+    torch.manual_seed(seed)
+    given = scenario.given()
+    parts = [env.split(0.2, seed) for env in given]
+    tr = [(torch.from_numpy(t.images), torch.from_numpy(t.labels)) for t, _ in parts]
+    va = [(torch.from_numpy(v.images), torch.from_numpy(v.labels)) for _, v in parts]
+    n = len(given)
+    n_in = int(tr[0][0][0].numel())
+    accuracy = _accuracy_loader if loaders else _accuracy_tensors
+    errors = []
+    for k in range(n + 1):
+        envs = [j for j in range(n) if j != k]
+        if model == "mlp":
+            net = plain_mlp(n_in, scenario.num_classes)
+        else:
+            net = plain_cnn(tr[0][0].shape[1], scenario.num_classes)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        gen = torch.Generator().manual_seed(seed + k)
+        if loaders:
+            iters = [
+                iter(DataLoader(TensorDataset(*tr[j]), batch_size=batch, shuffle=True,
+                                drop_last=True, generator=gen))
+                for j in envs
+            ]  # fmt: skip
+        best, best_state = -1.0, None
+        for step in range(1, steps + 1):
+            if loaders:
+                xs, ys = [], []
+                for i, j in enumerate(envs):
+                    try:
+                        xb, yb = next(iters[i])
+                    except StopIteration:
+                        iters[i] = iter(
+                            DataLoader(
+                                TensorDataset(*tr[j]),
+                                batch_size=batch,
+                                shuffle=True,
+                                drop_last=True,
+                                generator=gen,
+                            )
+                        )
+                        xb, yb = next(iters[i])
+                    xs.append(xb)
+                    ys.append(yb)
+            else:
+                idx = [torch.randint(len(tr[j][1]), (batch,), generator=gen) for j in envs]
+                xs = [tr[j][0][i] for j, i in zip(envs, idx, strict=True)]
+                ys = [tr[j][1][i] for j, i in zip(envs, idx, strict=True)]
+            loss = F.cross_entropy(net(torch.cat(xs)), torch.cat(ys))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % eval_every == 0 or step == steps:
+                acc = sum(accuracy(net, *va[j]) for j in envs) / len(envs)
+                if acc > best:
+                    best, best_state = acc, copy.deepcopy(net.state_dict())
+        net.load_state_dict(best_state)
+        if k < n:
+            x, y = torch.from_numpy(given[k].images), torch.from_numpy(given[k].labels)
+            errors.append(1 - accuracy(net, x, y))
+        else:
+            for env in scenario.evaluation():
+                x, y = torch.from_numpy(env.images), torch.from_numpy(env.labels)
+                errors.append(1 - accuracy(net, x, y))
+    return errors
+
+
+def per_algorithm(args: argparse.Namespace) -> None:
+    """Seconds per unit (N + 1 trainings, `--steps` steps) of every paper algorithm."""
+    from oodeval.algorithms import PAPER_ALGORITHMS
+
+    for scale in args.scales:
+        sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
+        trainings = len(sc.given_names) + 1
+        for name in PAPER_ALGORITHMS:
+            res = run_unit(sc, name, seed=0, steps=args.steps, batch_size=args.batch,
+                           eval_every=args.eval_every, model=args.model)  # fmt: skip
+            t = res.timings
+            print(
+                f"{sc.name} {name:9s} total {t['total']:6.1f}s "
+                f"(train {t['train']:6.1f}s, test eval {t['test_eval']:4.1f}s) = "
+                f"{trainings * 3600 / t['total']:6.0f} trainings/h"
+            )
+
+
+def machine(args: argparse.Namespace) -> None:
+    """Whole-machine throughput: one unit per core at once (1 thread each, oodeval's default)
+    versus the plain tensor loop running the same units one after another on torch's default
+    thread pool (all cores)."""
+    workers = os.cpu_count() or 1
+    for scale in args.scales:
+        sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
+        trainings = (len(sc.given_names) + 1) * workers
+        options = {"batch_size": args.batch, "eval_every": args.eval_every, "model": args.model}
+        build = functools.partial(
+            build_scenario, "sr-cmnist", source=args.source, ratio="3:1", scale=scale
+        )
+        specs = [UnitSpec(build, "ERM", seed, args.steps, options) for seed in range(workers)]
+        t0 = time.perf_counter()
+        list(run_units(specs, workers=workers))
+        ours = time.perf_counter() - t0
+        torch.set_num_threads(workers)
+        t0 = time.perf_counter()
+        for seed in range(workers):
+            plain_loop(sc, steps=args.steps, batch=args.batch, eval_every=args.eval_every,
+                       seed=seed, loaders=False, model=args.model)  # fmt: skip
+        plain = time.perf_counter() - t0
+        torch.set_num_threads(args.threads)
+        print(
+            f"{sc.name} machine ({workers} units): oodeval run_units({workers} workers x 1 thread)"
+            f" {ours:.1f}s = {trainings * 3600 / ours:.0f} trainings/h | plain loop (tensors, "
+            f"{workers} threads) {plain:.1f}s = {trainings * 3600 / plain:.0f}/h, "
+            f"ratio {plain / ours:.2f}x"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--scales", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--per-algorithm",
+        action="store_true",
+        help="instead: time one unit of each of the 14 algorithms (oodeval trainer only)",
+    )
+    parser.add_argument(
+        "--machine",
+        action="store_true",
+        help="instead: units in parallel worker processes vs the plain loop on all threads",
+    )
+    default_source = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+    parser.add_argument("--source", default=f"mnist:{default_source}")
+    args = parser.parse_args()
+    if args.source.startswith("mnist:") and not Path(args.source[6:]).is_dir():
+        args.source = "digits"
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    print(
+        f"threads={args.threads} steps={args.steps} batch={args.batch}/env "
+        f"eval_every={args.eval_every} model={args.model} source={args.source} "
+        f"load_avg_1min={load:.1f}"
+    )
+    if args.per_algorithm:
+        per_algorithm(args)
+        return
+    if args.machine:
+        machine(args)
+        return
+    for scale in args.scales:
+        sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
+        trainings = len(sc.given_names) + 1
+        contenders = {
+            "oodeval": lambda steps, sc=sc: run_unit(
+                sc, "ERM", seed=0, steps=steps, batch_size=args.batch,
+                eval_every=args.eval_every, model=args.model,
+            ),
+            "tensors": lambda steps, sc=sc: plain_loop(
+                sc, steps=steps, batch=args.batch, eval_every=args.eval_every, seed=0,
+                loaders=False, model=args.model,
+            ),
+            "loaders": lambda steps, sc=sc: plain_loop(
+                sc, steps=steps, batch=args.batch, eval_every=args.eval_every, seed=0,
+                loaders=True, model=args.model,
+            ),
+        }  # fmt: skip
+        for run in contenders.values():  # warm-up: allocator, BLAS and data caches
+            run(2)
+        best = dict.fromkeys(contenders, float("inf"))
+        for _ in range(args.repeats):  # interleaved, best of `repeats` (the machine is shared)
+            for name, run in contenders.items():
+                t0 = time.perf_counter()
+                run(args.steps)
+                best[name] = min(best[name], time.perf_counter() - t0)
+        ours, tensors, loaders = best["oodeval"], best["tensors"], best["loaders"]
+        per_hour = {k: trainings * 3600 / v for k, v in best.items()}
+        print(
+            f"{sc.name} (N={trainings - 1}, {trainings} trainings/unit): "
+            f"oodeval {ours:.1f}s = {per_hour['oodeval']:.0f} trainings/h | "
+            f"plain loop (tensors) {tensors:.1f}s = {per_hour['tensors']:.0f}/h, "
+            f"ratio {tensors / ours:.2f}x | "
+            f"plain loop (DataLoader) {loaders:.1f}s = {per_hour['loaders']:.0f}/h, "
+            f"ratio {loaders / ours:.2f}x"
+        )
+    print(f"load_avg_1min at end={os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

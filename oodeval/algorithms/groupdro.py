@@ -1,0 +1,52 @@
+"""GroupDRO: minimise a softly-worst mixture of environment risks (Sagawa et al., 2020).
+
+After each minibatch the environment weights are updated by exponentiated gradient ascent,
+``q_e <- q_e exp(eta R_e) / sum_e' q_e' exp(eta R_e')``, and the model minimises ``sum_e q_e R_e``;
+the weights therefore move toward the environment with the largest risk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from oodeval.algorithms.base import per_env_cross_entropy
+from oodeval.algorithms.erm import ERM
+from oodeval.algorithms.hparams import HParam, log_uniform
+from oodeval.algorithms.registry import register_algorithm
+
+
+@register_algorithm
+class GroupDRO(ERM):
+    """Group distributionally robust optimisation; environment weights ``q`` of shape (M, E)."""
+
+    HPARAMS = {"groupdro_eta": HParam(1e-2, log_uniform(-3, -1), "step size of the q update")}
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        env_mask: torch.Tensor,
+        hparams: Mapping[str, Any],
+        *,
+        model: str = "mlp",
+    ) -> None:
+        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
+        mask = self.env_mask.float()
+        self.register_buffer("q", mask / mask.sum(dim=1, keepdim=True))
+
+    def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        _, logits = self.logits_per_env(x)
+        risks = per_env_cross_entropy(logits, y)
+        with torch.no_grad():
+            eta = float(self.hparams["groupdro_eta"])
+            # subtracting the per-model max risk before exp() leaves q unchanged after normalising
+            own = torch.where(self.env_mask, risks, torch.full((), -torch.inf))
+            shifted = own - own.max(dim=1, keepdim=True).values
+            q = torch.where(self.env_mask, self.q * torch.exp(eta * shifted), torch.zeros(()))
+            self.q.copy_(q / q.sum(dim=1, keepdim=True))
+        loss = (self.q * torch.where(self.env_mask, risks, torch.zeros(()))).sum(dim=1)
+        self.step(loss)
+        return {"loss": loss.detach()}

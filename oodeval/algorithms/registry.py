@@ -1,0 +1,90 @@
+"""The algorithm registry: names -> classes, filled by the `register_algorithm` decorator.
+
+>>> import oodeval.algorithms as alg
+>>> "ERM" in alg.available()
+True
+>>> alg.default_hparams("IRM")["irm_lambda"]
+100.0
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, TypeVar
+
+import numpy as np
+
+from oodeval.errors import OodevalError
+
+_REGISTRY: dict[str, type] = {}
+
+T = TypeVar("T", bound=type)
+
+
+def register_algorithm(cls_or_name: Any = None) -> Any:
+    """Class decorator adding an algorithm to the registry under its class name (or a given name).
+
+    Use ``@register_algorithm`` or ``@register_algorithm("MyName")`` on a subclass of
+    `oodeval.algorithms.Algorithm`. Registering a name twice replaces the earlier class.
+    """
+
+    def add(cls: T, name: str | None = None) -> T:
+        from oodeval.algorithms.base import Algorithm
+
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            raise OodevalError(
+                f"register_algorithm expects a subclass of oodeval.algorithms.Algorithm, "
+                f"got {cls!r}"
+            )
+        key = name or cls.__name__
+        cls.name = key
+        _REGISTRY[key] = cls
+        return cls
+
+    if isinstance(cls_or_name, str):
+        return lambda cls: add(cls, cls_or_name)
+    if cls_or_name is None:
+        return add
+    return add(cls_or_name)
+
+
+def available() -> list[str]:
+    """Names of the registered algorithms, in registration order."""
+    return list(_REGISTRY)
+
+
+def get_algorithm(name: str) -> type:
+    """The registered class called `name`; OodevalError listing the choices when unknown."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise OodevalError(
+            f"unknown algorithm {name!r}; choose one of {', '.join(_REGISTRY)} "
+            "or register your own with @register_algorithm"
+        ) from None
+
+
+def default_hparams(name: str) -> dict[str, Any]:
+    """The default hyperparameters of algorithm `name` (DomainBed's small-image defaults)."""
+    return {key: hp.default for key, hp in get_algorithm(name).hparam_space().items()}
+
+
+def sample_hparams(name: str, seed: int) -> dict[str, Any]:
+    """One draw from algorithm `name`'s random-search distributions; same seed -> same draw."""
+    # crc32, not hash(): Python salts str hashes per process
+    rng = np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))])
+    space = get_algorithm(name).hparam_space()
+    return {key: space[key].sample(rng) for key in sorted(space)}
+
+
+def resolve_hparams(name: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """Defaults of `name` updated with `overrides`; unknown keys raise OodevalError."""
+    hparams = default_hparams(name)
+    unknown = sorted(set(overrides or {}) - set(hparams))
+    if unknown:
+        raise OodevalError(
+            f"unknown hyperparameter(s) {', '.join(unknown)} for {name}; "
+            f"known: {', '.join(sorted(hparams))}"
+        )
+    hparams.update(overrides or {})
+    return hparams

@@ -1,0 +1,127 @@
+"""SagNet: style-agnostic networks (Nam et al., 2021).
+
+Features are split into *content* (the per-sample normalised feature vector) and *style* (its mean
+and standard deviation over the feature axis). Two randomisation modules swap one part with a random
+partner sample of the same model's training environments:
+
+- style randomisation: ``z_hat * sqrt(var_mix + eps) + mu_mix`` with
+  ``mu_mix = a mu + (1 - a) mu_partner`` (same for var), ``a ~ U(0, 1)`` per sample;
+- content randomisation: ``z_hat_partner * sqrt(var + eps) + mu`` (the sample keeps its style).
+
+The content network (classifier) learns from style-randomised features, a style network learns from
+content-randomised features, and the featurizer is also trained adversarially to make the style
+network's predictions uniform (weight `sag_w_adv`). The original computes these statistics per
+channel over the spatial positions of a (C, H, W) feature map, which a pooled feature vector does
+not have; here they are taken over the feature axis, so the modules also work on vector features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from oodeval.algorithms.base import adam, masked_mean, per_env_cross_entropy
+from oodeval.algorithms.erm import ERM
+from oodeval.algorithms.hparams import HParam, log_uniform
+from oodeval.algorithms.networks import EnsembleLinear
+from oodeval.algorithms.registry import register_algorithm
+
+EPS = 1e-5
+
+
+def feature_style(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(content, mean, var) of features (..., d) over the last axis; content is normalised."""
+    mean = feats.mean(dim=-1, keepdim=True)
+    var = feats.var(dim=-1, keepdim=True, unbiased=False)
+    return (feats - mean) / torch.sqrt(var + EPS), mean, var
+
+
+def gather_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Per model, rows `index` (M, n) of `t` (M, n, k)."""
+    return t.gather(1, index[..., None].expand(-1, -1, t.shape[-1]))
+
+
+def randomize_style(
+    feats: torch.Tensor, partner: torch.Tensor, alpha: torch.Tensor
+) -> torch.Tensor:
+    """Keep each sample's content, interpolate its style toward its partner's (M, n, d)."""
+    content, mean, var = feature_style(feats)
+    mean = alpha * mean + (1 - alpha) * gather_rows(mean, partner)
+    var = alpha * var + (1 - alpha) * gather_rows(var, partner)
+    return content * torch.sqrt(var + EPS) + mean
+
+
+def randomize_content(feats: torch.Tensor, partner: torch.Tensor) -> torch.Tensor:
+    """Keep each sample's style, take its partner's (detached) content (M, n, d)."""
+    content, mean, var = feature_style(feats)
+    return gather_rows(content, partner).detach() * torch.sqrt(var + EPS) + mean
+
+
+@register_algorithm
+class SagNet(ERM):
+    """Style-agnostic network: content classifier, style classifier and adversarial featurizer."""
+
+    HPARAMS = {"sag_w_adv": HParam(0.1, log_uniform(-2, 1), "weight of the adversarial style loss")}
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        env_mask: torch.Tensor,
+        hparams: Mapping[str, Any],
+        *,
+        model: str = "mlp",
+    ) -> None:
+        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
+        self.style_net = EnsembleLinear(self.num_models, self.featurizer.n_outputs, num_classes)
+        self.opt_f = adam(self.featurizer.parameters(), self.hparams)
+        self.opt_c = adam(self.classifier.parameters(), self.hparams)
+        self.opt_s = adam(self.style_net.parameters(), self.hparams)
+
+    def partners(self, e: int, b: int) -> torch.Tensor:
+        """A random partner per sample, drawn from the same model's training samples: (M, E*B)."""
+        valid = self.env_mask.repeat_interleave(b, dim=1).float()
+        return torch.multinomial(valid, e * b, replacement=True)
+
+    def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        e, b = y.shape[-2:]
+        m = self.num_models
+        flat = self.flat_inputs(x)
+        # content network on style-randomised features
+        partner = self.partners(e, b)
+        alpha = torch.rand(m, e * b, 1)
+        feats = self.featurizer(flat)
+        logits_c = self.classifier(randomize_style(feats, partner, alpha)).view(m, e, b, -1)
+        loss_c = masked_mean(per_env_cross_entropy(logits_c, y), self.env_mask)
+        self.opt_f.zero_grad(set_to_none=True)
+        self.opt_c.zero_grad(set_to_none=True)
+        loss_c.sum().backward()
+        self.opt_f.step()
+        self.opt_c.step()
+        # style network on content-randomised features
+        partner = self.partners(e, b)
+        logits_s = self.style_net(randomize_content(self.featurizer(flat), partner))
+        logits_s = logits_s.view(m, e, b, -1)
+        loss_s = masked_mean(per_env_cross_entropy(logits_s, y), self.env_mask)
+        self.opt_s.zero_grad(set_to_none=True)
+        loss_s.sum().backward()
+        self.opt_s.step()
+        # featurizer against the style network: push its predictions toward uniform
+        partner = self.partners(e, b)
+        logits_adv = self.style_net(randomize_content(self.featurizer(flat), partner))
+        neg_log_uniform = -F.log_softmax(logits_adv, dim=-1).mean(dim=-1).view(m, e, b).mean(2)
+        loss_adv = float(self.hparams["sag_w_adv"]) * masked_mean(neg_log_uniform, self.env_mask)
+        self.opt_f.zero_grad(set_to_none=True)
+        loss_adv.sum().backward()
+        self.opt_f.step()
+        self.update_count += 1
+        total = loss_c + loss_s + loss_adv
+        return {
+            "loss": total.detach(),
+            "loss_c": loss_c.detach(),
+            "loss_s": loss_s.detach(),
+            "loss_adv": loss_adv.detach(),
+        }

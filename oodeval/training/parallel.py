@@ -1,0 +1,88 @@
+"""Run many units in parallel worker processes, one torch thread each.
+
+Units are independent, so a pool of ``workers`` processes (default: the number of CPU cores) each
+training one unit at a time with ``torch.set_num_threads(threads_per_worker)`` keeps every core
+busy without thread oversubscription. Results come back in the order of the specs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from oodeval.environments.base import Scenario
+from oodeval.errors import OodevalError
+from oodeval.training.protocol import UnitResult, run_unit
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """One unit to run: `run_unit(scenario, algorithm, seed=seed, steps=steps, **options)`.
+
+    `scenario` is a Scenario, or a picklable zero-argument callable building one (e.g.
+    ``functools.partial(build_scenario, "sr-cmnist", ratio="3:1")``), which each worker calls
+    itself; use the callable for scenarios that cannot be pickled.
+    """
+
+    scenario: Scenario | Callable[[], Scenario]
+    algorithm: str
+    seed: int
+    steps: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _run(spec: UnitSpec) -> UnitResult:
+    scenario = spec.scenario if isinstance(spec.scenario, Scenario) else spec.scenario()
+    return run_unit(scenario, spec.algorithm, seed=spec.seed, steps=spec.steps, **spec.options)
+
+
+def _check_picklable(specs: list[UnitSpec]) -> None:
+    for spec in specs:
+        try:
+            pickle.dumps(spec)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise OodevalError(
+                f"cannot send unit ({spec.algorithm}, seed {spec.seed}) to a worker process "
+                f"({exc}); pass a picklable callable that builds the scenario, e.g. "
+                "functools.partial(build_scenario, family, **params)"
+            ) from None
+
+
+def run_units(
+    specs: Iterable[UnitSpec], *, workers: int | None = None, threads_per_worker: int = 1
+) -> Iterator[UnitResult]:
+    """Yield the `UnitResult` of every spec, in order, computed by `workers` processes.
+
+    ``workers=1`` runs in this process (no pickling, the caller's thread setting); a failing unit
+    (e.g. `TrainingDiverged`) raises when its result is reached.
+    """
+    specs = list(specs)
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers < 1 or threads_per_worker < 1:
+        raise OodevalError(
+            f"workers and threads_per_worker must be >= 1, got {workers} and {threads_per_worker}"
+        )
+    if workers == 1 or len(specs) <= 1:
+        for spec in specs:
+            yield _run(spec)
+        return
+    _check_picklable(specs)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(specs)),
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(threads_per_worker,),
+    ) as pool:
+        yield from pool.map(_run, specs)

@@ -1,0 +1,436 @@
+"""The leave-one-environment-out protocol of one unit (algorithm, seed, scenario).
+
+For N given environments the unit trains N + 1 models: model k on E_given without e_k (the LOO
+models of Section 3 of the worst+gap paper) and one model on all of E_given. Model k is tested on
+all of e_k's data, the full model on every environment of E_all; the returned errors give the
+average (Eq. 2), worst+gap (Eq. 6) and ideal (Eq. 4) measures of the unit.
+
+The N LOO models are trained *together*: one algorithm instance holds them stacked (parameters of
+shape (N, ...)), and each step gives model k the minibatches of its own N - 1 environments (a
+per-model tensor (N, N - 1, B, ...)), so one batched forward/backward serves all of them and e_k's
+data never reaches model k. The full model is a second instance on all N minibatches of the same
+step. Algorithms with ``supports_ensemble = False`` are trained as N + 1 single-model instances on
+the same minibatches (none of the built-in 14 needs this).
+
+Model selection is DomainBed's training-domain validation: `holdout_fraction` of each given
+environment is held out, and each model keeps the checkpoint (evaluated every `eval_every` steps
+and at the last step) with the best mean validation accuracy over its own training environments
+(first best on ties); ``selection="last"`` keeps the last step. Minibatches are drawn with
+replacement from each environment's training part, B per environment per step.
+
+Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
+random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
+gives identical errors, also in another process (checked here with 1 and 2 torch threads).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
+from oodeval.environments.base import Environment, Scenario
+from oodeval.errors import OodevalError
+
+SELECTIONS = ("training_domain", "last")
+#: fold name of the model trained on all given environments
+FULL_FOLD = "all"
+#: rows per forward pass when predictions do not depend on the batch (conv nets run faster on
+#: smaller chunks that stay in cache; measured on CPU)
+EVAL_CHUNK = {"mlp": 8192, "cnn": 1024}
+#: DomainBed's checkpoint frequency for the MNIST datasets
+DEFAULT_EVAL_EVERY = 100
+
+
+class TrainingDiverged(OodevalError):
+    """A training loss became NaN or infinite; names the algorithm, the fold and the step."""
+
+    def __init__(self, algorithm: str, fold: str, step: int, value: float = math.nan) -> None:
+        self.algorithm, self.fold, self.step, self.value = algorithm, fold, step, value
+        super().__init__(
+            f"{algorithm} diverged: loss {value} in fold {fold!r} at step {step}; "
+            "lower the learning rate or the penalty weight"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.algorithm, self.fold, self.step, self.value))
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """Test error of one model on one environment.
+
+    `fold` is the held-out given environment for a LOO model (tested on that environment only) or
+    ``"all"`` for the model trained on every given environment (tested on each of E_all).
+    """
+
+    fold: str
+    environment: str
+    error: float
+    count: int
+
+
+@dataclass
+class UnitResult:
+    """All test errors of one unit, with its hyperparameters and timings (seconds)."""
+
+    algorithm: str
+    seed: int
+    scenario_name: str
+    rows: list[ResultRow]
+    hparams: dict
+    steps: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def loo_errors(self) -> dict[str, float]:
+        """LOO test errors {e_n: R_{e_n}(f^{E_given \\ e_n})}, in given-environment order."""
+        return {r.fold: r.error for r in self.rows if r.fold != FULL_FOLD}
+
+    def all_errors(self) -> dict[str, float]:
+        """Errors of the full model on every environment of E_all, in E_all order."""
+        return {r.environment: r.error for r in self.rows if r.fold == FULL_FOLD}
+
+    def measures(self) -> dict[str, float]:
+        """The unit's domain measures from the LOO errors, plus ``"ideal"`` (Eq. 4) from E_all.
+
+        worst+gap and gap-only need at least 3 given environments (Eq. 6) and are left out below.
+
+        >>> rows = [ResultRow("a", "a", 0.1, 10), ResultRow("b", "b", 0.3, 10),
+        ...         ResultRow("c", "c", 0.2, 10), ResultRow("all", "x", 0.4, 10)]
+        >>> m = UnitResult("ERM", 0, "s", rows, {}, 1).measures()
+        >>> round(m["worst_plus_gap"], 6), m["ideal"]
+        (0.5, 0.4)
+        """
+        from oodeval.measures.domain import MEASURES, domain_measures, ideal
+
+        loo = np.array(list(self.loo_errors().values()))
+        names = [k for k in MEASURES if len(loo) > 2 or k not in ("worst_plus_gap", "gap_only")]
+        out = {k: float(v) for k, v in domain_measures(loo, names).items()}
+        out["ideal"] = float(ideal(np.array(list(self.all_errors().values()))))
+        return out
+
+
+@dataclass
+class TrainedUnit:
+    """The selected N + 1 models of a unit (each an `Algorithm` holding one model, in eval mode)."""
+
+    algorithm: str
+    folds: list[str]
+    models: list[Algorithm]
+    selected_step: list[int]
+    val_accuracy: list[float]
+    hparams: dict
+    timings: dict[str, float]
+
+
+@dataclass
+class _Run:
+    """One algorithm instance and the unit models it holds.
+
+    ``envs[i, j]`` is the given environment in training slot j of its model i.
+    """
+
+    algorithm: Algorithm
+    envs: torch.Tensor
+    models: list[int]
+
+    def minibatches(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This run's share of a step's minibatches: shared (E, B, ...) for a single model, else
+        per model (M, E, B, ...)."""
+        index = self.envs[0] if len(self.models) == 1 else self.envs
+        if (
+            index.dim() == 1
+            and len(index) == len(xb)
+            and bool((index == torch.arange(len(xb))).all())
+        ):
+            return xb, yb
+        return xb[index], yb[index]
+
+
+def _check_options(
+    steps: int, selection: str, holdout_fraction: float, batch_size: int, eval_every: int | None
+) -> None:
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise OodevalError(f"steps must be a positive integer, got {steps!r}")
+    if selection not in SELECTIONS:
+        raise OodevalError(
+            f"unknown selection {selection!r}; choose one of {', '.join(SELECTIONS)}"
+        )
+    allowed = 0 <= holdout_fraction < 1 if selection == "last" else 0 < holdout_fraction < 1
+    if not allowed:
+        raise OodevalError(
+            f"holdout_fraction must be in (0, 1) for training-domain validation (in [0, 1) for "
+            f"selection='last'), got {holdout_fraction}"
+        )
+    if batch_size < 1:
+        raise OodevalError(f"batch_size must be >= 1, got {batch_size}")
+    if eval_every is not None and eval_every < 1:
+        raise OodevalError(f"eval_every must be >= 1, got {eval_every}")
+
+
+def predict_labels(
+    model: Algorithm, images: np.ndarray | torch.Tensor, *, context: int
+) -> torch.Tensor:
+    """Predicted classes (M, n) of every model held by `model`, in large no-grad batches.
+
+    Batch-dependent algorithms (ARM, MTL) see chunks of `context` rows, the training batch size.
+    """
+    x = torch.as_tensor(images, dtype=torch.float32)
+    chunk = context if model.batch_dependent else EVAL_CHUNK.get(model.model, 1024)
+    model.eval()
+    with torch.inference_mode():
+        parts = [model.predict(x[i : i + chunk]).argmax(-1) for i in range(0, len(x), chunk)]
+    return torch.cat(parts, dim=1) if parts else torch.zeros(model.num_models, 0, dtype=torch.long)
+
+
+def _error(model: Algorithm, env: Environment, context: int) -> float:
+    if len(env) == 0:
+        raise OodevalError(f"environment {env.name!r} has no data to test on")
+    pred = predict_labels(model, env.images, context=context)[0]
+    return float((pred != torch.as_tensor(env.labels)).double().mean())
+
+
+def _fit(
+    scenario: Scenario,
+    given: Sequence[Environment],
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    hparams: dict | None,
+    model: str,
+    selection: str,
+    eval_every: int | None,
+    holdout_fraction: float,
+    batch_size: int,
+    progress: Callable[[int, int], None] | None,
+) -> TrainedUnit:
+    _check_options(steps, selection, holdout_fraction, batch_size, eval_every)
+    cls = get_algorithm(algorithm)
+    hp = resolve_hparams(algorithm, hparams)
+    n = len(given)
+    if n < 2:
+        raise OodevalError(f"leave-one-out training needs >= 2 given environments, got {n}")
+    folds = [e.name for e in given] + [FULL_FOLD]
+    parts = [env.split(holdout_fraction, seed) for env in given]
+    for env, (train, val) in zip(given, parts, strict=True):
+        if len(train) == 0 or (selection == "training_domain" and len(val) == 0):
+            raise OodevalError(
+                f"environment {env.name!r} ({len(env)} rows) leaves an empty training or "
+                f"validation part with holdout_fraction={holdout_fraction}; give it more data"
+            )
+    train_x = torch.from_numpy(np.concatenate([t.images for t, _ in parts]).astype(np.float32))
+    train_y = torch.from_numpy(np.concatenate([t.labels for t, _ in parts]).astype(np.int64))
+    sizes = torch.tensor([len(t) for t, _ in parts], dtype=torch.float64)
+    offsets = torch.cumsum(sizes, 0).long() - sizes.long()
+    val = [
+        (torch.from_numpy(v.images.astype(np.float32)), torch.from_numpy(v.labels))
+        for _, v in parts
+    ]
+    input_shape = tuple(train_x.shape[1:])
+    if input_shape != tuple(scenario.input_shape):
+        raise OodevalError(
+            f"scenario {scenario.name!r} declares input_shape {tuple(scenario.input_shape)} but "
+            f"its images have shape {input_shape}; make them agree"
+        )
+    if train_y.numel() and not 0 <= int(train_y.min()) <= int(train_y.max()) < scenario.num_classes:
+        raise OodevalError(
+            f"labels must lie in [0, {scenario.num_classes}) for scenario {scenario.name!r}, got "
+            f"[{int(train_y.min())}, {int(train_y.max())}]"
+        )
+    m = n + 1
+    every = min(eval_every or DEFAULT_EVAL_EVERY, steps)
+    timings = {"train": 0.0, "selection_eval": 0.0}
+    start = time.perf_counter()
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+
+        def new(envs: torch.Tensor, models: list[int]) -> _Run:
+            own = torch.ones(envs.shape, dtype=torch.bool)
+            algo = cls(input_shape, scenario.num_classes, own, hp, model=model)
+            return _Run(algo, envs, models)
+
+        loo = torch.stack([torch.cat([torch.arange(k), torch.arange(k + 1, n)]) for k in range(n)])
+        if cls.supports_ensemble:
+            runs = [new(loo, list(range(n))), new(torch.arange(n)[None], [n])]
+        else:
+            runs = [new(loo[k : k + 1], [k]) for k in range(n)] + [new(torch.arange(n)[None], [n])]
+        best_acc = [torch.full((len(r.models),), -math.inf, dtype=torch.float64) for r in runs]
+        best_step = [[0] * len(r.models) for r in runs]
+        best_state = [None] * len(runs)
+        for step in range(1, steps + 1):
+            draw = torch.rand(n, batch_size, generator=gen, dtype=torch.float64) * sizes[:, None]
+            idx = offsets[:, None] + draw.long().clamp_max(sizes.long()[:, None] - 1)
+            xb, yb = train_x[idx], train_y[idx]
+            for run in runs:
+                run.algorithm.train()
+                losses = run.algorithm.update(*run.minibatches(xb, yb))
+                loss = losses["loss"]
+                bad = ~torch.isfinite(loss)
+                if bool(bad.any()):
+                    row = int(torch.nonzero(bad)[0])
+                    raise TrainingDiverged(
+                        algorithm, folds[run.models[row]], step, float(loss[row])
+                    )
+            if selection == "training_domain" and (step % every == 0 or step == steps):
+                t0 = time.perf_counter()
+                for r, run in enumerate(runs):
+                    acc = _validation_accuracy(run, val, batch_size)
+                    improved = acc > best_acc[r]
+                    if bool(improved.any()):
+                        state = run.algorithm.state_dict()
+                        if best_state[r] is None:
+                            best_state[r] = {k: v.detach().clone() for k, v in state.items()}
+                        else:
+                            for k, v in state.items():
+                                best_state[r][k][improved] = v[improved]
+                        best_acc[r] = torch.where(improved, acc, best_acc[r])
+                        for i in torch.nonzero(improved).flatten().tolist():
+                            best_step[r][i] = step
+                timings["selection_eval"] += time.perf_counter() - t0
+            if progress is not None:
+                progress(step, steps)
+
+        models: list[Algorithm | None] = [None] * m
+        selected = [steps] * m
+        accuracy = [math.nan] * m
+        for r, run in enumerate(runs):
+            if best_state[r] is not None:
+                run.algorithm.load_state_dict(best_state[r])
+            for i, k in enumerate(run.models):
+                one = (
+                    run.algorithm.select_models(i) if len(run.models) > 1 else run.algorithm.eval()
+                )
+                models[k] = one
+                if selection == "training_domain":
+                    selected[k], accuracy[k] = best_step[r][i], float(best_acc[r][i])
+    timings["train"] = time.perf_counter() - start - timings["selection_eval"]
+    return TrainedUnit(algorithm, folds, models, selected, accuracy, hp, timings)
+
+
+def _validation_accuracy(
+    run: _Run, val: list[tuple[torch.Tensor, torch.Tensor]], context: int
+) -> torch.Tensor:
+    """Mean validation accuracy of each model of `run` over its own training environments."""
+    acc = torch.zeros(len(run.models), len(val), dtype=torch.float64)
+    for j in torch.unique(run.envs).tolist():
+        x, y = val[j]
+        pred = predict_labels(run.algorithm, x, context=context)
+        acc[:, j] = (pred == y).double().mean(dim=1)
+    return acc.gather(1, run.envs).mean(dim=1)
+
+
+def train_models(
+    scenario: Scenario,
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    hparams: dict | None = None,
+    model: str = "mlp",
+    selection: str = "training_domain",
+    eval_every: int | None = None,
+    holdout_fraction: float = 0.2,
+    batch_size: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrainedUnit:
+    """Train and select a unit's N LOO models and its full model (see `run_unit`), untested."""
+    return _fit(
+        scenario,
+        scenario.given(),
+        algorithm,
+        seed=seed,
+        steps=steps,
+        hparams=hparams,
+        model=model,
+        selection=selection,
+        eval_every=eval_every,
+        holdout_fraction=holdout_fraction,
+        batch_size=batch_size,
+        progress=progress,
+    )
+
+
+def run_unit(
+    scenario: Scenario,
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    hparams: dict | None = None,
+    model: str = "mlp",
+    selection: str = "training_domain",
+    eval_every: int | None = None,
+    holdout_fraction: float = 0.2,
+    batch_size: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+) -> UnitResult:
+    """Train one unit's N + 1 models and test them: LOO model k on e_k, the full model on E_all.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        Its ``given()`` environments are E_given (N >= 2), ``evaluation()`` yields E_all.
+    algorithm : str
+        A registered algorithm name (`oodeval.algorithms.available()`).
+    seed : int
+        Fixes the holdout split, the initialisation, the minibatches and the algorithm's own
+        randomness: the same seed gives identical errors.
+    steps : int
+        Training updates (each update sees `batch_size` rows of every training environment).
+    hparams : dict, optional
+        Overrides of the algorithm's defaults (`oodeval.algorithms.default_hparams`).
+    model : "mlp" or "cnn"
+    selection : "training_domain" or "last"
+    eval_every : int, optional
+        Validation period for model selection (default 100, DomainBed's MNIST checkpoint period).
+    holdout_fraction : float
+        Fraction of each given environment held out for validation (not trained on).
+    batch_size : int
+        Minibatch size per environment; also the prediction chunk of batch-dependent algorithms.
+    progress : callable(step, steps), optional
+
+    Returns
+    -------
+    UnitResult with N rows (fold = environment = e_k) followed by one row per environment of
+    E_all (fold = "all"); errors are fractions in [0, 1] on all of each environment's rows.
+    Raises `TrainingDiverged` when a loss becomes NaN or infinite.
+    """
+    start = time.perf_counter()
+    given = scenario.given()
+    trained = _fit(
+        scenario,
+        given,
+        algorithm,
+        seed=seed,
+        steps=steps,
+        hparams=hparams,
+        model=model,
+        selection=selection,
+        eval_every=eval_every,
+        holdout_fraction=holdout_fraction,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    t0 = time.perf_counter()
+    rows = [
+        ResultRow(env.name, env.name, _error(trained.models[k], env, batch_size), len(env))
+        for k, env in enumerate(given)
+    ]
+    full = trained.models[-1]
+    for env in scenario.evaluation():
+        rows.append(ResultRow(FULL_FOLD, env.name, _error(full, env, batch_size), len(env)))
+    timings = dict(trained.timings)
+    timings["test_eval"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - start
+    return UnitResult(
+        algorithm, int(seed), scenario.name, rows, trained.hparams, int(steps), timings
+    )
