@@ -356,3 +356,26 @@ def test_subprocess_bad_input_exits_2_without_traceback(tmp_path):
         "error: results.csv line 2: error 42 > 1 looks like percentages; pass --percent or "
         "divide by 100"
     )
+
+
+def test_header_counts_a_single_seed_in_the_singular(tmp_path):
+    text = "algorithm,environment,error,split,seed\n" + "".join(
+        f"{a},e{k},0.{k + 1},loo,7\n" for a in ("ERM", "IRM") for k in range(3)
+    )
+    res = run(write(tmp_path, text))
+    assert res.exit_code == 0, res.output
+    assert "2 algorithms, 1 seed, N=3 given environments" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bootstrap", "-1"], "--bootstrap must be 0 (off) or a number of resamples"),
+        (["--bootstrap", "10", "--confidence", "1.5"], "confidence must lie strictly between"),
+    ],
+)
+def test_out_of_range_options_give_one_line(args, message):
+    res = run(EXAMPLE, *args)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]

@@ -121,3 +121,8 @@ def test_subprocess_exit_code_2_and_no_traceback(files, tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "dimension" in proc.stderr
+
+
+def test_ratio_study_on_a_feature_file_says_which_file_it_needs(files):
+    # A feature file has labels but no model outputs: point to `evaluate --predictions`.
+    _fails(["ratio-study", str(files / "test.npz")], "evaluate FEATURES --predictions")

@@ -101,3 +101,18 @@ def test_shift_subprocess_bad_input_has_no_traceback():
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "e=VALUE or env=NAME" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--seeds", "0", "--seeds must be at least 1, got 0"),
+        ("--steps", "0", "--steps must be at least 1, got 0"),
+        ("--batch-size", "-3", "--batch-size must be at least 1, got -3"),
+        ("--max-samples", "1", "--max-samples must be at least 2, got 1"),
+    ],
+)
+def test_out_of_range_options_are_one_error_line(option, value, message):
+    res = runner.invoke(app, ["shift", "--source", "digits", "--target", "digits", option, value])
+    assert res.exit_code == 2
+    assert res.output == f"error: {message}\n"

@@ -119,6 +119,14 @@ def test_cache_key_follows_content_and_parameters(tmp_path, counter):
     assert build(tmp_path, source=changed, pattern="1-1", corruptions=("fog",)).prepare() == 2
 
 
+def test_cache_is_not_reused_across_imagecorruptions_versions(tmp_path, counter, monkeypatch):
+    src = toy_source(n_domains=2, per_domain=4)
+    assert "imagecorruptions" in corrupted_module.corruption_library()
+    assert build(tmp_path, source=src, pattern="1-1", corruptions=("fog",)).prepare() == 2
+    monkeypatch.setattr(corrupted_module, "corruption_library", lambda: "imagecorruptions==99")
+    assert build(tmp_path, source=src, pattern="1-1", corruptions=("fog",)).prepare() == 2
+
+
 def test_corruption_is_deterministic_per_image_and_changes_it():
     rng = np.random.default_rng(5)
     image = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
@@ -129,6 +137,15 @@ def test_corruption_is_deterministic_per_image_and_changes_it():
         assert a.shape == image.shape and a.dtype == np.uint8
         assert np.array_equal(a, b), name
         assert not np.array_equal(a, image), name
+
+
+def test_corrupting_leaves_the_callers_global_numpy_generator_alone():
+    image = np.random.default_rng(6).integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
+    np.random.seed(42)
+    expected = np.random.random(3)
+    np.random.seed(42)
+    corrupt_image(image, "gaussian_noise", 3)
+    assert np.array_equal(np.random.random(3), expected)
 
 
 def test_parallel_build_equals_serial_build(tmp_path):
@@ -149,7 +166,10 @@ def test_clean_environments_are_the_source_images_and_given_ones_are_corrupted(t
     rows = sc.eval_indices[0]
     assert np.allclose(envs["d0"].images, src.images[rows], atol=1e-6)
     assert np.array_equal(envs["d0"].labels, src.labels[rows])
+    # every environment names the source rows its images come from (as the spurious families do)
+    assert all(np.array_equal(envs[f"d0/{c}"].meta["indices"], rows) for c in FEW)
     for env, (_j, _corruption, given_rows) in zip(sc.given(), sc.given_plan, strict=True):
+        assert np.array_equal(env.meta["indices"], given_rows)
         assert env.images.shape == (len(given_rows), 3, 32, 32)
         assert not np.allclose(env.images, src.images[given_rows])
         assert np.array_equal(env.labels, src.labels[given_rows])

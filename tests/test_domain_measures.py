@@ -3,6 +3,8 @@ values, per-algorithm Python loops and the paper's formulas."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import math
 import statistics
 
@@ -221,3 +223,26 @@ def test_per_domain_summary_rejects_mismatched_domains():
         per_domain_summary({"a": 0.5, "b": 0.6}, {"a": 10})
     with pytest.raises(OodevalError, match="empty"):
         per_domain_summary({}, {})
+
+
+def test_zero_algorithms_give_empty_results_not_a_numpy_error():
+    # A leading axis of length 0 (no algorithms yet) is valid input: every measure is empty.
+    empty = np.zeros((0, 4))
+    for name, values in domain_measures(empty).items():
+        assert np.shape(values) == (0,), name
+    assert np.shape(ideal(np.zeros((2, 0, 5)))) == (2, 0)
+
+
+@pytest.mark.parametrize("module", ["oodeval.measures.domain"])
+def test_docstring_examples_run(module):
+    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
+    result = doctest.testmod(
+        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_per_domain_summary_rejects_names_that_collide_as_keys():
+    # 1 and "1" would both become acc_1: one domain would silently overwrite the other.
+    with pytest.raises(OodevalError, match="distinct"):
+        per_domain_summary({1: 0.9, "1": 0.5}, {"1": 3})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -346,7 +348,7 @@ def test_mnist_reader_and_digits_format(tmp_path):
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
         (tmp_path / name).write_bytes((MNIST / name).read_bytes())
     (tmp_path / "SHA256SUMS").write_text("0" * 64 + "  t10k-labels-idx1-ubyte.gz\n")
-    with pytest.raises(OodevalError, match="SHA-256 mismatch"):
+    with pytest.raises(OodevalError, match="checksum mismatch"):
         load_mnist(tmp_path)
 
 
@@ -445,3 +447,51 @@ def test_missing_open_clip_is_one_clear_error():
             load_open_clip()
     else:
         pytest.skip("open_clip is installed")
+
+
+def test_a_non_npz_file_is_refused_without_suggesting_to_unpickle(data, tmp_path):
+    # np.load falls back to pickle for unknown content; its message invites unsafe loading.
+    csv_file = tmp_path / "predictions.csv"
+    csv_file.write_text("label,prob_0\n0,1.0\n")
+    npy_file = tmp_path / "one_array.npz"
+    with open(npy_file, "wb") as fh:
+        np.save(fh, np.zeros(3))  # a single .npy array under an .npz name
+    for reader in (load_features, load_model):
+        for path in (csv_file, npy_file):
+            with pytest.raises(OodevalError, match="not an .npz archive of plain arrays") as info:
+                reader(path)
+            assert "allow_pickle" not in str(info.value) and "pickle.load" not in str(info.value)
+
+
+@pytest.mark.parametrize("batch_size", [0, -4])
+def test_a_non_positive_batch_size_is_one_clear_error(data, batch_size):
+    train, _ = data
+    with pytest.raises(OodevalError, match="batch_size must be a positive integer"):
+        train_gmop(train, GMoPConfig(steps=1, batch_size=batch_size))
+
+
+@pytest.mark.parametrize("module", ["oodeval.openworld.gmop", "oodeval.openworld.features"])
+def test_docstring_examples_run(module):
+    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
+    result = doctest.testmod(
+        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_model_file_with_missing_arrays_is_one_clear_error(tmp_path):
+    from oodeval.openworld.gmop import MODEL_FORMAT
+
+    stub = {"format": np.asarray(MODEL_FORMAT)}
+    np.savez(tmp_path / "stub.npz", **stub)
+    with pytest.raises(OodevalError, match="missing array.*text_features"):
+        load_model(tmp_path / "stub.npz")
+    stub.update(
+        kind=np.asarray("gmop"),
+        text_features=np.eye(4),
+        base_classes=np.array([0, 1]),
+        logit_scale=np.asarray(10.0),
+    )
+    np.savez(tmp_path / "no_params.npz", **stub)
+    with pytest.raises(OodevalError, match="param_r_bias"):
+        load_model(tmp_path / "no_params.npz")

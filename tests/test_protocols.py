@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import doctest
+import importlib
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -297,3 +299,25 @@ def test_cli_splits_bad_input_exits_2_without_traceback(tmp_path):
     assert "(class=dog, domain=dog_u3)" in proc.stderr
     res = runner.invoke(app, ["splits", "classic", str(tmp_path / "nope"), "--out", str(out)])
     assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("option", ["--per-minor", "--per-test"])
+@pytest.mark.parametrize("command", ["flexible-random", "flexible-compositional"])
+def test_cli_splits_zero_per_domain_count_is_one_error_line(tree_root, tmp_path, command, option):
+    out = tmp_path / "x.csv"
+    res = runner.invoke(app, ["splits", command, str(tree_root), "--out", str(out), option, "0"])
+    assert res.exit_code == 2
+    name = option.lstrip("-").replace("-", "_")
+    assert res.output == f"error: {name} must be at least 1, got 0\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "module", ["oodeval.protocols.tree", "oodeval.protocols.evaluate", "oodeval.cli.splits"]
+)
+def test_docstring_examples_run(module):
+    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
+    result = doctest.testmod(
+        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.attempted > 0 and result.failed == 0

@@ -9,6 +9,8 @@ with M_cov 0.02-0.03. Every bound below leaves at least twice the observed seed-
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +239,59 @@ def test_load_spec_reads_frozen_features_from_npz(tmp_path):
     np.savez(tmp_path / "obj.npz", features=np.array([{"a": 1}], dtype=object), labels=[0])
     with pytest.raises(OodevalError, match="cannot read"):
         load_spec(f"npz:{tmp_path / 'obj.npz'}")
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        # other ratio, same held-out digits: the images must still be split between the sides
+        ("sr-cmnist:e=0.1:ratio=3:1", "sr-cmnist:e=0.9:ratio=4:1"),
+        # other eval_fraction, nested held-out pools: only the digits both hold are shared
+        ("sr-cmnist:e=0.1:eval_fraction=0.3", "sr-cmnist:e=0.9:eval_fraction=0.2"),
+    ],
+)
+def test_scenario_specs_are_made_disjoint_by_source_image(source, target):
+    from oodeval.environments import load_source
+
+    digits = load_source("digits").images[:, 0]
+    a, b = load_spec(source), load_spec(target)
+    for side in (a, b):  # rows name the source digit drawn in each (one-channel) image
+        assert np.array_equal(side.images.sum(axis=1), digits[side.rows])
+    s, t = disjoint_pair(a, b, seed=0)
+    assert not np.intersect1d(s.rows, t.rows).size
+    assert len(s) + len(t) == len(np.union1d(a.rows, b.rows))
+
+
+@pytest.mark.parametrize("kind", ["npy", "csv", "object"])
+def test_npz_spec_that_is_not_plain_arrays_is_one_error_without_unpickling_advice(tmp_path, kind):
+    path = tmp_path / "features.npz"
+    if kind == "npy":  # np.load returns a bare array, not an archive
+        with open(path, "wb") as fh:
+            np.save(fh, np.zeros((20, 3)))
+    elif kind == "csv":  # np.load falls back to pickle for unknown content
+        path.write_text("features,labels\n0.1,0\n")
+    else:
+        np.savez(path, features=np.array([{"a": 1}] * 20, dtype=object), labels=np.zeros(20, int))
+    with pytest.raises(OodevalError, match="as an .npz archive of plain arrays") as info:
+        load_spec(f"npz:{path}")
+    assert "pickle" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "oodeval.shift._data",
+        "oodeval.shift.discrepancy",
+        "oodeval.shift.concept",
+        "oodeval.shift.metrics",
+        "oodeval.shift.specs",
+        "oodeval.shift.hypotheses",
+        "oodeval.cli.shift",
+    ],
+)
+def test_docstring_examples_run(module):
+    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
+    result = doctest.testmod(
+        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.attempted > 0 and result.failed == 0

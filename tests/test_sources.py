@@ -194,6 +194,16 @@ def test_domain_folder_tree_gives_domains_and_class_union(tmp_path):
     assert src.labels.tolist() == [0, 1, 1, 2]
 
 
+def test_hidden_files_such_as_macos_companions_are_skipped(tmp_path):
+    # Copies made on macOS leave "._name.jpg" files that are not images; the NICO++ split
+    # listing (oodeval.protocols.scan_tree) skips them too, so both see the same images.
+    for root in (tmp_path / "classes", tmp_path / "domains" / "photo"):
+        save_png(root / "cat" / "x.png", np.zeros((8, 8, 3)))
+        (root / "cat" / "._x.png").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    assert len(load_source(f"classfolder:{tmp_path / 'classes'}", size=8)) == 1
+    assert len(load_source(f"folder:{tmp_path / 'domains'}", size=8)) == 1
+
+
 def test_unreadable_image_names_the_file(tmp_path):
     save_png(tmp_path / "cat" / "ok.png", np.zeros((8, 8, 3)))
     (tmp_path / "cat" / "broken.png").write_bytes(b"\x89PNG not really")

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -54,13 +53,13 @@ class DefaultCommandGroup(TyperGroup):
     default_command = "score"
 
     def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
+        self, ctx: typer.Context, args: list[str]
+    ) -> tuple[str | None, Any, list[str]]:
         if self._routes_to_default(args):
             args = [self.default_command, *args]
         return super().resolve_command(ctx, args)
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         if self._routes_to_default(args):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from oodeval import __version__
@@ -15,6 +17,7 @@ from oodeval.cli import (
     splits,
     variance,
 )
+from oodeval.cli._common import USAGE_ERROR
 
 app = typer.Typer(
     name="oodeval",
@@ -53,9 +56,34 @@ report.register(app)
 # --- end registrations ---
 
 
+def _click_kinds(exc: BaseException) -> set[str]:
+    # typer >= 0.2x vendors its own click, so match click's exception classes by name.
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: usage errors become one `error:` line and exit status 2."""
+    try:
+        code = app(standalone_mode=False, prog_name="oodeval")
+    except Exception as exc:
+        kinds = _click_kinds(exc)
+        if "NoArgsIsHelpError" in kinds:  # the help has been printed already
+            sys.exit(USAGE_ERROR)
+        if "UsageError" in kinds:
+            message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+            message = message.replace("Value error, ", "").rstrip(".")
+            ctx = getattr(exc, "ctx", None)
+            where = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
+            typer.echo(f"error: {message}{where}", err=True)
+            sys.exit(USAGE_ERROR)
+        if "ClickException" in kinds:
+            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)  # type: ignore[attr-defined]
+            sys.exit(getattr(exc, "exit_code", 1))
+        if "Abort" in kinds:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

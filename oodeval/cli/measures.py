@@ -32,8 +32,8 @@ class OutputFormat(str, Enum):
 
 def _header(source: str, tables: ScoreTables) -> str:
     info = tables.info
-    seeds = f", {len(info['seeds'])} seeds" if info["seeds"] else ""
-    n_algs = len(info["algorithms"])
+    n_seeds, n_algs = len(info["seeds"]), len(info["algorithms"])
+    seeds = f", {n_seeds} seed{'s' if n_seeds != 1 else ''}" if n_seeds else ""
     text = (
         f"{source}: {n_algs} algorithm{'s' if n_algs != 1 else ''}{seeds}, "
         f"N={info['n_given']} given environments (loo)"
@@ -123,12 +123,11 @@ def measures_command(
     bootstrap: int = typer.Option(
         0,
         "--bootstrap",
-        min=0,
         help="Add percentile bootstrap intervals to the correlations (resampling algorithms; "
         "this many resamples, e.g. 2000). 0 = off.",
     ),
     confidence: float = typer.Option(
-        0.95, "--confidence", min=0.0, max=1.0, help="Level of the --bootstrap intervals."
+        0.95, "--confidence", help="Level of the --bootstrap intervals, in (0, 1)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the --bootstrap resampling."),
 ) -> None:
@@ -137,6 +136,11 @@ def measures_command(
 
     Values are errors unless the column is called `accuracy`. Output numbers are error fractions.
     """
+    # Range checks here rather than typer's min=/max=, whose usage errors span several lines.
+    if bootstrap < 0:
+        raise OodevalError(f"--bootstrap must be 0 (off) or a number of resamples, got {bootstrap}")
+    if not 0 < confidence < 1:
+        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     names = None
     if measures is not None:
         names = [m.strip() for m in measures.split(",") if m.strip()]

@@ -96,6 +96,13 @@ def ratio_study_command(
     else:
         raise OodevalError("which classes are base? pass --base-classes (e.g. 0-4)")
     outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
+    separate = ("scores", "base_predictions", "new_predictions")
+    if outputs_name is None and not all(k in arrays for k in separate):
+        raise OodevalError(
+            f"{predictions} has labels but no model outputs (probs or logits, or scores, "
+            "base_predictions and new_predictions); for a feature file write predictions first "
+            "with oodeval openworld evaluate FEATURES --predictions FILE"
+        )
     rows = ratio_study(
         arrays.get(outputs_name) if outputs_name else None,
         arrays["labels"],

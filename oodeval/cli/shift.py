@@ -89,15 +89,15 @@ def shift_command(
     images: str = typer.Option(
         "digits", "--images", help="Base image source for scenario SPECs (e.g. mnist:DIR)."
     ),
-    seeds: int = typer.Option(3, "--seeds", min=1, help="Number of seeds (0..N-1)."),
-    steps: int = typer.Option(300, "--steps", min=1, help="Training steps per network."),
+    seeds: int = typer.Option(3, "--seeds", help="Number of seeds (0..N-1)."),
+    steps: int = typer.Option(300, "--steps", help="Training steps per network."),
     hypothesis: Hypothesis = typer.Option(
         Hypothesis.mlp, "--hypothesis", help="Hypothesis class H."
     ),
-    batch_size: int = typer.Option(128, "--batch-size", min=1),
+    batch_size: int = typer.Option(128, "--batch-size"),
     lr: float = typer.Option(1e-3, "--lr", help="Adam learning rate."),
     max_samples: int = typer.Option(
-        4000, "--max-samples", min=2, help="Subsample each set to at most this many images."
+        4000, "--max-samples", help="Subsample each set to at most this many images."
     ),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
     output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
@@ -111,6 +111,15 @@ def shift_command(
     from oodeval.shift.metrics import METRICS, shift_metrics
     from oodeval.shift.specs import disjoint_pair, load_spec
 
+    # Checked here rather than with typer's min=, whose usage errors span several lines.
+    for flag, value, low in (
+        ("--seeds", seeds, 1),
+        ("--steps", steps, 1),
+        ("--batch-size", batch_size, 1),
+        ("--max-samples", max_samples, 2),
+    ):
+        if value < low:
+            raise OodevalError(f"{flag} must be at least {low}, got {value}")
     src = load_spec(source, images=images, max_samples=max_samples)
     tgt = load_spec(target, images=images, max_samples=max_samples)
     src, tgt = disjoint_pair(src, tgt, seed=0)

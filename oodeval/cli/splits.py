@@ -80,8 +80,8 @@ def _finish(rows: list, out: str, header: str) -> None:
 TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
 OUT_OPT = typer.Option(..., "--out", "-o", help="Split CSV to write (path,class,domain,role).")
 SEED_OPT = typer.Option(0, "--seed", help="Seed of every random draw.")
-PER_MINOR_OPT = typer.Option(50, "--per-minor", min=1, help="Images per minor training domain.")
-PER_TEST_OPT = typer.Option(50, "--per-test", min=1, help="Images per test domain.")
+PER_MINOR_OPT = typer.Option(50, "--per-minor", help="Images per minor training domain.")
+PER_TEST_OPT = typer.Option(50, "--per-test", help="Images per test domain.")
 COMMON_OPT = typer.Option(
     None, "--common", help="Comma-separated common domains (default: NICO++'s or all shared)."
 )

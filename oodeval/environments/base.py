@@ -15,7 +15,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Environment:
-    """One environment's data: float32 images (N x C x H x W, values in [0, 1]), int64 labels."""
+    """One environment's data: float32 images (N x C x H x W, values in [0, 1]), int64 labels.
+
+    Every family's `meta` holds ``role`` ("given" or "evaluation") and ``indices`` (int64 (N,),
+    the source row each image was made from, so environments sharing images can be told apart).
+    """
 
     name: str
     images: np.ndarray

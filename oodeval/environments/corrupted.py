@@ -16,12 +16,13 @@ least 32x32 pixels. Every image is corrupted with a seed derived from its own by
 and the severity (numpy's global generator is re-seeded per image and glass_blur / impulse_noise
 also get ``seed=``), so results do not depend on order, blocks or processes. Results are cached on
 disk as one ``.npy`` file per (block of images, corruption, severity), named by a hash of the
-block's pixels and those parameters: a second build reads the files, an interrupted build resumes
-where it stopped.
+block's pixels, those parameters and the imagecorruptions version: a second build reads the files,
+an interrupted build resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -113,14 +114,21 @@ def corrupt_image(image: np.ndarray, corruption: str, severity: int) -> np.ndarr
 
     Calls the corruption function of ``imagecorruptions`` directly and clips to [0, 255] before
     converting to uint8 (its ``corrupt`` wrapper casts without clipping, which could wrap around).
+    numpy's global generator is left as the caller had it.
     """
     from imagecorruptions import corruption_dict
     from PIL import Image
 
     seed = image_seed(image, corruption, severity)
-    np.random.seed(seed)
     kwargs = {"seed": seed} if corruption in SEEDED_BY_ARGUMENT else {}
-    out = corruption_dict[corruption](Image.fromarray(image), severity, **kwargs)
+    # imagecorruptions draws from numpy's global generator: seed it for this image, then give the
+    # caller's generator back its state.
+    caller_state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        out = corruption_dict[corruption](Image.fromarray(image), severity, **kwargs)
+    finally:
+        np.random.set_state(caller_state)
     clipped = np.clip(np.asarray(out, dtype=np.float64), 0.0, 255.0).astype(np.uint8)
     return clipped.reshape(image.shape)
 
@@ -135,6 +143,19 @@ def to_uint8_hwc(images: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(images.transpose(0, 2, 3, 1) * 255.0), 0, 255).astype(np.uint8)
 
 
+@functools.cache
+def corruption_library() -> str:
+    """The installed distribution(s) providing ``imagecorruptions``, with versions.
+
+    Part of every cache key: another version may corrupt differently, and its results must not
+    be mixed with cached ones.
+    """
+    from importlib.metadata import packages_distributions, version
+
+    names = sorted(packages_distributions().get("imagecorruptions", []))
+    return ",".join(f"{name}=={version(name)}" for name in names) or "imagecorruptions==unknown"
+
+
 class CorruptionCache:
     """On-disk store of corrupted blocks: ``<dir>/<sha256 key>.npy`` written atomically."""
 
@@ -143,7 +164,9 @@ class CorruptionCache:
 
     @staticmethod
     def key(block: np.ndarray, corruption: str, severity: int) -> str:
-        digest = hashlib.sha256(f"v{CACHE_VERSION}|{corruption}|{severity}|{block.shape}".encode())
+        """SHA-256 of the block's pixels, the corruption, the severity and the library version."""
+        text = f"v{CACHE_VERSION}|{corruption_library()}|{corruption}|{severity}|{block.shape}"
+        digest = hashlib.sha256(text.encode())
         digest.update(np.ascontiguousarray(block).tobytes())
         return digest.hexdigest()
 
@@ -366,7 +389,12 @@ class CorruptedScenario(Scenario):
         out = []
         for (j, corruption, rows), name in zip(self.given_plan, self.given_names, strict=True):
             images = self._corrupted(j, corruption, rows)
-            meta = {"domain": self.domains[j], "corruption": corruption, "role": "given"}
+            meta = {
+                "domain": self.domains[j],
+                "corruption": corruption,
+                "role": "given",
+                "indices": rows,
+            }
             out.append(Environment(name, images, self.source.labels[rows], meta))
         return out
 
@@ -377,7 +405,12 @@ class CorruptedScenario(Scenario):
             labels = self.source.labels[rows]
             for corruption in (None, *self.corruptions):
                 name = domain if corruption is None else f"{domain}/{corruption}"
-                meta = {"domain": domain, "corruption": corruption, "role": "evaluation"}
+                meta = {
+                    "domain": domain,
+                    "corruption": corruption,
+                    "role": "evaluation",
+                    "indices": rows.copy(),
+                }
                 yield Environment(name, self._corrupted(j, corruption, rows), labels, meta)
 
 

@@ -215,7 +215,12 @@ def _subfolders(root: Path, what: str, *, required: bool = True) -> list[Path]:
 
 
 def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    # Hidden files are skipped: macOS copies leave unreadable "._name.jpg" companions.
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+    )
 
 
 def _read_images(paths: list[Path], size: int) -> np.ndarray:

@@ -65,8 +65,9 @@ def _as_errors(errors: Any, *, accuracy: bool, percent: bool, name: str = "error
     lo = arr.min(axis=-1)
     if not (np.isfinite(hi).all() and np.isfinite(lo).all()):
         as_float_array(arr, name)  # raises the shared NaN/inf message with the count
-    # range checks and their messages on the two extreme values only
-    to_errors(np.array([lo.min(), hi.max()]), accuracy=accuracy, percent=percent, name=name)
+    # range checks and their messages on the two extreme values only (none with 0 algorithms)
+    if hi.size:
+        to_errors(np.array([lo.min(), hi.max()]), accuracy=accuracy, percent=percent, name=name)
     if percent:
         arr, hi, lo = arr / 100.0, hi / 100.0, lo / 100.0
     if accuracy:
@@ -438,6 +439,10 @@ def per_domain_summary(
     if not accuracies:
         raise OodevalError("accuracies is empty; give at least one domain's accuracy")
     names = [str(k) for k in accuracies]
+    if len(set(names)) != len(names):
+        raise OodevalError(
+            f"domain names must be distinct as text (they become acc_<name> keys), got {names}"
+        )
     if set(map(str, counts)) != set(names):
         missing = sorted(set(names) - set(map(str, counts)))
         extra = sorted(set(map(str, counts)) - set(names))

@@ -246,6 +246,8 @@ def bootstrap_correlation_ci(
         raise OodevalError(f"n_resamples must be a positive integer, got {n_resamples!r}")
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise OodevalError(f"seed must be an integer (same seed -> same interval), got {seed!r}")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, m.size, size=(int(n_resamples), m.size))
     x, y = m[idx], i[idx]

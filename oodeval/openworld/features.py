@@ -24,9 +24,6 @@ Feature file (``.npz``) arrays
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import struct
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,15 +162,31 @@ def save_features(path: str | Path, fs: FeatureSet) -> None:
     )
 
 
-def load_features(path: str | Path) -> FeatureSet:
-    """Read a feature ``.npz`` (never unpickles: ``allow_pickle=False``) and validate it."""
+def read_npz_arrays(path: str | Path, what: str) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` file `path`, read with ``allow_pickle=False``.
+
+    Anything else (a CSV, a pickle, a truncated archive, object arrays) is one OodevalError that
+    names `what` was expected; a missing file stays FileNotFoundError.
+    """
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):  # a single .npy array
+            raise ValueError(path)
+        with data:
+            return {k: data[k] for k in data.files}
     except FileNotFoundError:
         raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise OodevalError(f"{path}: not a readable .npz feature file ({exc})") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        # np.load's own message for non-zip content suggests unpickling; never repeat that.
+        raise OodevalError(
+            f"{path}: not an .npz archive of plain arrays, so not a readable {what}; write it "
+            "with np.savez (object arrays and pickles are never loaded)"
+        ) from None
+
+
+def load_features(path: str | Path) -> FeatureSet:
+    """Read a feature ``.npz`` (never unpickles: ``allow_pickle=False``) and validate it."""
+    arrays = read_npz_arrays(path, "feature file")
     missing = [k for k in ("features", "labels", "text_features") if k not in arrays]
     if missing:
         raise OodevalError(
@@ -240,45 +253,16 @@ def synthetic_features(
 # --- real images --------------------------------------------------------------------------------
 
 
-def _read_idx(path: Path) -> np.ndarray:
-    with gzip.open(path, "rb") as fh:
-        raw = fh.read()
-    if len(raw) < 4:
-        raise OodevalError(f"{path}: too short to be an IDX file")
-    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
-    if zero != 0 or dtype_code != 0x08:
-        raise OodevalError(f"{path}: not an unsigned-byte IDX file")
-    shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(shape)):
-        raise OodevalError(f"{path}: header says shape {shape} but holds {data.size} values")
-    return data.reshape(shape)
-
-
 def load_mnist(directory: str | Path, *, split: str = "t10k") -> tuple[np.ndarray, np.ndarray]:
-    """MNIST images as float32 (N, 784) in [0, 1] and int64 labels, from IDX ``.gz`` files.
+    """MNIST images as float32 (N, 784) in [0, 1] and int64 labels, from IDX files.
 
-    Checks the files against a ``SHA256SUMS`` file in `directory` when there is one.
+    Read by `oodeval.environments.mnist.load_mnist` (plain or ``.gz`` files, checked against a
+    ``SHA256SUMS`` file in `directory` when there is one), flattened to rows.
     """
-    root = Path(directory)
-    names = (f"{split}-images-idx3-ubyte.gz", f"{split}-labels-idx1-ubyte.gz")
-    sums = root / "SHA256SUMS"
-    expected: dict[str, str] = {}
-    if sums.is_file():
-        for line in sums.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                expected[parts[1].lstrip("*")] = parts[0]
-    for name in names:
-        if not (root / name).is_file():
-            raise OodevalError(f"{root / name} not found; point to a folder with MNIST IDX files")
-        if name in expected:
-            digest = hashlib.sha256((root / name).read_bytes()).hexdigest()
-            if digest != expected[name]:
-                raise OodevalError(f"{root / name}: SHA-256 mismatch; the file is corrupt")
-    images = _read_idx(root / names[0]).reshape(-1, 28 * 28).astype(np.float32) / 255.0
-    labels = _read_idx(root / names[1]).astype(np.int64)
-    return images, labels
+    from oodeval.environments.mnist import load_mnist as load_mnist_source
+
+    source = load_mnist_source(directory, split=split)
+    return source.images.reshape(len(source), -1), source.labels
 
 
 def mnist_in_digits_format(images: np.ndarray) -> np.ndarray:
@@ -310,10 +294,10 @@ def mnist_in_digits_format(images: np.ndarray) -> np.ndarray:
 def load_digit_images(source: str) -> tuple[np.ndarray, np.ndarray]:
     """``"digits"`` (scikit-learn's 8x8 digits) or ``"mnist:DIR"`` -> (flat images, labels)."""
     if source == "digits":
-        from sklearn.datasets import load_digits
+        from oodeval.environments.sources import load_digits
 
-        d = load_digits()
-        return (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
+        digits = load_digits()
+        return digits.images.reshape(len(digits), -1), digits.labels
     if source.startswith("mnist:"):
         return load_mnist(source.split(":", 1)[1])
     raise OodevalError(f"unknown image source {source!r}; use 'digits' or 'mnist:DIR'")

@@ -20,6 +20,10 @@ the sigmoid gates of the paragraph "Gated Mixture-of-Prompts"), for one batch::
 
 ``p_g`` is g's softmax over the pseudo-base classes of partition k and ``p_h`` the zero-shot
 softmax over its pseudo-new classes (the base and new classifiers of the simulated open world).
+The paper writes the gate as the sigmoid of the ground-truth *logit* ``s^y`` of g / h; here (as
+specified for oodeval) it is the sigmoid of the ground-truth *probability*, so every gate lies in
+[0.5, 0.731]: a soft re-weighting of pairs rather than a near-binary selection of correctly
+classified samples (with CLIP-scale logits the paper's gate saturates near 1 instead).
 Because ``h`` has no parameters, gradient reaches ``g`` only through the base gate. The double sum
 is computed in O(n) by expanding the square (see `gated_auc_loss`); `gated_auc_loss_pairwise` is
 the n_b x n_n reference. The alpha term is the detectors' cross-entropy on pseudo-base labels.
@@ -44,7 +48,6 @@ torch is imported by this module; it belongs to the training parts of ``oodeval.
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -57,7 +60,7 @@ import torch.nn.functional as F
 
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
-from oodeval.openworld.features import FeatureSet
+from oodeval.openworld.features import FeatureSet, read_npz_arrays
 
 MODEL_FORMAT = "oodeval-gmop-1"
 
@@ -436,6 +439,11 @@ def _check_config(config: GMoPConfig) -> None:
         raise OodevalError("need steps >= 0, lr > 0 and weight_decay >= 0")
     if config.auc_weight < 0 or config.detector_weight < 0:
         raise OodevalError("auc_weight (lambda) and detector_weight (alpha) must be >= 0")
+    if config.batch_size is not None and config.batch_size < 1:
+        raise OodevalError(
+            f"batch_size must be a positive integer, got {config.batch_size}; "
+            "omit it for full batch"
+        )
 
 
 def _logit_scale(train: FeatureSet, config: GMoPConfig) -> float:
@@ -536,19 +544,22 @@ def _config_json(config: GMoPConfig) -> str:
 
 def load_model(path: str | Path) -> GMoP | SingleContext:
     """Read a model written by `save_model` (``allow_pickle=False``; arrays checked by shape)."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise OodevalError(f"{path}: not a readable .npz model file ({exc})") from None
+    arrays = read_npz_arrays(path, "GMoP model file")
     if str(arrays.get("format", "")) != MODEL_FORMAT:
         raise OodevalError(f"{path}: not an oodeval GMoP model (train one with train-gmop)")
+    kind = str(arrays.get("kind", ""))
+    needed = ["kind", "text_features", "base_classes", "logit_scale"]
+    needed += ["param_r_bias"] if kind == "gmop" else []
+    missing = [k for k in needed if k not in arrays]
+    if missing or (kind == "gmop" and arrays["param_r_bias"].ndim != 2):
+        raise OodevalError(
+            f"{path}: damaged GMoP model file (missing array(s) {', '.join(missing) or 'none'}, "
+            "or param_r_bias is not K x d); train it again with train-gmop"
+        )
     text = arrays["text_features"]
     base = [int(c) for c in arrays["base_classes"]]
     scale = float(arrays["logit_scale"])
-    if str(arrays["kind"]) == "gmop":
+    if kind == "gmop":
         k = int(arrays["param_r_bias"].shape[0])
         model: GMoP | SingleContext = GMoP(text, base, n_partitions=k, logit_scale=scale)
     else:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval.environments.sources import IMAGE_SUFFIXES
 from oodeval.errors import OodevalError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 ROLES: tuple[str, ...] = ("train", "val", "test")
 CSV_COLUMNS: tuple[str, ...] = ("path", "class", "domain", "role")
 

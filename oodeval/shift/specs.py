@@ -15,13 +15,15 @@ A SPEC is ``KIND[:LOCATION][:key=value]...``:
 ``size=N`` resizes images to N x N (sources) or is passed to the family; ``seed=N`` seeds the
 scenario and the ``max_samples`` subsample. A value may contain
 colons (``ratio=3:1``, ``images=mnist:/data/mnist``): a piece without ``=`` continues the previous
-value. When source and target draw on the same images (the same environment twice, or two
-environments of one scenario re-rendered from the same held-out digits), every shared image is
-assigned to exactly one side by a seeded coin, so the two sets never hold the same image.
+value. When source and target draw on the same images of one source (the same environment twice,
+or environments of scenarios over that source re-rendered from the same held-out digits, whatever
+their family parameters), every shared image is assigned to exactly one side by a seeded coin, so
+the two sets never hold the same image.
 """
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,17 +184,24 @@ def _load_npz_spec(spec: Spec) -> ShiftSet:
     if not path.is_file():
         raise OodevalError(f"features file not found: {path}; check the path in {spec.text!r}")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if "features" not in data or "labels" not in data:
-                raise OodevalError(
-                    f"{path} must hold arrays 'features' (n, d) and 'labels' (n,), "
-                    f"found {', '.join(data.files) or 'none'}"
-                )
-            features, labels = data["features"], data["labels"]
-    except (ValueError, OSError) as exc:
-        if isinstance(exc, OodevalError):
-            raise
-        raise OodevalError(f"cannot read {path} as a .npz of plain arrays: {exc}") from None
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array, not an .npz archive")
+        with data:
+            found = list(data.files)
+            arrays = {k: data[k] for k in ("features", "labels") if k in found}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        # np.load's own message for non-zip content invites unpickling: never repeat it.
+        raise OodevalError(
+            f"cannot read {path} as an .npz archive of plain arrays; write it with "
+            "np.savez(path, features=..., labels=...) (object arrays are never loaded)"
+        ) from None
+    if len(arrays) != 2:
+        raise OodevalError(
+            f"{path} must hold arrays 'features' (n, d) and 'labels' (n,), "
+            f"found {', '.join(found) or 'none'}"
+        )
+    features, labels = arrays["features"], arrays["labels"]
     if features.ndim < 2 or labels.ndim != 1 or len(features) != len(labels):
         raise OodevalError(
             f"{path}: features must be (n, d) and labels (n,), got {features.shape} and "
@@ -243,19 +252,14 @@ def _load_source_spec(spec: Spec) -> ShiftSet:
         src.images[rows],
         src.labels[rows],
         src.num_classes,
-        f"{base}:size={size}",
+        src.name,
         rows,
     )
 
 
 def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
-    try:
-        from oodeval.environments import FAMILIES, build_scenario
-    except ImportError:  # pragma: no cover - depends on the environments package in the install
-        raise OodevalError(
-            f"SPEC {spec.text!r} names a scenario family but oodeval.environments has no "
-            "build_scenario; use an image source (mnist:DIR, folder:DIR:domain=NAME)"
-        ) from None
+    from oodeval.environments import FAMILIES, build_scenario
+
     if spec.kind not in FAMILIES:
         raise OodevalError(
             f"unknown SPEC kind {spec.kind!r}; use an image source ({', '.join(SOURCE_KINDS)}) "
@@ -275,24 +279,24 @@ def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
     scenario = build_scenario(spec.kind, source=source, seed=seed, **family_params)
     key = selectors[0]
     wanted = spec.params[key]
-    for pool_kind, names, envs in (
-        ("eval", list(scenario.all_names), scenario.evaluation),
-        ("given", list(scenario.given_names), scenario.given),
+    for names, envs in (
+        (list(scenario.all_names), scenario.evaluation),
+        (list(scenario.given_names), scenario.given),
     ):
         hit = _matching_name(names, key, wanted)
         if hit is None:
             continue
         env = next(e for e in envs() if e.name == hit)
-        pool = f"{scenario.name}:seed={seed}:{pool_kind}"
-        if pool_kind == "given":
-            pool += f":{hit}"
+        # Rows are indices of the base images in the source, so environments of scenarios built
+        # with other parameters (ratio, eval_fraction, ...) are made disjoint by the images they
+        # really share, not by row numbers.
         return ShiftSet(
             f"{scenario.name}:{hit}",
             np.asarray(env.images, dtype=np.float32),
             np.asarray(env.labels, dtype=np.int64),
             int(scenario.num_classes),
-            pool,
-            np.arange(len(env), dtype=np.int64),
+            str(scenario.params.get("source", source)),
+            np.asarray(env.meta["indices"], dtype=np.int64),
         )
     shown = ", ".join(list(scenario.all_names)[:5])
     raise OodevalError(
