@@ -278,7 +278,7 @@ def _bad_files(tmp: Path) -> dict[str, tuple[list[str], str]]:
     np.savez(tmp / "fb.npz", probs=np.eye(3), labels=np.arange(3), base_classes=np.array([0.5]))
     cases["non-integer stored base classes"] = ([str(tmp / "fb.npz")], "integer class ids")
     np.savez(tmp / "obj.npz", labels=np.array([{"a": 1}, 2], dtype=object))
-    cases["npz object array"] = ([str(tmp / "obj.npz"), "--base-classes", "0"], "unpickling")
+    cases["npz object array"] = ([str(tmp / "obj.npz"), "--base-classes", "0"], "object dtype")
     (tmp / "corrupt.npz").write_bytes(b"PK\x03\x04 not really a zip")
     cases["corrupt npz"] = ([str(tmp / "corrupt.npz")], "not a readable .npz")
     np.savez(tmp / "other.npz", x=np.zeros(3))

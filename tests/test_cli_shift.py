@@ -56,9 +56,46 @@ def test_same_spec_twice_is_an_iid_split_and_single_seed_has_no_std(tmp_path):
     assert payload["summary"]["m_cov"]["std"] is None
 
 
-def test_explanation_reads_the_sign():
-    assert "> 0" in explanation(0.2) and "forces target error" in explanation(0.2)
-    assert "<= 0" in explanation(-0.1) and "no target error" in explanation(-0.1)
+def test_explanation_reads_the_sign_without_claiming_the_bound_as_fact():
+    # M_cov is a supremum estimated by training, hence from below: a positive estimate of
+    # M_cpt^max - M_cov does not prove Theorem 3.3's bound, and the line must say so.
+    positive, negative = explanation(0.2), explanation(-0.1)
+    assert positive.startswith("M_cpt^max - M_cov = 0.200 > 0 suggests")
+    assert "not proof" in positive and "estimated from below" in positive
+    assert "forces" not in positive
+    assert negative.startswith("M_cpt^max - M_cov = -0.100 <= 0 suggests")
+    assert "from below" in negative
+    assert "\n" not in positive and "\n" not in negative
+
+
+def test_fit_errors_are_printed_next_to_m_cpt():
+    args = ["shift", "--source", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    names = [ln.split()[0] for ln in res.stdout.splitlines() if ln[:1].isalpha()]
+    i = names.index("m_cpt_max")
+    assert names[i + 1 : i + 3] == ["source_fit_error", "target_fit_error"]
+    assert "i.i.d. noise floor" in res.stdout
+    payload = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
+    for key in ("source_fit_error", "target_fit_error"):
+        per_seed = [row[key] for row in payload["per_seed"]]
+        assert payload["summary"][key]["mean"] == pytest.approx(sum(per_seed) / len(per_seed))
+
+
+def test_given_role_in_a_spec_reaches_the_cli(tmp_path):
+    out = tmp_path / "r.json"
+    args = ["shift", "--source", "sr-cmnist:e=0.1:role=given", "--target", "sr-cmnist:e=0.1"]
+    res = runner.invoke(app, [*args, *FAST, "--format", "json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(out.read_text())
+    assert payload["n_source"] == payload["n_target"] == 359  # distinct digits, no split
+
+
+def test_bad_output_path_fails_before_training(tmp_path):
+    bad = str(tmp_path / "missing" / "r.json")
+    res = runner.invoke(app, ["shift", "--source", "digits", "--target", "digits", "-o", bad])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: --output") and res.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(

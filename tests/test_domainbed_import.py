@@ -451,3 +451,42 @@ def test_real_process_exits_2_without_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "no DomainBed runs" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["missing_folder", "a_folder"])
+def test_bad_output_path_is_one_stderr_line(sweep_dir: Path, tmp_path: Path, where: str) -> None:
+    # csv of all three selections warns about the mix; a bad --output must still be one line
+    out = tmp_path / "nope" / "r.csv" if where == "missing_folder" else tmp_path
+    proc = subprocess.run(
+        [sys.executable, "-m", "oodeval.cli.main", "import", "domainbed", str(sweep_dir)]
+        + ["-f", "csv", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error: --output")
+
+
+def test_warnings_come_only_with_a_report(sweep_copy: Path) -> None:
+    # a skipped broken line is a warning when the report is printed, but a failing run shows
+    # only its error line
+    runs = sorted(p for p in sweep_copy.iterdir() if p.is_dir())
+    run = next(
+        p
+        for p in runs
+        if len(json.loads((p / "results.jsonl").read_text().splitlines()[0])["args"]["test_envs"])
+        == 1
+    )
+    with open(run / "results.jsonl", "a") as fh:
+        fh.write('{"truncated": \n')
+    ok = runner.invoke(app, ["import", "domainbed", str(sweep_copy), "-s", "training_domain"])
+    assert ok.exit_code == 0 and "not valid JSON" in ok.stderr
+    for other in runs:
+        args = json.loads((other / "results.jsonl").read_text().splitlines()[0])["args"]
+        if len(args["test_envs"]) == 2:
+            shutil.rmtree(other)
+    bad = runner.invoke(app, ["import", "domainbed", str(sweep_copy), "-s", "lodo"])
+    assert bad.exit_code == 2
+    assert len(bad.stderr.splitlines()) == 1 and bad.stderr.startswith("error: ")
+    assert "leave-one-domain-out cross-validation has no data" in bad.stderr

@@ -90,6 +90,42 @@ def test_permuted_target_labels_raise_concept_shift(digits14):
     assert res.mean("cpt_minus_cov") > 0.8
 
 
+def test_corrupting_the_target_raises_covariate_shift_not_concept_shift():
+    # Real MNIST digits, the target pixelated at severity 5 (imagecorruptions' deterministic
+    # pixelate: 32x32 -> 8x8 -> 32x32), both sides then pooled to 14x14. Measured (seeds 0, 1):
+    # M_cov 0.968-0.984 (i.i.d.: 0.03-0.06); M_cpt^max 0.208-0.228, below the sum of the two
+    # held-out fit errors (0.324-0.334), i.e. at the i.i.d. noise floor: the digits keep their
+    # labels. (Heavy gaussian noise instead drives M_cpt^max to ~0.5: f_tr, fitted on clean
+    # digits, fails on noisy ones it never saw, although M_cpt^min stays at the floor.)
+    if not (MNIST / "t10k-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"real MNIST not found at {MNIST} (expected ../shared beside the checkout)")
+    from oodeval.environments import load_source
+    from oodeval.environments.corrupted import corrupt_image
+
+    src = load_source(f"mnist:{MNIST}")
+    n = 1000
+
+    def pooled(images: np.ndarray, corruption: str | None) -> np.ndarray:
+        out = np.empty((len(images), 1, 14, 14), dtype=np.float32)
+        for i, image in enumerate(images):
+            rgb = np.zeros((32, 32, 3), dtype=np.uint8)  # corrupt_image needs >= 32x32 RGB
+            rgb[2:30, 2:30] = np.rint(image * 255)[..., None]
+            if corruption is not None:
+                rgb = corrupt_image(rgb, corruption, 5)
+            gray = rgb[2:30, 2:30].mean(axis=2) / 255.0
+            out[i, 0] = gray.reshape(14, 2, 14, 2).mean(axis=(1, 3))
+        return out
+
+    xs = pooled(src.images[:n, 0], None)
+    xt = pooled(src.images[n : 2 * n, 0], "pixelate")
+    res = shift_metrics(xs, src.labels[:n], xt, src.labels[n : 2 * n], **FAST)
+    assert res.mean("m_cov") > 0.85
+    floor = res.values("source_fit_error") + res.values("target_fit_error")
+    assert np.all(res.values("m_cpt_max") <= floor + 0.03)
+    assert res.mean("m_cpt_max") < 0.3
+    assert res.mean("cpt_minus_cov") < -0.5
+
+
 def test_cnn_hypothesis_measures_the_recolored_shift(digits14):
     xs, ys, xt, yt = two_sets(digits14, 0.1, 0.9)
     est = covariate_shift(xs[:800], xt[:800], num_classes=10, hypothesis="cnn", steps=120, seed=0)
@@ -195,6 +231,27 @@ def test_load_spec_picks_the_named_sr_cmnist_environment():
     with pytest.raises(OodevalError, match="unknown SPEC kind"):
         load_spec("nosuch:e=0.1")
     assert len(load_spec("digits", max_samples=100)) == 100
+
+
+def test_role_picks_a_given_environment_whose_name_is_also_in_e_all():
+    from oodeval.environments import build_scenario
+
+    scenario = build_scenario("sr-cmnist", source="digits", seed=0)
+    given = next(e for e in scenario.given() if e.name == "e=0.10")
+    evaluation = next(e for e in scenario.evaluation() if e.name == "e=0.10")
+    picked = load_spec("sr-cmnist:e=0.1:role=given")
+    assert np.array_equal(picked.images, given.images)
+    assert np.array_equal(picked.rows, given.meta["indices"])
+    assert picked.name.endswith("e=0.10:role=given")
+    for text in ("sr-cmnist:e=0.1", "sr-cmnist:e=0.1:role=eval"):  # default: E_all first
+        assert np.array_equal(load_spec(text).images, evaluation.images)
+    # given and evaluation images are distinct digits: no split needed between them
+    s, t = disjoint_pair(picked, load_spec("sr-cmnist:e=0.1"))
+    assert (len(s), len(t)) == (len(picked), len(evaluation.labels))
+    with pytest.raises(OodevalError, match="no environment e=0.5 in the given environments"):
+        load_spec("sr-cmnist:e=0.5:role=given")
+    with pytest.raises(OodevalError, match="role=train is unknown; use role=eval"):
+        load_spec("sr-cmnist:e=0.1:role=train")
 
 
 def test_load_spec_selects_folder_domains(tmp_path):

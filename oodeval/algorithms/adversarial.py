@@ -10,14 +10,11 @@ are masked out), so it is the same classifier DANN would build for those environ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from oodeval.algorithms.base import adam, masked_mean, per_env_cross_entropy
+from oodeval.algorithms.base import adam, masked_mean
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, choice, log_uniform, log_uniform_int
 from oodeval.algorithms.networks import EnsembleMLP
@@ -40,16 +37,7 @@ class _Adversarial(ERM):
     }
     conditional = False
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        env_mask: torch.Tensor,
-        hparams: Mapping[str, Any],
-        *,
-        model: str = "mlp",
-    ) -> None:
-        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
+    def build_extra_parts(self) -> None:
         d = self.featurizer.n_outputs
         self.discriminator = EnsembleMLP(
             self.num_models,
@@ -59,16 +47,22 @@ class _Adversarial(ERM):
             depth=int(self.hparams["mlp_depth"]),
             dropout=float(self.hparams["mlp_dropout"]),
         )
-        self.class_embeddings = nn.Parameter(torch.randn(self.num_models, num_classes, d))
-        betas = (float(self.hparams["beta1"]), 0.9)
+        self.class_embeddings = nn.Parameter(torch.randn(self.num_models, self.num_classes, d))
         self.disc_optimizer = adam(
             list(self.discriminator.parameters()) + [self.class_embeddings],
             self.hparams,
             lr_key="lr_d",
             wd_key="weight_decay_d",
-            betas=betas,
+            betas=self.adam_betas(),
         )
-        self.optimizer = adam(self.network.parameters(), self.hparams, betas=betas)
+
+    def adam_betas(self) -> tuple[float, float]:
+        """Adam's (beta1, beta2) for both optimizers: (`beta1`, 0.9) as in DomainBed."""
+        return (float(self.hparams["beta1"]), 0.9)
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the featurizer and classifier (the generator side)."""
+        return adam(self.network.parameters(), self.hparams, betas=self.adam_betas())
 
     def discriminator_loss(self, feats: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-model discriminator cross-entropy over each model's own environments: (M,).
@@ -117,7 +111,7 @@ class _Adversarial(ERM):
             self.disc_optimizer.step()
             self.update_count += 1
             return {"loss": disc_loss.detach(), "disc_loss": disc_loss.detach()}
-        nll = masked_mean(per_env_cross_entropy(logits, y), self.env_mask)
+        nll = self.erm_loss(logits, y)
         gen_loss = nll - float(self.hparams["lambda"]) * disc_loss
         self.step(gen_loss)
         return {"loss": gen_loss.detach(), "nll": nll.detach(), "disc_loss": disc_loss.detach()}

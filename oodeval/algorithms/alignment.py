@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from oodeval.algorithms.base import env_pairs, masked_mean, mean_over_pairs, per_env_cross_entropy
+from oodeval.algorithms.base import env_pairs, mean_over_pairs
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, log_uniform
 from oodeval.algorithms.registry import register_algorithm
@@ -63,7 +63,7 @@ class _Alignment(ERM):
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         feats, logits = self.logits_per_env(x)
-        nll = masked_mean(per_env_cross_entropy(logits, y), self.env_mask)
+        nll = self.erm_loss(logits, y)
         penalty = self.distances(feats)
         loss = nll + float(self.hparams["mmd_gamma"]) * penalty
         self.step(loss)

@@ -10,14 +10,11 @@ shared across environments of a leave-one-out fold.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from oodeval.algorithms.base import adam, masked_mean, per_env_cross_entropy
+from oodeval.algorithms.base import adam
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, fixed
 from oodeval.algorithms.networks import (
@@ -64,31 +61,19 @@ class ARM(ERM):
     }
     batch_dependent = True
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        env_mask: torch.Tensor,
-        hparams: Mapping[str, Any],
-        *,
-        model: str = "mlp",
-    ) -> None:
-        if len(input_shape) != 3:
-            raise OodevalError(f"ARM needs (C, H, W) image inputs, got shape {tuple(input_shape)}")
-        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
-        channels = int(self.hparams["arm_context_channels"])
-        self.context_net = ContextNet(self.num_models, self.input_shape[0], channels)
-        self.optimizer = self.build_optimizer()
-
     def featurizer_input_shape(self) -> tuple[int, ...]:
+        if len(self.input_shape) != 3:
+            raise OodevalError(f"ARM needs (C, H, W) image inputs, got shape {self.input_shape}")
         c, h, w = self.input_shape
         return (c + 1, h, w)
 
+    def build_extra_parts(self) -> None:
+        channels = int(self.hparams["arm_context_channels"])
+        self.context_net = ContextNet(self.num_models, self.input_shape[0], channels)
+
     def build_optimizer(self) -> torch.optim.Optimizer:
-        params = list(self.network.parameters())
-        if hasattr(self, "context_net"):  # ERM.__init__ builds a first optimizer before it exists
-            params += list(self.context_net.parameters())
-        return adam(params, self.hparams)
+        """Adam over the network and the context network."""
+        return adam([*self.network.parameters(), *self.context_net.parameters()], self.hparams)
 
     def with_context(self, x: torch.Tensor) -> torch.Tensor:
         """Image groups ([M,] G, n, C, H, W) plus their group-mean context map.
@@ -105,9 +90,7 @@ class ARM(ERM):
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         e, b = y.shape[-2:]
         logits = self.classifier(self.featurizer(self.with_context(x)))
-        loss = masked_mean(
-            per_env_cross_entropy(logits.view(self.num_models, e, b, -1), y), self.env_mask
-        )
+        loss = self.erm_loss(logits.view(self.num_models, e, b, -1), y)
         self.step(loss)
         return {"loss": loss.detach()}
 

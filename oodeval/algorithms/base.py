@@ -9,9 +9,11 @@ leave-one-out models per-model minibatches of their own N - 1 environments (mask
 shared minibatches and a mask, every algorithm uses only the environments its mask allows, for
 losses *and* for anything shared across samples (pairs, statistics, percentiles, embeddings).
 
-Writing your own algorithm: subclass `Algorithm` (or `ERM`), declare ``HPARAMS``, implement
-``update(x, y) -> dict`` returning per-model losses of shape (M,) with at least a ``"loss"`` key,
-and ``predict(x) -> logits (M, n, num_classes)``; decorate it with `register_algorithm`. Every
+Writing your own algorithm: subclass `Algorithm` (or `ERM`, whose `build_extra_parts` and
+`build_optimizer` hooks add modules without a constructor of your own), declare ``HPARAMS``,
+implement ``update(x, y) -> dict`` returning per-model losses of shape (M,) with at least a
+``"loss"`` key, and ``predict(x) -> logits (M, n, num_classes)``; decorate it with
+`register_algorithm`. Every
 parameter and buffer must have the model axis first, and the constructor keeps the signature
 ``(input_shape, num_classes, env_mask, hparams, *, model)`` (that is how the trainer copies out
 one model). If your update cannot handle several models or masks, set ``supports_ensemble = False``:
@@ -87,6 +89,14 @@ class Algorithm(nn.Module):
     def labels_per_model(self, y: torch.Tensor) -> torch.Tensor:
         """Labels (E, B) shared or (M, E, B) per model -> (M, E, B)."""
         return y.expand(self.num_models, *y.shape) if y.dim() == 2 else y
+
+    def erm_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Return each model's mean cross-entropy over its own training environments: (M,).
+
+        ``L_m = (1 / |E_m|) sum_{e in E_m} CE_e`` with E_m the environments of ``env_mask[m]``;
+        logits (M, E, B, C), y (E, B) shared or (M, E, B) per model.
+        """
+        return masked_mean(per_env_cross_entropy(logits, y), self.env_mask)
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """One training step on per-environment minibatches.

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from oodeval.algorithms.base import Algorithm, adam, masked_mean, per_env_cross_entropy
+from oodeval.algorithms.base import Algorithm, adam
 from oodeval.algorithms.networks import EnsembleLinear, build_featurizer
 from oodeval.algorithms.registry import register_algorithm
 
@@ -36,7 +36,15 @@ class ERM(Algorithm):
             self.num_models, self.classifier_inputs(self.featurizer.n_outputs), self.num_classes
         )
         self.network = nn.Sequential(self.featurizer, self.classifier)
+        self.build_extra_parts()
         self.optimizer = self.build_optimizer()
+
+    def build_extra_parts(self) -> None:
+        """Create what a subclass adds to ERM (modules, buffers, extra optimizers); none for ERM.
+
+        Called once by the constructor after the network and before `build_optimizer`, so a
+        subclass needs no constructor of its own and its optimizer can include the new modules.
+        """
 
     def featurizer_input_shape(self) -> tuple[int, ...]:
         """Shape of one featurizer input (ARM adds a context channel)."""
@@ -70,7 +78,7 @@ class ERM(Algorithm):
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         _, logits = self.logits_per_env(x)
-        loss = masked_mean(per_env_cross_entropy(logits, y), self.env_mask)
+        loss = self.erm_loss(logits, y)
         self.step(loss)
         return {"loss": loss.detach()}
 

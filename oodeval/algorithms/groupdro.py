@@ -7,9 +7,6 @@ the weights therefore move toward the environment with the largest risk.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
 from oodeval.algorithms.base import per_env_cross_entropy
@@ -24,16 +21,7 @@ class GroupDRO(ERM):
 
     HPARAMS = {"groupdro_eta": HParam(1e-2, log_uniform(-3, -1), "step size of the q update")}
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        env_mask: torch.Tensor,
-        hparams: Mapping[str, Any],
-        *,
-        model: str = "mlp",
-    ) -> None:
-        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
+    def build_extra_parts(self) -> None:
         mask = self.env_mask.float()
         self.register_buffer("q", mask / mask.sum(dim=1, keepdim=True))
 

@@ -9,12 +9,8 @@ predicted, so predictions depend on the batch (the trainer predicts in training-
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
-from oodeval.algorithms.base import masked_mean, per_env_cross_entropy
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, choice
 from oodeval.algorithms.registry import register_algorithm
@@ -27,16 +23,7 @@ class MTL(ERM):
     HPARAMS = {"mtl_ema": HParam(0.99, choice(0.5, 0.9, 0.99, 1.0), "weight of the batch mean")}
     batch_dependent = True
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        env_mask: torch.Tensor,
-        hparams: Mapping[str, Any],
-        *,
-        model: str = "mlp",
-    ) -> None:
-        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
+    def build_extra_parts(self) -> None:
         d = self.featurizer.n_outputs
         self.register_buffer("embeddings", torch.zeros(self.num_models, self.num_envs, d))
 
@@ -54,7 +41,7 @@ class MTL(ERM):
         logits = self.classifier(joint.reshape(self.num_models, e * b, -1)).view(
             self.num_models, e, b, -1
         )
-        loss = masked_mean(per_env_cross_entropy(logits, y), self.env_mask)
+        loss = self.erm_loss(logits, y)
         self.step(loss)
         return {"loss": loss.detach()}
 

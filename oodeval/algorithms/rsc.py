@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from oodeval.algorithms.base import masked_mean, per_env_cross_entropy
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, uniform
 from oodeval.algorithms.registry import register_algorithm
@@ -55,6 +54,6 @@ class RSC(ERM):
         valid = self.env_mask.repeat_interleave(b, dim=1)
         keep = self.keep_mask(feats, y.reshape(*y.shape[:-2], -1), valid)
         logits = self.classifier(feats * keep).view(self.num_models, e, b, -1)
-        loss = masked_mean(per_env_cross_entropy(logits, y), self.env_mask)
+        loss = self.erm_loss(logits, y)
         self.step(loss)
         return {"loss": loss.detach()}

@@ -17,13 +17,10 @@ not have; here they are taken over the feature axis, so the modules also work on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 from torch.nn import functional as F
 
-from oodeval.algorithms.base import adam, masked_mean, per_env_cross_entropy
+from oodeval.algorithms.base import adam, masked_mean
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, log_uniform
 from oodeval.algorithms.networks import EnsembleLinear
@@ -66,17 +63,10 @@ class SagNet(ERM):
 
     HPARAMS = {"sag_w_adv": HParam(0.1, log_uniform(-2, 1), "weight of the adversarial style loss")}
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        env_mask: torch.Tensor,
-        hparams: Mapping[str, Any],
-        *,
-        model: str = "mlp",
-    ) -> None:
-        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
-        self.style_net = EnsembleLinear(self.num_models, self.featurizer.n_outputs, num_classes)
+    def build_extra_parts(self) -> None:
+        self.style_net = EnsembleLinear(
+            self.num_models, self.featurizer.n_outputs, self.num_classes
+        )
         self.opt_f = adam(self.featurizer.parameters(), self.hparams)
         self.opt_c = adam(self.classifier.parameters(), self.hparams)
         self.opt_s = adam(self.style_net.parameters(), self.hparams)
@@ -95,7 +85,7 @@ class SagNet(ERM):
         alpha = torch.rand(m, e * b, 1)
         feats = self.featurizer(flat)
         logits_c = self.classifier(randomize_style(feats, partner, alpha)).view(m, e, b, -1)
-        loss_c = masked_mean(per_env_cross_entropy(logits_c, y), self.env_mask)
+        loss_c = self.erm_loss(logits_c, y)
         self.opt_f.zero_grad(set_to_none=True)
         self.opt_c.zero_grad(set_to_none=True)
         loss_c.sum().backward()
@@ -105,7 +95,7 @@ class SagNet(ERM):
         partner = self.partners(e, b)
         logits_s = self.style_net(randomize_content(self.featurizer(flat), partner))
         logits_s = logits_s.view(m, e, b, -1)
-        loss_s = masked_mean(per_env_cross_entropy(logits_s, y), self.env_mask)
+        loss_s = self.erm_loss(logits_s, y)
         self.opt_s.zero_grad(set_to_none=True)
         loss_s.sum().backward()
         self.opt_s.step()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -68,6 +70,26 @@ class DefaultCommandGroup(TyperGroup):
         # Anything that is neither a subcommand nor the group's own --help belongs to the
         # default command, options included (`oodeval openworld --format json preds.npz`).
         return bool(args) and args[0] not in self.commands and args[0] not in ("--help", "-h")
+
+
+def check_output_path(output: str | None) -> None:
+    """Raise OodevalError now if `output` cannot be written (a folder, or no such parent folder).
+
+    Commands call it before they read or compute anything, so a bad --output is the only line a
+    user sees, not warnings about the input followed by the error.
+    """
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise OodevalError(f"--output {output} is a folder; give a file name inside it")
+    parent = path.parent
+    if not parent.is_dir():
+        raise OodevalError(
+            f"--output {output}: folder {parent} does not exist; create it or choose another path"
+        )
+    if not os.access(parent, os.W_OK):
+        raise OodevalError(f"--output {output}: folder {parent} is not writable")
 
 
 def echo_output(text: str, output: str | None) -> None:

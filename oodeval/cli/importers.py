@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
-from oodeval.cli._common import echo_output, reports_errors
+from oodeval.cli._common import check_output_path, echo_output, reports_errors
 from oodeval.errors import OodevalError
 from oodeval.results.domainbed import (
     SELECTION_METHODS,
@@ -196,18 +196,18 @@ def domainbed(
     environment, seed = trial_seed, split = loo, accuracy in [0, 1]; JSON as one object per line).
     """
     fmt = check_format(fmt)
+    check_output_path(output)
     methods = list(dict.fromkeys(selection_method(s) for s in selection or SELECTION_METHODS))
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         sweep = read_sweep(sweep_dir)
-    for note in sweep.warnings:
-        typer.echo(f"warning: {note}", err=True)
+    notes = list(sweep.warnings)
     if sweep.unfinished_runs:
-        typer.echo(
-            f"warning: skipped {sweep.unfinished_runs} unfinished run(s) without a `done` file",
-            err=True,
+        notes.append(
+            f"skipped {sweep.unfinished_runs} unfinished run(s) without a `done` file",
         )
-    text, notes = domainbed_report(sweep, methods, fmt)
-    for note in notes:
+    # Warnings are printed only once the report exists, so bad input gives one error line.
+    text, report_notes = domainbed_report(sweep, methods, fmt)
+    for note in [*notes, *report_notes]:
         typer.echo(f"warning: {note}", err=True)
     echo_output(text, output)

@@ -15,6 +15,7 @@ from oodeval.cli import (
     report,
     shift,
     splits,
+    study,
     variance,
 )
 from oodeval.cli._common import USAGE_ERROR
@@ -49,6 +50,7 @@ measures.register(app)
 app.add_typer(importers.app, name="import")
 variance.register(app)
 app.add_typer(openworld.app, name="openworld")
+app.add_typer(study.app, name="study")
 app.add_typer(envs.app, name="envs")
 shift.register(app)
 app.add_typer(splits.app, name="splits")

@@ -57,18 +57,15 @@ def render_counts(rows: list) -> str:
     train       1        1        1      1
     total       1        1        1      1
     """
-    table = role_counts(rows)
     cols = ["role", "images", "classes", "domains", "cells"]
-    widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) if c == "role" else c.rjust(widths[c]) for c in cols)]
-    for r in table:
-        lines.append(
-            "  ".join(
-                str(r[c]).ljust(widths[c]) if c == "role" else str(r[c]).rjust(widths[c])
-                for c in cols
-            )
+    table = [{c: c for c in cols}, *role_counts(rows)]  # the header row first
+    widths = {c: max(len(str(r[c])) for r in table) for c in cols}
+    return "\n".join(
+        "  ".join(
+            str(r[c]).ljust(widths[c]) if c == "role" else str(r[c]).rjust(widths[c]) for c in cols
         )
-    return "\n".join(lines)
+        for r in table
+    )
 
 
 def _finish(rows: list, out: str, header: str) -> None:
@@ -82,6 +79,7 @@ OUT_OPT = typer.Option(..., "--out", "-o", help="Split CSV to write (path,class,
 SEED_OPT = typer.Option(0, "--seed", help="Seed of every random draw.")
 PER_MINOR_OPT = typer.Option(50, "--per-minor", help="Images per minor training domain.")
 PER_TEST_OPT = typer.Option(50, "--per-test", help="Images per test domain.")
+FLEXIBLE_VAL_OPT = typer.Option(0.0, "--val-fraction", help="Validation share per cell.")
 COMMON_OPT = typer.Option(
     None, "--common", help="Comma-separated common domains (default: NICO++'s or all shared)."
 )
@@ -121,7 +119,7 @@ def flexible_random_command(
     per_minor: int = PER_MINOR_OPT,
     per_test: int = PER_TEST_OPT,
     common: str | None = COMMON_OPT,
-    val_fraction: float = typer.Option(0.0, "--val-fraction", help="Validation share per cell."),
+    val_fraction: float = FLEXIBLE_VAL_OPT,
     seed: int = SEED_OPT,
 ) -> None:
     """Flexible random split: per class 2 dominant, 12 minor and 6 test domains (Sec. 4.3)."""
@@ -154,7 +152,7 @@ def flexible_compositional_command(
     per_minor: int = PER_MINOR_OPT,
     per_test: int = PER_TEST_OPT,
     common: str | None = COMMON_OPT,
-    val_fraction: float = typer.Option(0.0, "--val-fraction", help="Validation share per cell."),
+    val_fraction: float = FLEXIBLE_VAL_OPT,
     seed: int = SEED_OPT,
 ) -> None:
     """Flexible compositional split: exclusive training-only domains (NICO++ Sec. 4.3)."""

@@ -18,13 +18,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.environments.spurious import (
     E_ALL,
     SpuriousScenario,
     binary_preliminary,
     flipped_by_e,
     parse_ratio,
+    ratio_or_given_identity,
     to_rgb,
 )
 
@@ -71,13 +72,9 @@ def build_colored(
     >>> sc.given_names, sc.input_shape
     (['e=0.05', 'e=0.10', 'e=0.15', 'e=0.20', 'e=0.50'], (3, 8, 8))
     """
-    from oodeval.environments.sources import load_source
-
-    src = source if isinstance(source, ImageSource) else load_source(source)
-    values = colored_given_values(ratio) if given is None else tuple(given)
-    params: dict = {"ratio": ratio} if given is None else {"given": list(values)}
+    src = as_image_source(source)
+    name, values, params = ratio_or_given_identity("colored", ratio, given, colored_given_values)
     params["source"] = src.name
-    name = f"colored/ratio={ratio}" if given is None else "colored/custom"
     base = to_rgb(src.images)
     return SpuriousScenario(
         name=name,

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from oodeval.environments.base import Environment, Scenario
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.errors import OodevalError
 
 CORRUPTIONS = (
@@ -438,9 +438,7 @@ def build_corrupted(
     >>> len(sc.all_names), sc.given_names
     (32, ['A/snow'])
     """
-    from oodeval.environments.sources import load_source
-
-    src = source if isinstance(source, ImageSource) else load_source(source, size=image_size)
+    src = as_image_source(source, size=image_size)
     return CorruptedScenario(
         src,
         pattern=pattern,

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.environments.spurious import (
     E_ALL,
     SpuriousScenario,
     parse_ratio,
+    ratio_or_given_identity,
     replaced_labels,
     to_rgb,
 )
@@ -112,19 +113,15 @@ def build_lined(
     >>> sc.num_classes, sc.given_names
     (10, ['e=0.50', 'e=0.80', 'e=0.85', 'e=0.90', 'e=0.95'])
     """
-    from oodeval.environments.sources import load_source
-
-    src = source if isinstance(source, ImageSource) else load_source(source)
+    src = as_image_source(source)
     k = src.num_classes
     if k < 2:
         raise OodevalError(f"the lined family needs at least 2 classes, source has {k}")
-    values = lined_given_values(ratio) if given is None else tuple(given)
-    params: dict = {"ratio": ratio} if given is None else {"given": list(values)}
+    name, values, params = ratio_or_given_identity("lined", ratio, given, lined_given_values)
     params["source"] = src.name
     base = to_rgb(src.images)
-
     return SpuriousScenario(
-        name=f"lined/ratio={ratio}" if given is None else "lined/custom",
+        name=name,
         base=base,
         preliminary=src.labels,
         num_classes=k,

@@ -115,6 +115,17 @@ def load_source(spec: str, *, size: int | None = None) -> ImageSource:
     return source
 
 
+def as_image_source(source: str | ImageSource, *, size: int | None = None) -> ImageSource:
+    """Return `source` itself when it is an `ImageSource`, else the source its spec names.
+
+    `size` is passed to `load_source` for a spec and ignored for a ready source.
+
+    >>> as_image_source("digits").name
+    'digits'
+    """
+    return source if isinstance(source, ImageSource) else load_source(source, size=size)
+
+
 def load_digits() -> ImageSource:
     """scikit-learn's bundled handwritten digits: 1,797 grayscale 8x8 images, 10 classes.
 

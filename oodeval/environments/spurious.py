@@ -107,6 +107,29 @@ def check_values(values: Sequence[float], what: str) -> tuple[float, ...]:
     return out
 
 
+def ratio_or_given_identity(
+    family: str,
+    ratio: str,
+    given: Sequence[float] | None,
+    values_of_ratio: Callable[[str], tuple[float, ...]],
+) -> tuple[str, tuple[float, ...], dict]:
+    """Return (scenario name, E_given values, params) of a family set by `ratio` or by `given`.
+
+    Without `given` the values are ``values_of_ratio(ratio)`` and the name ends in
+    ``/ratio=<ratio>``; an explicit `given` overrides the ratio, names the scenario ``/custom``
+    and is recorded in the params.
+
+    >>> ratio_or_given_identity("colored", "4:1", None, lambda r: (0.05, 0.5))
+    ('colored/ratio=4:1', (0.05, 0.5), {'ratio': '4:1'})
+    >>> ratio_or_given_identity("colored", "4:1", [0.3, 0.7], lambda r: (0.05, 0.5))
+    ('colored/custom', (0.3, 0.7), {'given': [0.3, 0.7]})
+    """
+    if given is None:
+        return f"{family}/ratio={ratio}", values_of_ratio(ratio), {"ratio": ratio}
+    values = tuple(given)
+    return f"{family}/custom", values, {"given": list(values)}
+
+
 class SpuriousScenario(Scenario):
     """A scenario whose environments differ in the parameter e of a spurious feature.
 

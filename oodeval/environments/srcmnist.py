@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.environments.spurious import (
     E_ALL,
     SpuriousScenario,
@@ -104,12 +104,6 @@ def digit_base(source: ImageSource, size: int | None) -> np.ndarray:
     return np.ascontiguousarray(gray[:, ::stride, ::stride])
 
 
-def _resolve(source: str | ImageSource) -> ImageSource:
-    from oodeval.environments.sources import load_source
-
-    return source if isinstance(source, ImageSource) else load_source(source)
-
-
 def build_srcmnist(
     *,
     source: str | ImageSource = "digits",
@@ -141,7 +135,7 @@ def build_srcmnist(
     >>> len(sc.given_names), len(sc.all_names), sc.input_shape
     (15, 101, (2, 8, 8))
     """
-    src = _resolve(source)
+    src = as_image_source(source)
     if given is None:
         values = given_values(ratio, scale)
         name = f"sr-cmnist/ratio={ratio}/scale={scale}"
@@ -152,7 +146,6 @@ def build_srcmnist(
         params = {"given": list(values)}
     base = digit_base(src, size)
     params.update(size=int(base.shape[-1]), source=src.name)
-    flip_by_e = flipped_by_e
     return SpuriousScenario(
         name=name,
         base=base,
@@ -161,7 +154,7 @@ def build_srcmnist(
         given_values=values,
         all_values=E_ALL,
         render=color_digits,
-        spurious=flip_by_e,
+        spurious=flipped_by_e,
         input_shape=(2, base.shape[1], base.shape[2]),
         seed=seed,
         eval_fraction=eval_fraction,

@@ -85,3 +85,28 @@ def to_errors(values: np.ndarray, *, accuracy: bool, percent: bool, name: str) -
                 "or divide by 100"
             )
     return 1.0 - values if accuracy else values
+
+
+def as_class_ids(x: Any, name: str, *, check_nonnegative: bool = True) -> np.ndarray:
+    """Return `x` as a 1-D int64 array of class ids (integers, or floats holding integers).
+
+    Booleans, strings and non-integer or non-finite floats are refused; so are negative ids unless
+    `check_nonnegative` is False (e.g. -1 for "not predicted").
+
+    >>> as_class_ids([0, 2.0, 1], "labels")
+    array([0, 2, 1])
+    """
+    arr = np.asarray(x)
+    if arr.ndim != 1:
+        raise OodevalError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise OodevalError(f"{name} must hold integer class ids, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise OodevalError(f"{name} must hold integer class ids, found non-integer values")
+    ids = arr.astype(np.int64)
+    if check_nonnegative and ids.size and ids.min() < 0:
+        raise OodevalError(f"{name} must hold class ids >= 0, found {int(ids.min())}")
+    return ids

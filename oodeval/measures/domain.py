@@ -80,12 +80,18 @@ def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
     return float(x) if np.ndim(x) == 0 else x
 
 
-def _check_worst_plus_gap_defined(n_envs: int) -> None:
-    if n_envs <= 2:
+def _gap_term(e: _Errors) -> np.ndarray:
+    """Return the gap term of Eq. 6 of the worst+gap paper, (worst - best) / (N - 2).
+
+    Raises OodevalError for N <= 2 environments, where the 1/(N-2) factor is undefined.
+    """
+    n = e.values.shape[-1]
+    if n <= 2:
         raise OodevalError(
-            f"worst+gap (Eq. 6) is undefined for N={n_envs} given environments because of the "
+            f"worst+gap (Eq. 6) is undefined for N={n} given environments because of the "
             "1/(N-2) factor; it needs >= 3 environments"
         )
+    return (e.worst - e.best) / (n - 2)
 
 
 def average(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -187,9 +193,7 @@ def worst_plus_gap(
     0.55
     """
     e = _as_errors(errors, accuracy=accuracy, percent=percent)
-    n = e.values.shape[-1]
-    _check_worst_plus_gap_defined(n)
-    return _scalar_or_array(e.worst + (e.worst - e.best) / (n - 2))
+    return _scalar_or_array(e.worst + _gap_term(e))
 
 
 def worst_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -232,9 +236,7 @@ def gap_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> f
     0.15
     """
     e = _as_errors(errors, accuracy=accuracy, percent=percent)
-    n = e.values.shape[-1]
-    _check_worst_plus_gap_defined(n)
-    return _scalar_or_array((e.worst - e.best) / (n - 2))
+    return _scalar_or_array(_gap_term(e))
 
 
 def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -301,11 +303,7 @@ def domain_measures(
             f"unknown measure(s) {', '.join(unknown)}; choose from {', '.join(MEASURES)}"
         )
     e = _as_errors(errors, accuracy=accuracy, percent=percent)
-    n = e.values.shape[-1]
-    if any(k in ("worst_plus_gap", "gap_only") for k in names):
-        _check_worst_plus_gap_defined(n)
     hi, lo = e.worst, e.best
-    spread = hi - lo
     values: dict[str, np.ndarray] = {}
     for k in names:
         if k == "average":
@@ -315,11 +313,11 @@ def domain_measures(
         elif k == "best":
             values[k] = lo
         elif k == "gap":
-            values[k] = spread
+            values[k] = hi - lo
         elif k == "worst_plus_gap":
-            values[k] = hi + spread / (n - 2)
+            values[k] = hi + _gap_term(e)
         else:  # gap_only
-            values[k] = spread / (n - 2)
+            values[k] = _gap_term(e)
     return {k: _scalar_or_array(v) for k, v in values.items()}
 
 

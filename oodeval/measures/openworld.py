@@ -32,7 +32,12 @@ import numpy as np
 from scipy.special import logsumexp
 
 from oodeval.errors import OodevalError
-from oodeval.measures._validation import as_bool_array, as_float_array, check_same_length
+from oodeval.measures._validation import (
+    as_bool_array,
+    as_class_ids,
+    as_float_array,
+    check_same_length,
+)
 
 __all__ = [
     "auroc",
@@ -84,24 +89,6 @@ def _scored_inputs(
     check_same_length(base_scores=base, base_correct=base_ok)
     check_same_length(new_scores=new, new_correct=new_ok)
     return base, new, base_ok, new_ok
-
-
-def _class_ids(x: Any, name: str, *, check_nonnegative: bool = True) -> np.ndarray:
-    """Return `x` as a 1-D int64 array of class ids (integers, or floats holding integers)."""
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise OodevalError(f"{name} must be 1-D, got shape {arr.shape}")
-    if arr.dtype == np.bool_ or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    ):
-        raise OodevalError(f"{name} must hold integer class ids, got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise OodevalError(f"{name} must hold integer class ids, found non-integer values")
-    ids = arr.astype(np.int64)
-    if check_nonnegative and ids.size and ids.min() < 0:
-        raise OodevalError(f"{name} must hold class ids >= 0, found {int(ids.min())}")
-    return ids
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,7 +364,7 @@ def _predictions(
 
     Rows the classifier is not used on may hold anything integer (e.g. -1 for "not predicted").
     """
-    preds = _class_ids(x, name, check_nonnegative=False)
+    preds = as_class_ids(x, name, check_nonnegative=False)
     check_same_length(labels=np.empty(n), **{name: preds})
     used = preds[rows]
     if used.size and used.min() < 0:
@@ -403,14 +390,14 @@ def _from_outputs(
     new_predictions: Any,
 ) -> tuple[ScoredSamples, float]:
     """Validate model outputs and return (per-sample scores and correctness, OverallAcc)."""
-    y = _class_ids(labels, "labels")
+    y = as_class_ids(labels, "labels")
     try:
         raw = base_classes if isinstance(base_classes, np.ndarray) else list(base_classes)
     except TypeError:
         raise OodevalError(
             f"base_classes must be an iterable of class ids, got {type(base_classes).__name__}"
         ) from None
-    base_ids = np.sort(_class_ids(np.asarray(raw), "base_classes"))
+    base_ids = np.sort(as_class_ids(np.asarray(raw), "base_classes"))
     if base_ids.size == 0:
         raise OodevalError("base_classes is empty; name at least one base class id")
     if np.any(np.diff(base_ids) == 0):

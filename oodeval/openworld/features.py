@@ -24,16 +24,17 @@ Feature file (``.npz``) arrays
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from oodeval._npz import read_npz
+from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
-from oodeval.measures._validation import as_float_array, check_same_length
-from oodeval.openworld.protocols import as_label_array, base_new_split, few_shot_indices
+from oodeval.measures._validation import as_class_ids, as_float_array, check_same_length
+from oodeval.openworld.protocols import base_new_split, few_shot_indices
 
 #: Temperature of the encoder's cosine classifier head (unit-sphere features, as CLIP's).
 _ENCODER_SCALE = 10.0
@@ -105,7 +106,7 @@ def make_feature_set(
     ((0,), (1,))
     """
     x = as_float_array(features, "features", ndim=2)
-    y = as_label_array(labels)
+    y = as_class_ids(labels, "labels")
     t = as_float_array(text_features, "text_features", ndim=2)
     check_same_length(features=x, labels=y)
     if x.shape[0] == 0:
@@ -125,7 +126,7 @@ def make_feature_set(
     if base_classes is None:
         base = base_new_split(range(n_classes)).base
     else:
-        b = np.unique(as_label_array(np.atleast_1d(np.asarray(base_classes)), "base_classes"))
+        b = np.unique(as_class_ids(np.atleast_1d(np.asarray(base_classes)), "base_classes"))
         if b.size == 0 or b.max() >= n_classes or b.size >= n_classes:
             raise OodevalError(
                 f"base_classes must be a non-empty proper subset of 0..{n_classes - 1}, "
@@ -162,31 +163,13 @@ def save_features(path: str | Path, fs: FeatureSet) -> None:
     )
 
 
-def read_npz_arrays(path: str | Path, what: str) -> dict[str, np.ndarray]:
-    """Every array of the ``.npz`` file `path`, read with ``allow_pickle=False``.
-
-    Anything else (a CSV, a pickle, a truncated archive, object arrays) is one OodevalError that
-    names `what` was expected; a missing file stays FileNotFoundError.
-    """
-    try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):  # a single .npy array
-            raise ValueError(path)
-        with data:
-            return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
-        # np.load's own message for non-zip content suggests unpickling; never repeat that.
-        raise OodevalError(
-            f"{path}: not an .npz archive of plain arrays, so not a readable {what}; write it "
-            "with np.savez (object arrays and pickles are never loaded)"
-        ) from None
-
-
 def load_features(path: str | Path) -> FeatureSet:
     """Read a feature ``.npz`` (never unpickles: ``allow_pickle=False``) and validate it."""
-    arrays = read_npz_arrays(path, "feature file")
+    arrays, _ = read_npz(
+        path,
+        what="feature file",
+        example="np.savez(path, features=..., labels=..., text_features=...)",
+    )
     missing = [k for k in ("features", "labels", "text_features") if k not in arrays]
     if missing:
         raise OodevalError(
@@ -384,10 +367,8 @@ def digit_features(
             f"cannot train the encoder on {encoder_source!r} for {source!r}; use the same source "
             "or encoder_source='digits' with an 'mnist:DIR' source"
         )
-    from oodeval.openworld.gmop import single_thread
-
     keep = np.isin(enc_labels, split.base)
-    with single_thread():
+    with single_threaded():
         encoder = _train_encoder(
             enc_images[keep], enc_labels[keep], split.base, dim, encoder_steps, seed
         )

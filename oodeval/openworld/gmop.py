@@ -48,8 +48,7 @@ torch is imported by this module; it belongs to the training parts of ``oodeval.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,9 +57,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from oodeval._npz import read_npz
+from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
-from oodeval.openworld.features import FeatureSet, read_npz_arrays
+from oodeval.openworld.features import FeatureSet
 
 MODEL_FORMAT = "oodeval-gmop-1"
 
@@ -314,7 +315,7 @@ class GMoP(_ContextClassifier):
         ``(1 - r(x)) p_h(c|x)`` on new ones, whose argmax defines GMoP's OverallAcc.
         """
         x = _check_features(features, self.dim).to(self.text.device)
-        with single_thread():
+        with single_threaded():
             r = self.detector_scores(x)
             p_g = self.base_logits(x).softmax(dim=1)
             p_h = self.zero_shot_logits(x, self.new_classes).softmax(dim=1)
@@ -357,7 +358,7 @@ class SingleContext(_ContextClassifier):
         """ "outputs" (n, C) softmax over all classes plus the derived detector and predictions."""
         x = _check_features(features, self.dim)
         every = list(range(self.text.shape[0]))
-        with single_thread():
+        with single_threaded():
             logits = self._logits(x.to(self.text.device), every, self.weight, self.bias)
         probs = logits.softmax(dim=1).double().cpu().numpy()
         base, new = np.asarray(self.base_classes), np.asarray(self.new_classes)
@@ -385,24 +386,9 @@ def _training_tensors(train: FeatureSet) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.from_numpy(train.labels[keep].astype(np.int64))
 
 
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread, then restore the previous setting.
-
-    The problems here are tiny (d x d context maps, a few hundred samples): extra threads only add
-    synchronisation, which on a busy machine slows training by more than 10x.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def _fit(model: torch.nn.Module, train: FeatureSet, config: GMoPConfig, weights: dict) -> None:
     """Adam on the sum of weighted loss terms; full batch or seeded mini-batches."""
-    with single_thread():
+    with single_threaded():
         _fit_steps(model, train, config, weights)
 
 
@@ -544,7 +530,7 @@ def _config_json(config: GMoPConfig) -> str:
 
 def load_model(path: str | Path) -> GMoP | SingleContext:
     """Read a model written by `save_model` (``allow_pickle=False``; arrays checked by shape)."""
-    arrays = read_npz_arrays(path, "GMoP model file")
+    arrays, _ = read_npz(path, what="GMoP model file", example="oodeval.openworld.gmop.save_model")
     if str(arrays.get("format", "")) != MODEL_FORMAT:
         raise OodevalError(f"{path}: not an oodeval GMoP model (train one with train-gmop)")
     kind = str(arrays.get("kind", ""))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.measures._validation import as_class_ids
 
 #: Named ratios of the paper's Figure 2 study: "Fwd" has few base samples, "Bwd" few new ones.
 RATIO_PRESETS: dict[str, tuple[float, float]] = {"fwd": (1.0, 5.0), "bwd": (5.0, 1.0)}
@@ -31,23 +32,6 @@ class BaseNewSplit:
 
     base: tuple[int, ...]
     new: tuple[int, ...]
-
-
-def as_label_array(labels: Any, name: str = "labels") -> np.ndarray:
-    """Return `labels` as a 1-D int64 array of non-negative class ids, or raise OodevalError."""
-    arr = np.asarray(labels)
-    if arr.ndim != 1:
-        raise OodevalError(f"{name} must be 1-D, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)):
-            if not np.all(arr == np.round(arr)):
-                raise OodevalError(f"{name} must be integer class ids, got fractional values")
-        else:
-            raise OodevalError(f"{name} must be integer class ids, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    if arr.size and arr.min() < 0:
-        raise OodevalError(f"{name} must be non-negative class ids, found {int(arr.min())}")
-    return arr
 
 
 def base_new_split(
@@ -75,7 +59,7 @@ def base_new_split(
     >>> base_new_split([3, 1, 2])
     BaseNewSplit(base=(1, 2), new=(3,))
     """
-    ids = np.unique(as_label_array(np.fromiter(classes, dtype=np.int64), "classes"))
+    ids = np.unique(as_class_ids(np.fromiter(classes, dtype=np.int64), "classes"))
     if ids.size < 2:
         raise OodevalError(f"need at least 2 classes to split into base and new, got {ids.size}")
     k = math.ceil(ids.size / 2) if n_base is None else int(n_base)
@@ -114,7 +98,7 @@ def few_shot_indices(
     >>> few_shot_indices([0, 0, 1, 1, 1, 2], [0, 1], 2).size
     4
     """
-    y = as_label_array(labels)
+    y = as_class_ids(labels, "labels")
     if shots < 1:
         raise OodevalError(f"shots must be at least 1, got {shots}")
     rng = np.random.default_rng(seed)
@@ -218,7 +202,7 @@ def resample_to_ratio(
     >>> int((np.asarray(y)[idx] == 0).sum()), int((np.asarray(y)[idx] == 1).sum())
     (10, 50)
     """
-    y = as_label_array(labels)
+    y = as_class_ids(labels, "labels")
     a, b = parse_ratio(ratio)
     base = np.asarray(sorted({int(c) for c in base_classes}), dtype=np.int64)
     is_base = np.isin(y, base)

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.measures._validation import as_class_ids
 from oodeval.measures.openworld import openworld_scores
 from oodeval.openworld.protocols import (
     DEFAULT_RATIOS,
-    as_label_array,
     format_ratio,
     parse_ratio,
     resample_to_ratio,
@@ -75,7 +75,7 @@ def ratio_study(
     >>> [(r["ratio"], r["n_base"], r["n_new"], r["openworld_auc"]) for r in rows]
     [('1:2', 10, 20, 1.0), ('2:1', 20, 10, 1.0)]
     """
-    y = as_label_array(labels)
+    y = as_class_ids(labels, "labels")
     base = [int(c) for c in base_classes]
     if repeats < 1:
         raise OodevalError(f"repeats must be at least 1, got {repeats}")

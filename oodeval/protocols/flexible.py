@@ -17,6 +17,7 @@ and `per_test` per test domain (NICO++: 50 and 50), drawn with a generator seede
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -86,16 +87,8 @@ def flexible_random_split(
             )
         dominant = [pool[i] for i in sorted(rng.choice(len(pool), n_dominant, replace=False))]
         rest = [d for d in own if d not in dominant]
-        if len(rest) < n_minor + n_test:
-            raise OodevalError(
-                f"class {cls} has {len(rest)} non-dominant domain(s) but {n_minor} minor + "
-                f"{n_test} test are needed; lower --n-minor or --n-test"
-            )
-        order = rng.permutation(len(rest))
-        minor = sorted(rest[i] for i in order[:n_minor])
-        test = sorted(rest[i] for i in order[n_minor : n_minor + n_test])
-        rows += _cell_rows(
-            tree, cls, dominant, minor, test, per_minor, per_test, rng, "dominant", "minor"
+        rows += _class_rows(
+            tree, cls, dominant, rest, n_minor, n_test, per_minor, per_test, rng, _RANDOM_WORDS
         )
     return with_validation(rows, val_fraction, seed)
 
@@ -159,39 +152,55 @@ def flexible_compositional_split(
             )
         majority = [pool[i] for i in sorted(rng.choice(len(pool), n_majority, replace=False))]
         sharing = [d for d in own if d not in exclusive]
-        if len(sharing) < n_minority + n_test:
-            raise OodevalError(
-                f"class {cls} has {len(sharing)} sharing domain(s) but {n_minority} minority + "
-                f"{n_test} test are needed; lower --n-minority or --n-test"
-            )
-        order = rng.permutation(len(sharing))
-        minority = sorted(sharing[i] for i in order[:n_minority])
-        test = sorted(sharing[i] for i in order[n_minority : n_minority + n_test])
-        rows += _cell_rows(
-            tree, cls, majority, minority, test, per_minor, per_test, rng, "majority", "minority"
+        rows += _class_rows(
+            tree, cls, majority, sharing, n_minority, n_test, per_minor, per_test, rng, _COMP_WORDS
         )
     return with_validation(rows, val_fraction, seed)
 
 
-def _cell_rows(
+class _RoleWords(NamedTuple):
+    """How a protocol names its main and minor training domains and the pool of the minor ones."""
+
+    main: str
+    minor: str
+    rest: str
+
+
+_RANDOM_WORDS = _RoleWords("dominant", "minor", "non-dominant")
+_COMP_WORDS = _RoleWords("majority", "minority", "sharing")
+
+
+def _class_rows(
     tree: ImageTree,
     cls: str,
     main: Sequence[str],
-    minor: Sequence[str],
-    test: Sequence[str],
+    rest: Sequence[str],
+    n_minor: int,
+    n_test: int,
     per_minor: int,
     per_test: int,
     rng: np.random.Generator,
-    main_word: str,
-    minor_word: str,
+    words: _RoleWords,
 ) -> list[SplitRow]:
-    """Rows of one class: all images of `main`, `per_minor` per minor and `per_test` per test."""
+    """Rows of one class: all images of `main`, then `n_minor` minor and `n_test` test domains.
+
+    The minor and test domains are drawn without overlap from `rest` (one permutation by `rng`);
+    `per_minor` images are sampled per minor domain and `per_test` per test domain.
+    """
+    if len(rest) < n_minor + n_test:
+        raise OodevalError(
+            f"class {cls} has {len(rest)} {words.rest} domain(s) but {n_minor} {words.minor} + "
+            f"{n_test} test are needed; lower --n-{words.minor} or --n-test"
+        )
+    order = rng.permutation(len(rest))
+    minor = sorted(rest[i] for i in order[:n_minor])
+    test = sorted(rest[i] for i in order[n_minor : n_minor + n_test])
     rows = []
     for dom in main:
-        files = sample_cell(tree, cls, dom, None, rng, f"a {main_word} training domain")
+        files = sample_cell(tree, cls, dom, None, rng, f"a {words.main} training domain")
         rows += [SplitRow(p, cls, dom, "train") for p in files]
     for dom in minor:
-        files = sample_cell(tree, cls, dom, per_minor, rng, f"a {minor_word} training domain")
+        files = sample_cell(tree, cls, dom, per_minor, rng, f"a {words.minor} training domain")
         rows += [SplitRow(p, cls, dom, "train") for p in files]
     for dom in test:
         files = sample_cell(tree, cls, dom, per_test, rng, "a test domain")

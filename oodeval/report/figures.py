@@ -145,34 +145,49 @@ def grouped_bars(
     title: str,
     caption: str,
     ylabel: str,
+    panel: str | None = None,
 ) -> Figure:
-    """Bars of `value` per `category` (x axis), one coloured bar per `group`."""
+    """Bars of `value` per `category` (x axis), one coloured bar per `group`, optional panels.
+
+    The y axis starts at 0 and is never shorter than 0.01, so all-zero bars read as zero.
+    """
     plt = _pyplot()
+    panels = [None] if panel is None else list(dict.fromkeys(data[panel]))
     cats = list(dict.fromkeys(data[category]))
     groups = list(dict.fromkeys(data[group]))
     width = 0.8 / max(len(groups), 1)
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(cats) + 1.5), 3.3))
-    xs = np.arange(len(cats))
-    for i, g in enumerate(groups):
-        sub = data[data[group] == g].set_index(category)
-        heights = [float(sub[value].get(c, np.nan)) for c in cats]
-        ax.bar(
-            xs + (i - (len(groups) - 1) / 2) * width,
-            heights,
-            width,
-            label=plain(g),
-            color=color_for(i),
-            hatch=("", "//", "..", "xx")[i % 4],
-            edgecolor="white",
-        )
-    ax.set_xticks(
-        xs,
-        _short(cats, 18),
-        rotation=30 if len(cats) > 4 else 0,
-        ha="right" if len(cats) > 4 else "center",
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(max(3.2, 0.75 * len(cats) + 1.2) * len(panels) + 1.6, 3.4),
+        squeeze=False,
+        sharey=True,
     )
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7, frameon=False)
+    xs = np.arange(len(cats))
+    top = float(np.nanmax(data[value])) if len(data) else 0.0
+    slanted = len(cats) > 4 or any(len(str(c)) > 10 for c in cats)
+    for ax, pv in zip(axes[0], panels, strict=True):
+        part = data if pv is None else data[data[panel] == pv]
+        for i, g in enumerate(groups):
+            sub = part[part[group] == g].set_index(category)
+            heights = [float(sub[value].get(c, np.nan)) for c in cats]
+            ax.bar(
+                xs + (i - (len(groups) - 1) / 2) * width,
+                heights,
+                width,
+                label=plain(g),
+                color=color_for(i),
+                hatch=("", "//", "..", "xx")[i % 4],
+                edgecolor="white",
+            )
+        ax.set_xticks(
+            xs, _short(cats, 22), rotation=35 if slanted else 0, ha="right" if slanted else "center"
+        )
+        ax.set_ylim(0, max(0.01, 1.08 * top))
+        if pv is not None:
+            ax.set_title(plain(f"{panel} = {pv}"))
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return Figure(key, title, caption, _render(fig), data.reset_index(drop=True))
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import csv
 import re
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from oodeval._npz import read_npz
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_bool_array, as_float_array, check_same_length
 from oodeval.measures.openworld import (
@@ -54,35 +54,12 @@ _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False}
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (zipfile.BadZipFile, EOFError) as exc:
-        raise OodevalError(f"{path} is not a readable .npz file ({exc})") from None
-    except ValueError:
-        raise OodevalError(
-            f"{path} is not an .npz archive of numeric arrays (pickled data is never loaded); "
-            "save it with np.savez(path, probs=..., labels=...)"
-        ) from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise OodevalError(
-            f"{path} holds a single array, not an .npz archive of named arrays; save it with "
-            "np.savez(path, probs=..., labels=...)"
-        )
-    with data:
-        names = list(data.files)
-        arrays = {}
-        for name in names:
-            if name not in _NPZ_NAMES:
-                continue
-            try:
-                arrays[name] = data[name]
-            except ValueError:
-                raise OodevalError(
-                    f"{path}: array {name!r} needs unpickling (object dtype), which oodeval never "
-                    "does; save plain numeric arrays"
-                ) from None
-            except (zipfile.BadZipFile, EOFError, OSError) as exc:
-                raise OodevalError(f"{path}: array {name!r} is unreadable ({exc})") from None
+    arrays, names = read_npz(
+        path,
+        what="predictions file",
+        example="np.savez(path, probs=..., labels=...)",
+        names=_NPZ_NAMES,
+    )
     if not arrays:
         raise OodevalError(
             f"{path} holds none of the expected arrays ({', '.join(_NPZ_NAMES)}); found "

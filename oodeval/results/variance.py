@@ -7,7 +7,10 @@ Three figures per (dataset, algorithm, test environment), all in accuracy percen
   last 10 epochs), averaged over the runs training-domain validation picked, one per trial;
 - ``oracle_gap``: mean over trials of (test accuracy under test-domain validation, the oracle)
   minus (test accuracy under training-domain validation): how much a leak of test-domain knowledge
-  into model selection would add.
+  into model selection would add. NICO++ lets the leak pick "the model from the best epoch", so
+  the default oracle (``oracle="best"``) picks, per run, the checkpoint with the best test-domain
+  validation accuracy and then the best hyperparameter draw; ``oracle="last"`` is DomainBed's
+  test-domain validation (last checkpoint of each run, best draw), which exploits less of the leak.
 
 The input is the tidy per-checkpoint frame of `oodeval.results.domainbed.checkpoint_table` (columns
 `CHECKPOINT_COLUMNS`), so any source of runs (a DomainBed folder, a study store, a CSV) can feed it.
@@ -24,6 +27,7 @@ import pandas as pd
 from oodeval.errors import OodevalError
 from oodeval.results.domainbed import (
     CHECKPOINT_COLUMNS,
+    ORACLE_CHECKPOINTS,
     SweepWarning,
     checkpoint_table,
     read_sweep,
@@ -40,10 +44,15 @@ VARIANCE_COLUMNS = [
     "training_domain_acc",
     "oracle_acc",
     "oracle_gap",
+    "oracle_checkpoint",
     "seed_std",
     "epoch_std",
     "epoch_checkpoints",
 ]
+
+
+class VarianceWarning(UserWarning):
+    """Fewer checkpoints than asked for: the epoch std used what the runs have."""
 
 
 def _check_checkpoints(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -73,13 +82,17 @@ def _check_checkpoints(checkpoints: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def variance_table(checkpoints: pd.DataFrame, *, last: int = 10, ddof: int = 1) -> pd.DataFrame:
+def variance_table(
+    checkpoints: pd.DataFrame, *, last: int = 10, ddof: int = 1, oracle: str = "best"
+) -> pd.DataFrame:
     """Seed std, last-checkpoint std and the oracle gap per (dataset, algorithm, environment).
 
     seed_std = 100 * std_t(a_t) with a_t the training-domain-validation test accuracy of trial t;
     epoch_std = 100 * mean_t std(test_acc over the last `last` checkpoints of trial t's chosen run);
-    oracle_gap = 100 * mean_t(o_t - a_t) with o_t the test-domain-validation (oracle) accuracy.
-    std uses `ddof` (1: sample std; NaN when there are not more than `ddof` values).
+    oracle_gap = 100 * mean_t(o_t - a_t) with o_t the test-domain-validation (oracle) accuracy
+    (NICO++ Section 4.4, Table 4 "Gap"). std uses `ddof` (1: sample std; NaN when there are not
+    more than `ddof` values). A `VarianceWarning` says how many chosen runs have fewer than `last`
+    checkpoints.
 
     Parameters
     ----------
@@ -92,6 +105,11 @@ def variance_table(checkpoints: pd.DataFrame, *, last: int = 10, ddof: int = 1) 
         checkpoints use all of theirs (``epoch_checkpoints`` reports the smallest count used).
     ddof : int
         Delta degrees of freedom of both stds.
+    oracle : {"best", "last"}
+        Which checkpoint of each run the oracle may pick: "best" (default) the one with the highest
+        test-domain validation accuracy (earliest on ties), as NICO++ Section 4.4 describes the
+        leak; "last" the final one (DomainBed's test-domain validation). Either way the oracle
+        then picks the hyperparameter draw with the best such accuracy per trial.
 
     Returns
     -------
@@ -103,19 +121,21 @@ def variance_table(checkpoints: pd.DataFrame, *, last: int = 10, ddof: int = 1) 
     ...         for t, accs in enumerate([(0.5, 0.6), (0.7, 0.8)])
     ...         for s, (acc, val) in enumerate(zip(accs, (0.1, 0.2)))]
     >>> df = pd.DataFrame(rows, columns=list(CHECKPOINT_COLUMNS))
-    >>> out = variance_table(df)
+    >>> out = variance_table(df, last=2)
     >>> round(float(out.seed_std[0]), 4), round(float(out.epoch_std[0]), 4)
     (14.1421, 7.0711)
     """
+    if oracle not in ORACLE_CHECKPOINTS:
+        raise OodevalError(f"unknown oracle {oracle!r}; use one of {', '.join(ORACLE_CHECKPOINTS)}")
     if last < 1:
         raise OodevalError(f"last must be a positive number of checkpoints, got {last}")
     if ddof < 0:
         raise OodevalError(f"ddof must be >= 0, got {ddof}")
     df = _check_checkpoints(checkpoints)
     td = select_training_domain(df)
-    oracle = select_test_domain(df)
+    chosen_oracle = select_test_domain(df, checkpoint=oracle)
     both = td.merge(
-        oracle[[*_KEYS, "trial", "test_acc"]],
+        chosen_oracle[[*_KEYS, "trial", "test_acc"]],
         on=[*_KEYS, "trial"],
         suffixes=("", "_oracle"),
     )
@@ -126,6 +146,15 @@ def variance_table(checkpoints: pd.DataFrame, *, last: int = 10, ddof: int = 1) 
         epoch_std=("test_acc", lambda a: _std(a.to_numpy(dtype=float), ddof)),
         n_ckpt=("test_acc", "size"),
     )
+    short = per_run[per_run["n_ckpt"] < last]
+    if len(short):
+        warnings.warn(
+            f"{len(short)} of {len(per_run)} chosen runs have fewer than last={last} "
+            f"checkpoints (fewest {int(short['n_ckpt'].min())}); their epoch std uses all "
+            "the checkpoints they have",
+            VarianceWarning,
+            stacklevel=2,
+        )
     rows = []
     for key, grp in both.groupby(_KEYS, sort=True):
         a = grp["test_acc"].to_numpy(dtype=float)
@@ -138,6 +167,7 @@ def variance_table(checkpoints: pd.DataFrame, *, last: int = 10, ddof: int = 1) 
                 "training_domain_acc": 100 * float(a.mean()),
                 "oracle_acc": 100 * float(o.mean()),
                 "oracle_gap": 100 * float(np.mean(o - a)),
+                "oracle_checkpoint": oracle,
                 "seed_std": 100 * _std(a, ddof),
                 "epoch_std": 100 * float(runs["epoch_std"].mean()),
                 "epoch_checkpoints": int(runs["n_ckpt"].min()),
@@ -155,7 +185,8 @@ def _std(values: np.ndarray, ddof: int) -> float:
 def average_over_environments(table: pd.DataFrame) -> pd.DataFrame:
     """Mean of each `variance_table` figure over the test environments, per (dataset, algorithm).
 
-    The environment column becomes ``"mean"``; n_trials and epoch_checkpoints become the minimum.
+    The environment column becomes ``"mean"``; n_trials and epoch_checkpoints become the minimum;
+    oracle_checkpoint is kept (all rows of one `variance_table` share it).
     """
     rows = []
     for (dataset, algorithm), grp in table.groupby(["dataset", "algorithm"], sort=True):
@@ -164,6 +195,7 @@ def average_over_environments(table: pd.DataFrame) -> pd.DataFrame:
             row[col] = float(grp[col].mean())
         row["n_trials"] = int(grp["n_trials"].min())
         row["epoch_checkpoints"] = int(grp["epoch_checkpoints"].min())
+        row["oracle_checkpoint"] = "+".join(sorted(set(grp["oracle_checkpoint"])))
         rows.append(row)
     return pd.DataFrame(rows, columns=VARIANCE_COLUMNS)
 

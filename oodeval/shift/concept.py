@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.shift._data import (
     as_inputs,
@@ -26,7 +27,7 @@ from oodeval.shift._data import (
     minibatches,
 )
 from oodeval.shift.discrepancy import SOURCE_STREAM, TARGET_STREAM, disagreement
-from oodeval.shift.hypotheses import make_hypothesis, predict_labels, single_threaded
+from oodeval.shift.hypotheses import make_hypothesis, predict_labels
 
 
 @dataclass(frozen=True)

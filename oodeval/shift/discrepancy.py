@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.shift._data import (
     as_inputs,
@@ -27,7 +28,7 @@ from oodeval.shift._data import (
     halves,
     minibatches,
 )
-from oodeval.shift.hypotheses import make_hypothesis, predict_labels, single_threaded
+from oodeval.shift.hypotheses import make_hypothesis, predict_labels
 
 SOURCE_STREAM, TARGET_STREAM = 0, 1
 

@@ -12,8 +12,7 @@ shallow CNN for MNIST-M).  oodeval offers two small classes that train in second
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -96,18 +95,3 @@ def predict_labels(model: nn.Module, x: np.ndarray, *, chunk: int = 4096) -> np.
             out.append(model(batch).argmax(dim=1).numpy())
     model.train(was_training)
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
-
-
-@contextmanager
-def single_threaded() -> Iterator[None]:
-    """Run torch on one intra-op thread inside the block, then restore the previous setting.
-
-    The shift networks are tiny: on a shared CPU, torch's thread pool costs far more in
-    synchronisation than it gains (measured 7x slower with 2 threads under load).
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)

@@ -8,8 +8,11 @@ A SPEC is ``KIND[:LOCATION][:key=value]...``:
 - frozen features: ``npz:FILE`` with arrays ``features`` (n, d) and ``labels`` (n,) (read with
   ``allow_pickle=False``), for the MLP hypothesis class;
 - one environment of a scenario family of `oodeval.environments.build_scenario`, e.g.
-  ``sr-cmnist:e=0.1`` or ``cmnist:env=e=0.90``: ``e=VALUE`` or ``env=NAME`` picks the environment
-  (held-out evaluation environments first, then the given ones); ``images=SOURCE`` names the base
+  ``sr-cmnist:e=0.1`` or ``cmnist:env=e=0.90``: ``e=VALUE`` or ``env=NAME`` picks the environment;
+  ``role=eval`` looks only among the evaluation environments E_all (built from held-out images),
+  ``role=given`` only among the given (training) environments. Without ``role=`` an evaluation
+  environment of that name is taken, else the given one, so a given environment whose name is
+  also in E_all (``sr-cmnist:e=0.1``) needs ``role=given``. ``images=SOURCE`` names the base
   images (default ``digits``); any other ``key=value`` is passed to the family (``ratio=3:1``).
 
 ``size=N`` resizes images to N x N (sources) or is passed to the family; ``seed=N`` seeds the
@@ -23,16 +26,17 @@ the two sets never hold the same image.
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from oodeval._npz import read_npz
 from oodeval.errors import OodevalError
 
 SOURCE_KINDS: tuple[str, ...] = ("digits", "mnist", "folder", "classfolder", "cifar10")
-SCENARIO_KEYS: tuple[str, ...] = ("e", "env", "images", "seed")
+SCENARIO_KEYS: tuple[str, ...] = ("e", "env", "images", "seed", "role")
+ROLES: tuple[str, ...] = ("eval", "given")
 
 
 @dataclass(frozen=True)
@@ -183,19 +187,12 @@ def _load_npz_spec(spec: Spec) -> ShiftSet:
     path = Path(spec.location).expanduser()
     if not path.is_file():
         raise OodevalError(f"features file not found: {path}; check the path in {spec.text!r}")
-    try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz archive")
-        with data:
-            found = list(data.files)
-            arrays = {k: data[k] for k in ("features", "labels") if k in found}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
-        # np.load's own message for non-zip content invites unpickling: never repeat it.
-        raise OodevalError(
-            f"cannot read {path} as an .npz archive of plain arrays; write it with "
-            "np.savez(path, features=..., labels=...) (object arrays are never loaded)"
-        ) from None
+    arrays, found = read_npz(
+        path,
+        what="features file",
+        example="np.savez(path, features=..., labels=...)",
+        names=("features", "labels"),
+    )
     if len(arrays) != 2:
         raise OodevalError(
             f"{path} must hold arrays 'features' (n, d) and 'labels' (n,), "
@@ -271,6 +268,12 @@ def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
             f"SPEC {spec.text!r} must pick one environment with e=VALUE or env=NAME, "
             f"e.g. '{spec.kind}:e=0.1'"
         )
+    role = spec.params.get("role")
+    if role is not None and role not in ROLES:
+        raise OodevalError(
+            f"SPEC {spec.text!r}: role={role} is unknown; use role=eval (evaluation environments) "
+            "or role=given (training environments)"
+        )
     seed = _int_option(spec, "seed", 0)
     family_params: dict[str, Any] = {
         k: _number_or_text(v) for k, v in spec.params.items() if k not in SCENARIO_KEYS
@@ -279,10 +282,12 @@ def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
     scenario = build_scenario(spec.kind, source=source, seed=seed, **family_params)
     key = selectors[0]
     wanted = spec.params[key]
-    for names, envs in (
-        (list(scenario.all_names), scenario.evaluation),
-        (list(scenario.given_names), scenario.given),
-    ):
+    roles = {
+        "eval": (list(scenario.all_names), scenario.evaluation),
+        "given": (list(scenario.given_names), scenario.given),
+    }
+    for found_role in [role] if role else list(roles):
+        names, envs = roles[found_role]
         hit = _matching_name(names, key, wanted)
         if hit is None:
             continue
@@ -291,17 +296,19 @@ def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
         # with other parameters (ratio, eval_fraction, ...) are made disjoint by the images they
         # really share, not by row numbers.
         return ShiftSet(
-            f"{scenario.name}:{hit}",
+            f"{scenario.name}:{hit}" + (":role=given" if found_role == "given" else ""),
             np.asarray(env.images, dtype=np.float32),
             np.asarray(env.labels, dtype=np.int64),
             int(scenario.num_classes),
             str(scenario.params.get("source", source)),
             np.asarray(env.meta["indices"], dtype=np.int64),
         )
-    shown = ", ".join(list(scenario.all_names)[:5])
+    names = scenario.given_names if role == "given" else scenario.all_names
+    shown = ", ".join(list(names)[:5])
+    where = {"given": "given environments of ", "eval": "evaluation environments of "}
     raise OodevalError(
-        f"SPEC {spec.text!r}: no environment {key}={wanted} in {scenario.name}; "
-        f"names look like {shown}, ..."
+        f"SPEC {spec.text!r}: no environment {key}={wanted} in the {where.get(role, '')}"
+        f"{scenario.name}; names look like {shown}{', ...' if len(names) > 5 else ''}"
     )
 
 

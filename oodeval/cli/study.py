@@ -1,0 +1,122 @@
+"""`oodeval study`: run the worst+gap measure study, check on it, analyse it, estimate its cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from oodeval.cli._common import reports_errors
+from oodeval.errors import OodevalError
+
+app = typer.Typer(
+    help="Run the worst+gap paper's measure study resumably and analyse it.",
+    no_args_is_help=True,
+)
+
+
+def _config(config: Path | None, preset_name: str | None):
+    from oodeval.study import load_config, preset
+
+    if (config is None) == (preset_name is None):
+        raise OodevalError("give exactly one of CONFIG.toml or --preset NAME (quick, paper)")
+    return preset(preset_name) if preset_name is not None else load_config(config)
+
+
+@app.command("run")
+@reports_errors
+def run_command(
+    config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
+    preset_name: str | None = typer.Option(None, "--preset", help="Built-in study: quick, paper."),
+    out: Path = typer.Option(..., "--out", help="Study folder (results.sqlite goes here)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+    report: bool = typer.Option(
+        True, "--report/--no-report", help="Write DIR/report.html at the end (the default)."
+    ),
+) -> None:
+    """Run (or resume) a study; finished units are skipped, failed ones kept unless retried.
+
+    At the end the HTML report is written to DIR/report.html and its path printed.
+    """
+    from oodeval.study import run_study
+
+    summary = run_study(
+        _config(config, preset_name),
+        out,
+        workers=workers,
+        retry_failed=retry_failed,
+        progress=progress,
+    )
+    typer.echo(
+        f"{summary.planned} units: {summary.skipped} already stored, {summary.ran} run "
+        f"({summary.done} done, {summary.failed} failed) in {summary.wall_seconds:.1f} s; "
+        f"store: {Path(out) / 'results.sqlite'}"
+    )
+    if report:
+        from oodeval.report.build import write_report
+
+        path = write_report(out, Path(out) / "report.html")
+        typer.echo(f"report: {path.resolve()}")
+
+
+@app.command("status")
+@reports_errors
+def status_command(
+    directory: Path = typer.Argument(..., help="Study folder."),
+) -> None:
+    """Print done/failed/pending unit counts and the failure reasons."""
+    from oodeval.study import load_study
+
+    study = load_study(directory)
+    counts = study.counts()
+    typer.echo(
+        f"study {study.config.get('name')}: {counts['done']} done, {counts['failed']} failed, "
+        f"{counts['pending']} pending (of {counts['planned']})"
+    )
+    failed = study.units[study.units["status"] == "failed"]
+    for unit in failed.itertuples(index=False):
+        typer.echo(f"failed: {unit.unit_key}: {unit.failure}")
+
+
+@app.command("analyze")
+@reports_errors
+def analyze_command(
+    directory: Path = typer.Argument(..., help="Study folder."),
+) -> None:
+    """Write Table 1/5/6 and the Figure 1/5/6/7 numbers as CSV + markdown to DIR/analysis/."""
+    from oodeval.study.analysis import write_analysis
+
+    written = write_analysis(directory)
+    for name, path in written.items():
+        typer.echo(f"{name}: {path}")
+
+
+@app.command("estimate")
+@reports_errors
+def estimate_command(
+    config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
+    preset_name: str | None = typer.Option(None, "--preset", help="Built-in study: quick, paper."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Workers (default: cores)."),
+    algorithms: str | None = typer.Option(
+        None, "--algorithms", help="Comma-separated algorithms to sample (default ERM,MLDG,SagNet)."
+    ),
+    steps_fraction: float = typer.Option(
+        1.0, "--steps-fraction", help="Run the sample with this fraction of the steps."
+    ),
+) -> None:
+    """Time a sample of the study's units and print the projected wall time of the whole study."""
+    import os
+
+    from oodeval.study.estimate import estimate_study
+
+    chosen = tuple(a.strip() for a in algorithms.split(",") if a.strip()) if algorithms else None
+    estimate = estimate_study(
+        _config(config, preset_name),
+        workers=workers or os.cpu_count() or 1,
+        algorithms=chosen,
+        steps_fraction=steps_fraction,
+        progress=True,
+    )
+    typer.echo(estimate.summary())

@@ -1,0 +1,411 @@
+"""Report sections for a study folder: the worst+gap paper's tables and figures on your run."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from oodeval.errors import OodevalError
+from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
+from oodeval.report.page import Section, Table
+from oodeval.report.results_report import _numeric_env
+from oodeval.study.analysis import analyze
+from oodeval.study.store import ALL_FOLD, Study, load_study
+
+MEASURE_LABELS = {
+    "ideal": "ideal",
+    "worst_plus_gap": "worst+gap",
+    "average": "average",
+    "worst_only": "worst only",
+    "gap_only": "gap only",
+}
+MAX_CURVE_PANELS = 12
+
+
+def _label(scenario: str) -> str:
+    """'sr-cmnist/ratio=3:1/scale=1' -> 'ratio=3:1 scale=1' (the family is said elsewhere)."""
+    parts = scenario.split("/")
+    return " ".join(parts[1:]) if len(parts) > 1 else scenario
+
+
+def _wall_time(units: pd.DataFrame) -> str:
+    if units.empty:
+        return "-"
+    start = pd.to_datetime(units["started"], utc=True, errors="coerce").min()
+    end = pd.to_datetime(units["finished"], utc=True, errors="coerce").max()
+    if pd.isna(start) or pd.isna(end):
+        return "-"
+    compute = sum(float((t or {}).get("wall", 0.0)) for t in units["timings"])
+    span = _dt.timedelta(seconds=round((end - start).total_seconds()))
+    return f"{span} from first start to last finish; {compute / 60:.1f} unit-minutes of compute"
+
+
+def summary_section(study: Study) -> Section:
+    """Config, unit counts, wall time, versions and failures of a stored study."""
+    cfg = study.config
+    counts = study.counts()
+    versions = {}
+    for v in study.units.get("versions", pd.Series(dtype=object)):
+        versions.update(v or {})
+    scenarios = [", ".join(f"{k}={v}" for k, v in s.items()) for s in cfg.get("scenarios", [])]
+    section = Section(
+        "Run summary",
+        intro="A unit is one (scenario, algorithm, seed): N leave-one-out models, each tested on "
+        "the given environment it did not see, and one model trained on all given environments, "
+        "tested on every environment of E_all.",
+        facts=[
+            ("study", str(cfg.get("name", ""))),
+            ("folder", str(study.directory)),
+            (
+                "units",
+                f"{counts['done']} done, {counts['failed']} failed, {counts['pending']} "
+                f"pending of {counts['planned']} planned",
+            ),
+            ("data source", str(cfg.get("source", ""))),
+            ("algorithms", ", ".join(cfg.get("algorithms", []))),
+            ("seeds", ", ".join(str(s) for s in cfg.get("seeds", []))),
+            ("scenarios", "; ".join(scenarios)),
+            (
+                "training",
+                f"{cfg.get('steps')} steps, model {cfg.get('model')}, hyperparameters "
+                f"{cfg.get('hparams_mode', 'default')}",
+            ),
+            ("wall time", _wall_time(study.units)),
+            ("versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "-"),
+        ],
+    )
+    failed = study.units[study.units["status"] == "failed"]
+    if not failed.empty:
+        section.notes.append(
+            f"{len(failed)} unit(s) failed; they are left out of every analysis below."
+        )
+        section.tables.append(
+            Table(
+                "Failed units",
+                failed[["scenario", "algorithm", "seed", "failure"]].reset_index(drop=True),
+                "The reason each failed unit gave; re-run with --retry-failed after fixing it.",
+            )
+        )
+    if counts["pending"]:
+        section.notes.append(
+            f"{counts['pending']} unit(s) have not run yet: the study is incomplete, and the "
+            "numbers below cover the finished units only. Re-run the same command to resume."
+        )
+    return section
+
+
+def _pm(frame: pd.DataFrame, stem: str) -> list[str]:
+    return [
+        "–" if pd.isna(m) else (f"{m:.3f}" if pd.isna(s) else f"{m:.3f} ± {s:.3f}")
+        for m, s in zip(frame[f"{stem}_mean"], frame[f"{stem}_std"], strict=True)
+    ]
+
+
+def table_sections(results: dict[str, pd.DataFrame]) -> Section:
+    """Tables 1, 5 and 6 of the worst+gap paper, computed on this study."""
+    t1 = results["table1"]
+    view1 = pd.DataFrame(
+        {
+            "scenario": t1["scenario"],
+            "rho worst+gap": _pm(t1, "rho_worst_plus_gap"),
+            "rho average": _pm(t1, "rho_average"),
+            "tau worst+gap": _pm(t1, "tau_worst_plus_gap"),
+            "tau average": _pm(t1, "tau_average"),
+            "seeds": t1["n_seeds"],
+            "algorithms": t1["n_algorithms"],
+        }
+    )
+    tables = [
+        Table(
+            "Table 1: correlation with the ideal measure",
+            view1,
+            "Spearman's rho and Kendall's tau-b across algorithms between each measure and the "
+            "ideal measure (Eq. 4), per scenario; mean ± std (ddof=1) over seeds. Higher means the"
+            " measure orders algorithms as their true worst-case error does.",
+        )
+    ]
+    paper = results.get("table1_vs_paper")
+    if paper is not None and not paper.empty:
+        tables.append(
+            Table(
+                "Table 1 next to the paper's numbers",
+                paper,
+                "This study's means beside Table 1 of the worst+gap paper (14 algorithms, 3 "
+                "seeds). Differences in algorithms, steps and data size move the numbers; the "
+                "paper's claim is that worst+gap correlates better than average in every scenario.",
+            )
+        )
+    t5 = results["table5"]
+    rename = {
+        f"{stat}_{m}": f"{'rho' if stat == 'rho' else 'tau'} {MEASURE_LABELS[m]}"
+        for stat in ("rho", "tau")
+        for m in ("worst_only", "gap_only", "worst_plus_gap")
+    }
+    tables.append(
+        Table(
+            "Table 5: worst only, gap only and worst+gap",
+            t5[["scenario", *rename]].rename(columns=rename),
+            "Seed-mean correlations with the ideal measure for the two terms of Eq. 6 and their "
+            "sum; the family rows average the scenarios.",
+        )
+    )
+    tables.append(
+        Table(
+            "Table 6: the algorithm each measure selects",
+            table6_view(results["table6"]),
+            "argmin of each measure per seed, and on the seed-averaged measure (seed 'mean'); "
+            "ties go to the first name in sorted order and are marked with *.",
+        )
+    )
+    tables.append(
+        Table(
+            "How often each measure picks the ideal measure's choice",
+            results["selection_agreement"],
+        )
+    )
+    return Section(
+        "Tables",
+        intro="The measures are computed per unit from the stored errors; all math goes through "
+        "oodeval.measures.",
+        tables=tables,
+    )
+
+
+def table6_view(t6: pd.DataFrame) -> pd.DataFrame:
+    """Table 6 as the paper prints it: one row per (scenario, seed), one column per measure."""
+    cell = t6["selected"].where(t6["tied"].fillna("").str.count(",") == 0, t6["selected"] + "*")
+    wide = t6.assign(cell=cell).pivot_table(
+        index=["scenario", "seed"], columns="measure", values="cell", aggfunc="first", sort=False
+    )
+    order = [m for m in ("ideal", "worst_plus_gap", "average") if m in wide.columns]
+    wide = wide[order].rename(columns=MEASURE_LABELS).reset_index()
+    wide.columns.name = None
+    return wide
+
+
+def figure5_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Long form of Figure 5: (scale, measure, ideal, value) for worst+gap and average."""
+    raw = results["figure5"]
+    frames = []
+    for measure in ("worst_plus_gap", "average"):
+        part = raw[["scenario", "scale", "algorithm", "seed", "ideal"]].copy()
+        part["measure"] = MEASURE_LABELS[measure]
+        part["value"] = raw[measure].to_numpy()
+        frames.append(part)
+    data = pd.concat(frames, ignore_index=True)
+    data["scale"] = data["scale"].astype(str)
+    return data
+
+
+def figure7_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Figure 7: mean over algorithms of the normalised |ideal - measure| per N."""
+    f7 = results["figure7"]
+    if f7.empty:
+        return f7
+    grouped = f7.groupby(["family", "ratio", "scale", "n_given", "measure"], sort=True)
+    data = grouped["normalized"].mean().reset_index()
+    data["measure"] = data["measure"].map(lambda m: MEASURE_LABELS.get(m, m))
+    data["ratio"] = data["ratio"].astype(str)
+    return data
+
+
+def figure1_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Figure 1: ERM and the ideal-best algorithm's mean value of each measure per scenario."""
+    f1 = results["figure1"]
+    rows = []
+    for r in f1.itertuples(index=False):
+        label = f"{_label(r.scenario)} (best: {r.best_algorithm})"
+        measure = MEASURE_LABELS.get(r.measure, r.measure)
+        rows.append(
+            {
+                "scenario": label,
+                "measure": measure,
+                "who": r.baseline,
+                "algorithm": r.baseline,
+                "value": r.baseline_mean,
+            }
+        )
+        rows.append(
+            {
+                "scenario": label,
+                "measure": measure,
+                "who": "ideal-best algorithm",
+                "algorithm": r.best_algorithm,
+                "value": r.best_mean,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def environment_curves(study: Study) -> pd.DataFrame:
+    """Seed-mean error of each algorithm's full model per environment: (scenario, algorithm, e)."""
+    done = study.units.loc[study.units["status"] == "done", ["unit_key", "scenario", "algorithm"]]
+    full = study.results[study.results["fold"] == ALL_FOLD].merge(done, on="unit_key")
+    if full.empty:
+        return pd.DataFrame(columns=["scenario", "algorithm", "environment", "e", "error"])
+    full = full.assign(e=[_numeric_env(str(n)) for n in full["environment"]])
+    if full["e"].isna().any():
+        return pd.DataFrame(columns=["scenario", "algorithm", "environment", "e", "error"])
+    curves = full.groupby(["scenario", "algorithm", "environment", "e"], sort=False)["error"]
+    return curves.mean().reset_index().sort_values(["scenario", "algorithm", "e"])
+
+
+def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
+    """Figures 5, 6, 7, 1 and the per-environment error curves."""
+    section = Section("Figures")
+    f5 = figure5_data(results)
+    section.figures.append(
+        scatter_with_identity(
+            f5,
+            x="ideal",
+            y="value",
+            panel="scale",
+            hue="measure",
+            key="figure5",
+            title="Figure 5: each measure against the ideal measure, per Scale",
+            caption="One point per unit (algorithm, seed, ratio). A trustworthy measure lies along"
+            " the dashed y = x line and rises with the ideal error; the average measure "
+            "tends to stay flat while the true worst-case error varies.",
+            xlabel="ideal measure (max error over E_all)",
+            ylabel="measure value",
+        )
+    )
+    f6 = results["figure6"].copy()
+    if not f6.empty:
+        f6["scenario"] = f6["scenario"].map(_label)
+        f6["measure"] = f6["measure"].map(lambda m: MEASURE_LABELS.get(m, m))
+        section.figures.append(
+            grouped_bars(
+                f6,
+                category="scenario",
+                group="measure",
+                value="degradation_mean",
+                key="figure6",
+                title="Figure 6: what choosing by each measure costs",
+                caption="Selection degradation |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)| per "
+                "scenario, mean over seeds: how much worse (in true worst-case error) the "
+                "algorithm picked by the measure is than the truly best one. 0 means the "
+                "measure picked it.",
+                ylabel="degradation (error)",
+            )
+        )
+    f7 = figure7_data(results)
+    if f7["scale"].nunique() > 1 if not f7.empty else False:
+        section.figures.append(
+            lines(
+                f7,
+                x="n_given",
+                y="normalized",
+                hue="measure",
+                panel="ratio",
+                key="figure7",
+                title="Figure 7: distance to the ideal measure as N grows",
+                caption="Mean over algorithms and seeds of |ideal - measure|, divided by its value"
+                " at the smallest Scale, against the number of given environments N. A "
+                "measure that converges to the truth falls below 1 as N grows.",
+                xlabel="N (given environments)",
+                ylabel="|ideal - measure| (normalised)",
+            )
+        )
+    else:
+        section.notes.append("Figure 7 needs scenarios at two or more Scales; this study has one.")
+    f1 = figure1_data(results)
+    if f1.empty:
+        section.notes.append("Figure 1 needs ERM among the algorithms.")
+    else:
+        section.figures.append(
+            grouped_bars(
+                f1,
+                category="scenario",
+                group="who",
+                value="value",
+                panel="measure",
+                key="figure1",
+                title="Figure 1: ERM against the truly best algorithm under each measure",
+                caption="Each panel is one measure; bars are ERM's value and that of the algorithm"
+                " with the lowest seed-averaged ideal measure, per scenario (mean over "
+                "seeds). Under the ideal measure the gap is real; a trustworthy measure "
+                "shows it too, while the average measure tends to hide it.",
+                ylabel="measure value (error)",
+            )
+        )
+    curves = environment_curves(study)
+    scenarios = list(dict.fromkeys(curves["scenario"]))
+    if scenarios:
+        shown = curves[curves["scenario"].isin(scenarios[:MAX_CURVE_PANELS])].copy()
+        shown["scenario"] = shown["scenario"].map(_label)
+        section.figures.append(
+            lines(
+                shown,
+                x="e",
+                y="error",
+                hue="algorithm",
+                panel="scenario",
+                key="env_curves",
+                title="Error of each algorithm's full model across E_all",
+                caption="x: the environment e (probability that the colour disagrees with the "
+                "label); y: error of the model trained on all given environments, mean over seeds. "
+                "Training environments sit near e = 0.1-0.2 and 0.8-0.9; a curve that climbs "
+                "towards e = 0 or 1 shows the model relying on colour, the spurious feature. The "
+                "highest point of each curve is the ideal measure.",
+                xlabel="environment e",
+                ylabel="error",
+                markers=False,
+            )
+        )
+        if len(scenarios) > MAX_CURVE_PANELS:
+            section.notes.append(
+                f"Curves shown for the first {MAX_CURVE_PANELS} of {len(scenarios)} scenarios."
+            )
+    return section
+
+
+def study_sections(directory: str | Path) -> list[Section]:
+    """All sections of the report on one study folder."""
+    directory = Path(directory)
+    if not (directory / "results.sqlite").exists():
+        raise OodevalError(
+            f"{directory} holds no study (no results.sqlite); run `oodeval study run ... --out "
+            f"{directory}` first, or give a results file"
+        )
+    study = load_study(directory)
+    sections = [summary_section(study)]
+    if study.counts()["done"] == 0:
+        sections[0].notes.append(
+            "No finished units yet, so there is nothing to analyse: the tables and figures of "
+            "the worst+gap paper need at least one finished unit per algorithm."
+        )
+        return sections
+    try:
+        results = analyze(study)
+    except OodevalError as exc:
+        sections[0].notes.append(f"The analyses could not be computed: {exc}")
+        return sections
+    if results["units"]["algorithm"].nunique() < 2:
+        sections[0].notes.append(
+            "Only one algorithm finished: correlations and selections need at least two."
+        )
+    sections.append(table_sections(results))
+    sections.append(figure_section(study, results))
+    sections.append(
+        Section(
+            "Configuration",
+            intro="The study's stored configuration, as run.",
+            tables=[
+                Table(
+                    "config",
+                    pd.DataFrame(
+                        [(k, json.dumps(v)) for k, v in study.config.items()],
+                        columns=["key", "value"],
+                    ),
+                )
+            ],
+        )
+    )
+    return sections
+
+
+__all__ = ["environment_curves", "figure1_data", "figure5_data", "figure7_data", "study_sections"]

@@ -1,0 +1,169 @@
+"""Project a study's wall time from a measured sample of its units.
+
+A unit's cost grows with the number of given environments N (N + 1 models are trained on
+minibatches from N - 1 or N environments, and every model is evaluated) and differs between
+algorithms. `estimate_study` runs the scenarios with the smallest, a middle and the largest N, each
+with a few sampled algorithms and one seed, through `run_study` with the same worker count (so the
+measured per-unit times include the contention between workers). It then fits the mean per-unit
+time as a quadratic in N through the measured points (a line for two distinct N, a constant for
+one) and projects
+
+    projected wall = sum over the study's units of t(N of its scenario) / workers.
+
+When the sample ran with a fraction f of the steps, each unit's reported training time
+(``timings["train"]``) is scaled by 1 / f and the rest (scenario building, evaluation) kept; without
+a reported training time the whole wall time is scaled (pessimistic).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from oodeval.errors import OodevalError
+from oodeval.study.config import StudyConfig, import_backend, validate_config
+from oodeval.study.runner import prepare_config, run_study
+from oodeval.study.store import load_study
+
+#: Algorithms sampled by default when the study has them (cheap, typical and expensive ones).
+DEFAULT_SAMPLE = ("ERM", "MLDG", "SagNet")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A projection: measured sample units, per-N predicted unit times, the projected total."""
+
+    samples: pd.DataFrame  # per sampled unit: scenario, n_given, algorithm, seconds
+    per_n: pd.DataFrame  # n_given, unit_seconds (predicted, full steps), units_in_study, measured
+    workers: int
+    steps_fraction: float
+    sample_wall_seconds: float
+    projected_seconds: float
+    failed: int
+
+    def summary(self) -> str:
+        """A few human lines: the table per N and the projected total."""
+        lines = [
+            f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:g} of the steps in "
+            f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); {self.failed} failed",
+            "N_given  seconds/unit  units  measured",
+        ]
+        for row in self.per_n.itertuples(index=False):
+            lines.append(
+                f"{row.n_given:>7}  {row.unit_seconds:>12.1f}  {row.units_in_study:>5}  "
+                f"{'yes' if row.measured else 'fit'}"
+            )
+        hours = self.projected_seconds / 3600.0
+        lines.append(
+            f"projected wall time: {self.projected_seconds:.0f} s = {hours:.2f} h "
+            f"with {self.workers} worker(s)"
+        )
+        return "\n".join(lines)
+
+
+def estimate_study(
+    config: StudyConfig,
+    *,
+    workers: int = 1,
+    algorithms: tuple[str, ...] | None = None,
+    steps_fraction: float = 1.0,
+    directory: str | Path | None = None,
+    progress: bool = False,
+) -> Estimate:
+    """Measure a sample of `config`'s units and project the full study's wall time.
+
+    Parameters
+    ----------
+    config : the study to project (e.g. ``preset("paper")``).
+    workers : worker processes used for the sample and assumed for the full study.
+    algorithms : algorithms to sample (default: those of `DEFAULT_SAMPLE` the study has, else its
+        first three).
+    steps_fraction : run the sample with this fraction of the steps (0 < f <= 1).
+    directory : where to keep the sample's store (default: a temporary folder, removed after).
+    """
+    if not 0 < steps_fraction <= 1:
+        raise OodevalError(f"steps_fraction must be in (0, 1], got {steps_fraction}")
+    config = prepare_config(config)
+    validated = validate_config(config, import_backend(config))
+    n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    distinct = sorted(set(n_by_scenario))
+    sampled_n = sorted({distinct[0], distinct[len(distinct) // 2], distinct[-1]})
+    representatives = [n_by_scenario.index(n) for n in sampled_n]
+    if algorithms is None:
+        picked = [a for a in DEFAULT_SAMPLE if a in config.algorithms]
+        algorithms = tuple(picked or config.algorithms[:3])
+    unknown = [a for a in algorithms if a not in config.algorithms]
+    if unknown:
+        raise OodevalError(f"sample algorithm(s) {unknown} are not in the study")
+    sample = config.replace(
+        name=f"{config.name}-estimate",
+        scenarios=[
+            {"family": config.scenarios[i].family, **config.scenarios[i].params}
+            for i in representatives
+        ],
+        algorithms=list(algorithms),
+        hparams={a: h for a, h in config.hparams.items() if a in algorithms},
+        seeds=[config.seeds[0]],
+        steps=max(1, round(config.steps * steps_fraction)),
+    )
+    with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
+        folder = Path(directory) if directory is not None else Path(tmp)
+        t0 = time.perf_counter()
+        run_study(sample, folder, workers=workers, progress=progress)
+        wall = time.perf_counter() - t0
+        units = load_study(folder).units
+    name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}
+    done = units[units["status"] == "done"]
+    if done.empty:
+        reasons = "; ".join(units["failure"].astype(str).head(3))
+        raise OodevalError(f"every sampled unit failed, nothing to project from: {reasons}")
+    samples = pd.DataFrame(
+        {
+            "scenario": done["scenario"].to_numpy(),
+            "n_given": done["scenario"].map(name_to_n).to_numpy(),
+            "algorithm": done["algorithm"].to_numpy(),
+            "wall_seconds": done["timings"].map(lambda t: float(t.get("wall", np.nan))).to_numpy(),
+            "train_seconds": done["timings"]
+            .map(lambda t: float(t.get("train", np.nan)))
+            .to_numpy(),
+        }
+    )
+    train = samples["train_seconds"].fillna(samples["wall_seconds"])
+    samples["full_steps_seconds"] = samples["wall_seconds"] + train * (1.0 / steps_fraction - 1.0)
+    measured = samples.groupby("n_given")["full_steps_seconds"].mean()
+    predict = _fit(measured.index.to_numpy(float), measured.to_numpy(float))
+    per_n_rows = []
+    total = 0.0
+    for n in distinct:
+        seconds = float(measured[n]) if n in measured.index else predict(n)
+        units_here = n_by_scenario.count(n) * len(config.algorithms) * len(config.seeds)
+        per_n_rows.append(
+            {
+                "n_given": n,
+                "unit_seconds": seconds,
+                "units_in_study": units_here,
+                "measured": n in measured.index,
+            }
+        )
+        total += seconds * units_here
+    return Estimate(
+        samples=samples,
+        per_n=pd.DataFrame(per_n_rows),
+        workers=workers,
+        steps_fraction=steps_fraction,
+        sample_wall_seconds=wall,
+        projected_seconds=total / workers,
+        failed=int((units["status"] == "failed").sum()),
+    )
+
+
+def _fit(n: np.ndarray, seconds: np.ndarray):
+    """t(N) through the measured points: quadratic for 3+ distinct N, linear for 2, else flat."""
+    degree = min(len(n) - 1, 2)
+    coefficients = np.polyfit(n, seconds, degree) if degree > 0 else np.array([seconds[0]])
+    return lambda value: max(float(np.polyval(coefficients, value)), float(seconds.min()))

@@ -1,0 +1,54 @@
+"""The default study backend: real scenarios, the registered algorithms and the oodeval trainer.
+
+A backend is any module with ``build_scenario``, ``available``, ``default_hparams``,
+``sample_hparams`` and ``run_unit`` (see `oodeval.study.config.import_backend`). This one forwards
+to `oodeval.environments`, `oodeval.algorithms` and `oodeval.training`, importing them (and torch)
+only when first used, and keeps each image source loaded once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+@functools.lru_cache(maxsize=4)
+def _source(spec: str) -> Any:
+    from oodeval.environments import load_source
+
+    return load_source(spec)
+
+
+def build_scenario(family: str, *, source: str, seed: int = 0, **params: Any) -> Any:
+    """`oodeval.environments.build_scenario` with the image source loaded once per process."""
+    from oodeval.environments import build_scenario as _build
+
+    return _build(family, source=_source(source), seed=seed, **params)
+
+
+def available() -> list[str]:
+    """Names of the registered algorithms (`oodeval.algorithms.available`)."""
+    from oodeval.algorithms import available as _available
+
+    return list(_available())
+
+
+def default_hparams(name: str) -> dict:
+    """`oodeval.algorithms.default_hparams`."""
+    from oodeval.algorithms import default_hparams as _default
+
+    return dict(_default(name))
+
+
+def sample_hparams(name: str, seed: int) -> dict:
+    """`oodeval.algorithms.sample_hparams`."""
+    from oodeval.algorithms import sample_hparams as _sample
+
+    return dict(_sample(name, seed))
+
+
+def run_unit(scenario: Any, algorithm: str, **kwargs: Any) -> Any:
+    """`oodeval.training.run_unit` (N leave-one-out models plus the model on all of E_given)."""
+    from oodeval.training import run_unit as _run
+
+    return _run(scenario, algorithm, **kwargs)

@@ -1,0 +1,157 @@
+"""`oodeval study run|status|analyze|estimate` end to end on the synthetic backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from oodeval.cli.main import app
+from oodeval.study import config_from_dict, preset
+
+REPO = Path(__file__).resolve().parents[1]
+
+CONFIG = """
+name = "cli-test"
+backend = "oodeval.study.synthetic"
+algorithms = ["ERM", "IRM", "GroupDRO"]
+seeds = [0, 1]
+steps = 5
+scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 },
+             { family = "synthetic", ratio = "3:1", scale = 2 }]
+[unit_options]
+fail_algorithms = ["IRM"]
+"""
+
+
+@pytest.fixture()
+def config_file(tmp_path):
+    path = tmp_path / "study.toml"
+    path.write_text(CONFIG, encoding="utf-8")
+    return path
+
+
+def test_run_status_analyze(tmp_path, config_file):
+    runner = CliRunner()
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["study", "run", str(config_file), "--out", str(out), "--workers", "2", "--no-progress"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "12 units: 0 already stored, 12 run (8 done, 4 failed)" in result.output
+    again = runner.invoke(
+        app, ["study", "run", str(config_file), "--out", str(out), "--no-progress"]
+    )
+    assert "12 already stored, 0 run" in again.output
+    status = runner.invoke(app, ["study", "status", str(out)])
+    assert status.exit_code == 0
+    assert "8 done, 4 failed, 0 pending (of 12)" in status.output
+    assert "failed: synthetic/ratio=3:1/scale=1|IRM|seed=0: SyntheticFailure" in status.output
+    analyzed = runner.invoke(app, ["study", "analyze", str(out)])
+    assert analyzed.exit_code == 0, analyzed.output
+    assert (out / "analysis" / "analysis.md").is_file()
+    assert (out / "analysis" / "table1.csv").read_text().startswith("scenario,")
+
+
+def test_estimate_projects_from_a_sample(config_file):
+    result = CliRunner().invoke(
+        app,
+        ["study", "estimate", str(config_file), "--workers", "1", "--algorithms", "ERM,GroupDRO"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "sampled 4 unit(s) at 1 of the steps" in result.output
+    assert "projected wall time:" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["study", "run", "--out", "X"], "give exactly one of CONFIG.toml or --preset"),
+        (["study", "run", "--preset", "huge", "--out", "X"], "unknown preset 'huge'"),
+        (["study", "status", "nowhere"], "no study in nowhere"),
+        (["study", "analyze", "nowhere"], "no study in nowhere"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, message):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_bad_config_in_a_real_subprocess_has_no_traceback(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        CONFIG.replace('["ERM", "IRM", "GroupDRO"]', '["ERM", "Magic"]'), encoding="utf-8"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oodeval.cli.main",
+            "study",
+            "run",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: unknown algorithm(s) ['Magic']; available: "
+        + str(
+            sorted(
+                [
+                    "ERM",
+                    "IRM",
+                    "GroupDRO",
+                    "Mixup",
+                    "MLDG",
+                    "CORAL",
+                    "MMD",
+                    "DANN",
+                    "CDANN",
+                    "MTL",
+                    "SagNet",
+                    "ARM",
+                    "VREx",
+                    "RSC",
+                ]
+            )
+        )
+    ]
+
+
+def test_presets_and_example_config_are_valid():
+    quick, paper = preset("quick"), preset("paper")
+    assert set(quick.algorithms) >= {
+        "ERM",
+        "IRM",
+        "GroupDRO",
+        "VREx",
+        "CORAL",
+        "MMD",
+        "Mixup",
+        "MLDG",
+    }
+    assert [(s.params["ratio"], s.params["scale"]) for s in quick.scenarios] == [
+        ("3:1", 1),
+        ("4:1", 1),
+        ("5:1", 1),
+    ]
+    assert quick.seeds == (0,) and quick.source == "auto"
+    assert len(paper.algorithms) == 14 and len(paper.scenarios) == 12 and paper.seeds == (0, 1, 2)
+    # the stored form round-trips
+    assert config_from_dict(paper.to_dict()) == paper
+    from oodeval.study import load_config
+
+    example = load_config(REPO / "examples" / "study.toml")
+    assert example.algorithms and example.scenarios

@@ -1,0 +1,393 @@
+"""Running studies: kill -9 and resume, determinism, failure isolation, config validation.
+
+The units come from the synthetic backend (`oodeval.study.synthetic`): pure numpy, milliseconds per
+unit, errors derived deterministically from the unit's seed, so the machinery is tested without
+training anything.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from oodeval.errors import OodevalError
+from oodeval.study import (
+    config_from_dict,
+    load_config,
+    load_study,
+    run_study,
+    synthetic,
+    validate_config,
+)
+from oodeval.study.config import resolve_source
+
+REPO = Path(__file__).resolve().parents[1]
+ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD"]
+
+
+def synthetic_config(**overrides):
+    data = {
+        "name": "synthetic-test",
+        "backend": "oodeval.study.synthetic",
+        "algorithms": ALGOS,
+        "seeds": [0, 1],
+        "steps": 10,
+        "scenarios": [
+            {"family": "synthetic", "ratio": "3:1", "scale": 1},
+            {"family": "synthetic", "ratio": "4:1", "scale": 2},
+        ],
+    }
+    data.update(overrides)
+    return config_from_dict(data)
+
+
+def stored_rows(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Everything of a store that must be reproducible (not timings or wall-clock stamps)."""
+    study = load_study(directory)
+    # timings and clock stamps vary; versions carry a digest of the (possibly edited) sources
+    units = study.units.drop(columns=["timings", "started", "finished", "versions"])
+    units = units.assign(**{c: units[c].map(repr) for c in ("params", "hparams")})
+    return units.reset_index(drop=True), study.results.reset_index(drop=True)
+
+
+def assert_same_store(a: Path, b: Path) -> None:
+    units_a, results_a = stored_rows(a)
+    units_b, results_b = stored_rows(b)
+    pd.testing.assert_frame_equal(units_a, units_b)
+    pd.testing.assert_frame_equal(results_a, results_b, check_exact=True)
+
+
+def test_whole_study_is_deterministic_and_independent_of_worker_count(tmp_path):
+    cfg = synthetic_config()
+    one = run_study(cfg, tmp_path / "one", workers=1, progress=False)
+    two = run_study(cfg, tmp_path / "two", workers=2, progress=False)
+    assert one.done == two.done == 20 and one.failed == 0
+    assert_same_store(tmp_path / "one", tmp_path / "two")
+    results = load_study(tmp_path / "one").results
+    # 4 given + 101 evaluation rows per unit on scale 1; 10 + 101 on ratio 4:1, scale 2.
+    assert len(results) == 10 * (4 + 101) + 10 * (10 + 101)
+
+
+def test_rerun_skips_finished_units(tmp_path):
+    cfg = synthetic_config()
+    run_study(cfg, tmp_path, workers=2, progress=False)
+    again = run_study(cfg, tmp_path, workers=2, progress=False)
+    assert (again.skipped, again.ran, again.done) == (20, 0, 0)
+    assert len(load_study(tmp_path).units) == 20
+
+
+def test_kill_minus_nine_mid_study_then_resume_equals_uninterrupted_run(tmp_path):
+    cfg_path = tmp_path / "study.toml"
+    cfg_path.write_text(
+        """
+name = "kill-test"
+backend = "oodeval.study.synthetic"
+algorithms = ["ERM", "IRM", "GroupDRO", "CORAL"]
+seeds = [0, 1]
+steps = 10
+scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 },
+             { family = "synthetic", ratio = "5:1", scale = 1 }]
+[unit_options]
+sleep = 0.1
+fail_algorithms = ["CORAL"]
+""",
+        encoding="utf-8",
+    )
+    killed = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "oodeval.cli.main",
+        "study",
+        "run",
+        str(cfg_path),
+        "--out",
+        str(killed),
+        "--workers",
+        "2",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if (killed / "results.sqlite").exists() and _count_units(killed) >= 4:
+                break
+            assert proc.poll() is None, "the study finished before it could be killed"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)  # the parent and its workers, mid-study
+    finally:
+        proc.wait(timeout=30)
+    interrupted = _count_units(killed)
+    assert 4 <= interrupted < 16
+    with sqlite3.connect(killed / "results.sqlite") as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # every stored unit is complete: done units have all their rows, failed ones none
+        per_unit = dict(
+            conn.execute(
+                "SELECT u.unit_key, COUNT(r.unit_key) FROM units u "
+                "LEFT JOIN results r ON r.unit_key = u.unit_key GROUP BY u.unit_key"
+            ).fetchall()
+        )
+        statuses = dict(conn.execute("SELECT unit_key, status FROM units").fetchall())
+    for key, n in per_unit.items():
+        expected = 0 if statuses[key] == "failed" else (4 if "3:1" in key else 6) + 101
+        assert n == expected, key
+
+    resumed = run_study(load_config(cfg_path), killed, workers=2, progress=False)
+    assert resumed.skipped == interrupted and resumed.skipped + resumed.ran == 16
+    reference = tmp_path / "reference"
+    run_study(load_config(cfg_path), reference, workers=2, progress=False)
+    assert_same_store(killed, reference)
+
+
+def _count_units(directory: Path) -> int:
+    try:
+        with sqlite3.connect(directory / "results.sqlite", timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
+    except sqlite3.OperationalError:  # tables not created yet
+        return 0
+
+
+def test_failing_unit_is_isolated_and_its_reason_stored(tmp_path):
+    cfg = synthetic_config(unit_options={"fail_algorithms": ["IRM"]})
+    summary = run_study(cfg, tmp_path, workers=2, progress=False)
+    assert (summary.done, summary.failed) == (16, 4)
+    units = load_study(tmp_path).units
+    failed = units[units["status"] == "failed"]
+    assert set(failed["algorithm"]) == {"IRM"}
+    assert failed["failure"].str.contains("SyntheticFailure: synthetic failure of IRM").all()
+    results = load_study(tmp_path).results
+    assert not results["unit_key"].str.contains(r"\|IRM\|").any()
+    # failed units are kept unless retried; a retry runs them again (and counts the attempt)
+    assert run_study(cfg, tmp_path, workers=1, progress=False).ran == 0
+    retry = run_study(cfg, tmp_path, workers=1, progress=False, retry_failed=True)
+    assert (retry.ran, retry.failed) == (4, 4)
+    units = load_study(tmp_path).units
+    assert units.loc[units["status"] == "failed", "attempts"].tolist() == [2, 2, 2, 2]
+
+
+# This test module doubles as a study backend (``backend = __name__``): the synthetic
+# backend, except that IRM's loss "diverges" the way the real trainer reports it.
+available = synthetic.available
+build_scenario = synthetic.build_scenario
+default_hparams = synthetic.default_hparams
+sample_hparams = synthetic.sample_hparams
+
+
+def run_unit(scenario, algorithm, **kwargs):
+    if algorithm == "IRM":
+        from oodeval.training import TrainingDiverged
+
+        raise TrainingDiverged("IRM", "e=0.850", 7)
+    return synthetic.run_unit(scenario, algorithm, **kwargs)
+
+
+def test_a_diverged_training_fails_only_its_unit(tmp_path):
+    pytest.importorskip("oodeval.training")
+    cfg = synthetic_config(
+        backend=__name__,
+        seeds=[0],
+        scenarios=[{"family": "synthetic", "ratio": "3:1", "scale": 1}],
+    )
+    summary = run_study(cfg, tmp_path, workers=2, progress=False)
+    assert (summary.done, summary.failed) == (4, 1)
+    units = load_study(tmp_path).units.set_index("algorithm")
+    assert units.loc["IRM", "failure"].startswith(
+        "TrainingDiverged: IRM diverged: loss nan in fold 'e=0.850' at step 7"
+    )
+
+
+def test_a_crashed_worker_fails_its_unit_and_the_study_goes_on(tmp_path):
+    cfg = synthetic_config(
+        algorithms=["ERM", "IRM", "GroupDRO"],
+        seeds=[0],
+        scenarios=[{"family": "synthetic", "ratio": "3:1", "scale": 1}],
+        unit_options={"crash_algorithms": ["IRM"]},
+    )
+    summary = run_study(cfg, tmp_path, workers=2, progress=False)
+    units = load_study(tmp_path).units.set_index("algorithm")
+    assert units.loc["IRM", "status"] == "failed"
+    assert "worker process died" in units.loc["IRM", "failure"]
+    # the units in flight with the crash are re-run alone and complete
+    assert units.loc[["ERM", "GroupDRO"], "status"].tolist() == ["done", "done"]
+    assert (summary.ran, summary.done, summary.failed) == (3, 2, 1)
+
+
+def test_resuming_with_another_config_is_refused(tmp_path):
+    run_study(synthetic_config(), tmp_path, workers=1, progress=False)
+    with pytest.raises(OodevalError, match=r"keys differ: seeds, steps"):
+        run_study(synthetic_config(seeds=[0, 1, 2], steps=11), tmp_path, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"algorithms": ["ERM", "Nope"]}, r"unknown algorithm\(s\) \['Nope'\]"),
+        ({"hparams": {"ERM": {"lr": "fast"}}}, r"hparams.ERM.lr must be float"),
+        ({"hparams": {"ERM": {"lr": True}}}, r"hparams.ERM.lr must be float"),
+        ({"hparams": {"ERM": {"momentum": 0.9}}}, r"ERM has no hyperparameter 'momentum'"),
+        ({"hparams": {"DANN": {"lr": 0.1}}}, r"\[hparams.DANN\] names an algorithm"),
+        (
+            {"scenarios": [{"family": "synthetic", "given": [0.1, 0.9]}]},
+            r"has 2 given environments but \['worst_plus_gap', 'gap_only'\] needs at least 3",
+        ),
+        ({"scenarios": [{"family": "nope"}]}, r"unknown scenario family 'nope'"),
+        ({"measures": ["average", "median"]}, r"unknown measure\(s\) \['median'\]"),
+        ({"seeds": [0, 0]}, r"'seeds' lists a value twice"),
+        ({"steps": 0}, r"steps must be >= 1"),
+        ({"steps": 1.5}, r"steps must be an integer"),
+        ({"backend": "no.such.module"}, r"cannot import module 'no.such.module'"),
+        ({"imports": ["my_missing_algorithms"]}, r"imports: cannot import module 'my_missing"),
+    ],
+)
+def test_bad_config_gets_one_clear_error(tmp_path, overrides, message):
+    with pytest.raises(OodevalError, match=message) as info:
+        run_study(synthetic_config(**overrides), tmp_path / "s", progress=False)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "s" / "results.sqlite").exists()
+
+
+def test_two_environment_scenario_is_fine_without_worst_plus_gap():
+    cfg = synthetic_config(
+        scenarios=[{"family": "synthetic", "given": [0.1, 0.9]}], measures=["average"]
+    )
+    validated = validate_config(cfg)
+    assert validated["scenarios"][0][2] == ["e=0.100", "e=0.900"]
+
+
+def test_real_backend_rejects_a_two_environment_scenario():
+    environments = pytest.importorskip("oodeval.environments")
+    if not hasattr(environments, "build_scenario"):
+        pytest.skip("oodeval.environments.build_scenario is not available yet")
+    algorithms = pytest.importorskip("oodeval.algorithms")
+    if "ERM" not in algorithms.available():
+        pytest.skip("the ERM algorithm is not registered yet")
+    cfg = config_from_dict(
+        {
+            "algorithms": ["ERM"],
+            "seeds": [0],
+            "steps": 5,
+            "scenarios": [{"family": "sr-cmnist", "given": [0.1, 0.9]}],
+        }
+    )
+    with pytest.raises(OodevalError, match="has 2 given environments"):
+        validate_config(cfg)
+
+
+def test_bad_toml_and_unknown_keys(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("algorithms = [", encoding="utf-8")
+    with pytest.raises(OodevalError, match="not valid TOML"):
+        load_config(bad)
+    bad.write_text('algorithm = ["ERM"]\n', encoding="utf-8")
+    with pytest.raises(OodevalError, match=r"unknown study config key\(s\) \['algorithm'\]"):
+        load_config(bad)
+
+
+def test_auto_source_finds_mnist_beside_the_checkout(tmp_path, monkeypatch):
+    monkeypatch.delenv("OODEVAL_MNIST", raising=False)
+    assert resolve_source("auto", cwd=tmp_path / "work") == "digits"
+    mnist = tmp_path / "shared" / "data" / "mnist"
+    mnist.mkdir(parents=True)
+    (mnist / "t10k-images-idx3-ubyte.gz").write_bytes(b"")
+    (tmp_path / "work").mkdir()
+    assert resolve_source("auto", cwd=tmp_path / "work") == f"mnist:{mnist.resolve()}"
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "t10k-images-idx3-ubyte").write_bytes(b"")
+    monkeypatch.setenv("OODEVAL_MNIST", str(other))
+    assert resolve_source("auto", cwd=tmp_path / "work") == f"mnist:{other.resolve()}"
+    assert resolve_source("mnist:/x") == "mnist:/x"
+
+
+def test_real_trainer_study_is_deterministic(tmp_path):
+    algorithms = pytest.importorskip("oodeval.algorithms")
+    pytest.importorskip("oodeval.training")
+    if not {"ERM", "VREx"} <= set(algorithms.available()):
+        pytest.skip("ERM and VREx are not registered")
+    cfg = config_from_dict(
+        {
+            "name": "real-tiny",
+            "source": "digits",
+            "algorithms": ["ERM", "VREx"],
+            "seeds": [3],
+            "steps": 12,
+            "scenarios": [{"family": "sr-cmnist", "ratio": "3:1", "scale": 1}],
+            "trainer": {"eval_every": 6, "batch_size": 16},
+            "hparams": {"VREx": {"vrex_penalty_anneal_iters": 4}},
+        }
+    )
+    summary = run_study(cfg, tmp_path, workers=1, progress=False)
+    assert summary.done == 2
+    study = load_study(tmp_path)
+    # 4 leave-one-out rows and 101 E_all rows per unit
+    assert study.results.groupby("unit_key").size().tolist() == [105, 105]
+    vrex = study.units.set_index("algorithm").loc["VREx"]
+    assert vrex["hparams"]["vrex_penalty_anneal_iters"] == 4
+    assert "torch" in vrex["versions"] and len(vrex["versions"]["oodeval_source"]) == 16
+    # the worker's numbers are exactly those of a direct, single-threaded run_unit call
+    import torch
+
+    from oodeval.study import trainer_backend
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        scenario = trainer_backend.build_scenario(
+            "sr-cmnist", source="digits", seed=0, ratio="3:1", scale=1
+        )
+        direct = trainer_backend.run_unit(
+            scenario,
+            "VREx",
+            seed=3,
+            steps=12,
+            hparams=dict(vrex["hparams"]),
+            model="mlp",
+            eval_every=6,
+            batch_size=16,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    stored = study.results[study.results["unit_key"] == vrex["unit_key"]]
+    got = sorted(
+        stored[["fold", "environment", "error", "count"]].itertuples(index=False, name=None)
+    )
+    want = sorted((r.fold, r.environment, float(r.error), int(r.count)) for r in direct.rows)
+    assert got == want
+
+
+def test_estimate_projects_the_grid_from_min_middle_max_n():
+    from oodeval.study.estimate import estimate_study
+
+    cfg = synthetic_config(
+        algorithms=["ERM", "IRM", "GroupDRO", "VREx"],
+        seeds=[0, 1],
+        scenarios=[
+            {"family": "synthetic", "ratio": r, "scale": s}
+            for r, s in (("3:1", 1), ("4:1", 1), ("5:1", 1), ("3:1", 2))
+        ],
+        unit_options={"sleep": 0.1},
+    )
+    estimate = estimate_study(cfg, workers=2, algorithms=("ERM", "IRM"))
+    per_n = estimate.per_n.set_index("n_given")
+    assert per_n["measured"].to_dict() == {4: True, 5: False, 6: True, 8: True}
+    assert len(estimate.samples) == 6 and estimate.failed == 0
+    assert per_n["units_in_study"].sum() == 32
+    # every synthetic unit sleeps 0.1 s: 32 units on 2 workers take about 1.6 s
+    assert 1.6 <= estimate.projected_seconds < 1.6 * 1.5
+    assert "projected wall time" in estimate.summary()
