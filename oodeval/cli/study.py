@@ -29,25 +29,82 @@ def run_command(
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
     preset_name: str | None = typer.Option(None, "--preset", help="Built-in study: quick, paper."),
     out: Path = typer.Option(..., "--out", help="Study folder (results.sqlite goes here)."),
-    workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes."),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        help="Worker processes (ray: CPUs of a local instance; slurm: jobs running at once).",
+    ),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     report: bool = typer.Option(
         True, "--report/--no-report", help="Write DIR/report.html at the end (the default)."
     ),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where units run: local, ray or slurm (needs the extra)."
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray cluster to join, e.g. auto (default: start a local one)."
+    ),
+    ray_unit_cpus: float | None = typer.Option(
+        None, "--ray-unit-cpus", help="CPUs each unit reserves on Ray (default 1)."
+    ),
+    slurm_partition: str | None = typer.Option(None, "--slurm-partition", help="Slurm partition."),
+    slurm_time: int | None = typer.Option(
+        None, "--slurm-time", help="Time limit per job in minutes (default 60)."
+    ),
+    slurm_cpus: int | None = typer.Option(None, "--slurm-cpus", help="CPUs per job (default 1)."),
+    slurm_mem: float | None = typer.Option(None, "--slurm-mem", help="Memory per job in GB."),
+    slurm_units_per_job: int | None = typer.Option(
+        None, "--slurm-units-per-job", help="Units run one after another in each job (default 1)."
+    ),
+    slurm_cluster: str | None = typer.Option(
+        None, "--slurm-cluster", help="slurm (default), local (processes) or debug (in-process)."
+    ),
 ) -> None:
     """Run (or resume) a study; finished units are skipped, failed ones kept unless retried.
 
-    At the end the HTML report is written to DIR/report.html and its path printed.
+    At the end the HTML report is written to DIR/report.html and its path printed. Units run in
+    local worker processes, or with --executor ray / slurm on a Ray cluster or as Slurm jobs;
+    this process alone writes the store, so resuming works the same everywhere.
     """
     from oodeval.study import run_study
+    from oodeval.study.executors import make_executor
 
+    options = {
+        "ray": {"--ray-address": ray_address, "--ray-unit-cpus": ray_unit_cpus},
+        "slurm": {
+            "--slurm-partition": slurm_partition,
+            "--slurm-time": slurm_time,
+            "--slurm-cpus": slurm_cpus,
+            "--slurm-mem": slurm_mem,
+            "--slurm-units-per-job": slurm_units_per_job,
+            "--slurm-cluster": slurm_cluster,
+        },
+    }
+    for owner, given in options.items():
+        for flag, value in given.items():
+            if value is not None and executor != owner:
+                raise OodevalError(
+                    f"{flag} applies to --executor {owner} only (the executor is {executor})"
+                )
+    chosen = make_executor(
+        executor,
+        workers=workers,
+        address=ray_address,
+        cpus_per_unit=ray_unit_cpus if executor == "ray" else slurm_cpus,
+        partition=slurm_partition,
+        time_minutes=slurm_time,
+        mem_gb=slurm_mem,
+        units_per_job=slurm_units_per_job,
+        cluster=slurm_cluster,
+    )
     summary = run_study(
         _config(config, preset_name),
         out,
-        workers=workers,
         retry_failed=retry_failed,
         progress=progress,
+        executor=chosen,
     )
     typer.echo(
         f"{summary.planned} units: {summary.skipped} already stored, {summary.ran} run "

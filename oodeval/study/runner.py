@@ -23,7 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oodeval.study.config import (
     StudyConfig,
@@ -34,6 +34,9 @@ from oodeval.study.config import (
     validate_config,
 )
 from oodeval.study.store import ResultStore, UnitRecord, unit_key
+
+if TYPE_CHECKING:
+    from oodeval.study.executors import Executor
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -106,6 +109,7 @@ def run_study(
     retry_failed: bool = False,
     progress: bool = True,
     on_unit: Callable[[UnitRecord], None] | None = None,
+    executor: str | Executor | None = None,
 ) -> RunSummary:
     """Run (or resume) `config` into ``directory/results.sqlite``; return what was done.
 
@@ -113,17 +117,24 @@ def run_study(
     ----------
     config : the study; ``source = "auto"`` is resolved first (`prepare_config`).
     directory : the study folder; a folder holding another config is refused.
-    workers : worker processes (default: the number of CPU cores).
+    workers : worker processes (default: the number of CPU cores); with ``executor="ray"`` the
+        CPUs of a local Ray instance, with ``"slurm"`` the number of jobs running at once.
     retry_failed : run units stored as ``failed`` again.
     progress : show a progress bar with ETA on stderr.
     on_unit : called in the parent with each unit's record right after it is stored.
+    executor : where units run: ``"local"`` (default), ``"ray"``, ``"slurm"``, or an
+        `oodeval.study.executors.Executor`; units stream back to this process, which alone
+        writes the store, so resuming works the same on every executor.
     """
+    from oodeval.study.executors import make_executor
+
     start = time.perf_counter()
+    units_executor = make_executor(executor, workers=workers)
+    units_executor.check()
     config = prepare_config(config)
     backend = import_backend(config)
     validated = validate_config(config, backend)
     tasks = plan_units(config, validated)
-    workers = max(1, int(workers or os.cpu_count() or 1))
     with ResultStore(directory, create=True) as store:
         store.bind_config(config.to_dict())
         statuses = store.statuses()
@@ -135,7 +146,7 @@ def run_study(
         done = failed = 0
         bar = _progress_bar(len(todo), enabled=progress)
         try:
-            for record, rows in _execute(config, todo, workers):
+            for record, rows in units_executor.run(config, todo, Path(directory)):
                 store.record_unit(record, rows)
                 done += record.status == "done"
                 failed += record.status == "failed"
