@@ -82,7 +82,9 @@ def variance_report(
 @reports_errors
 def variance(
     source: str = typer.Argument(
-        ..., help="A DomainBed-style sweep folder, or a CSV of per-checkpoint records."
+        ...,
+        help="A study folder (`oodeval study run --out`), a DomainBed-style sweep folder, or a "
+        "CSV of per-checkpoint records.",
     ),
     last: int = typer.Option(10, "--last", help="Checkpoints per run for the epoch std."),
     ddof: int = typer.Option(1, "--ddof", help="Delta degrees of freedom of the stds."),

@@ -13,7 +13,8 @@ Three figures per (dataset, algorithm, test environment), all in accuracy percen
   test-domain validation (last checkpoint of each run, best draw), which exploits less of the leak.
 
 The input is the tidy per-checkpoint frame of `oodeval.results.domainbed.checkpoint_table` (columns
-`CHECKPOINT_COLUMNS`), so any source of runs (a DomainBed folder, a study store, a CSV) can feed it.
+`CHECKPOINT_COLUMNS`), so any source of runs (a DomainBed folder, a study store via
+`study_checkpoints`, a CSV) can feed it.
 """
 
 from __future__ import annotations
@@ -200,15 +201,58 @@ def average_over_environments(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=VARIANCE_COLUMNS)
 
 
-def read_checkpoints(source: str | Path) -> pd.DataFrame:
-    """Per-checkpoint records from `source`: a DomainBed sweep folder or a CSV with those columns.
+def study_checkpoints(directory: str | Path) -> pd.DataFrame:
+    """The tidy per-checkpoint frame (`CHECKPOINT_COLUMNS`) of a study folder (its results.sqlite).
 
-    A folder is read with `oodeval.results.domainbed.read_sweep` (environment = test env index);
-    a CSV must have the columns of `CHECKPOINT_COLUMNS` (extra columns are ignored).
+    One row per checkpoint of each leave-one-out model of each finished unit: dataset = the
+    scenario name, algorithm, environment = the held-out given environment (the fold), trial = the
+    seed, hparams = the unit's hyperparameters as JSON (one draw per unit), step, and the three
+    accuracies of `oodeval.training.CheckpointRow`. Raises OodevalError when the study holds no
+    checkpoint records (run before they were stored, or by a backend that does not record them).
     """
+    from oodeval.study.store import ResultStore
+
+    with ResultStore(directory) as store:
+        stored = store.checkpoints_frame()
+    if stored.empty:
+        raise OodevalError(
+            f"{directory} holds no per-checkpoint records (the study was run before they were "
+            "stored, or by a backend that does not record them); re-run it with `oodeval study "
+            "run` into a new folder"
+        )
+    return pd.DataFrame(
+        {
+            "dataset": stored["scenario"].astype(str),
+            "algorithm": stored["algorithm"].astype(str),
+            "environment": stored["fold"].astype(str),
+            "trial": stored["seed"].astype(int),
+            "hparams": stored["hparams"].astype(str),
+            "step": stored["step"].astype(int),
+            "test_acc": stored["test_acc"].astype(float),
+            "train_val_acc": stored["train_val_acc"].astype(float),
+            "oracle_val_acc": stored["oracle_val_acc"].astype(float),
+        },
+        columns=list(CHECKPOINT_COLUMNS),
+    )
+
+
+def read_checkpoints(source: str | Path) -> pd.DataFrame:
+    """Per-checkpoint records from `source`: a study folder, a DomainBed sweep folder or a CSV.
+
+    A folder holding ``results.sqlite`` is a study (`study_checkpoints`; environment = the
+    held-out environment's name, trial = the seed); another folder is read with
+    `oodeval.results.domainbed.read_sweep` (environment = test env index); a CSV must have the
+    columns of `CHECKPOINT_COLUMNS` (extra columns are ignored).
+    """
+    from oodeval.study.store import STORE_NAME
+
     path = Path(source)
     if not path.exists():
-        raise OodevalError(f"source not found: {path}; pass a DomainBed sweep folder or a CSV")
+        raise OodevalError(
+            f"source not found: {path}; pass a study folder, a DomainBed sweep folder or a CSV"
+        )
+    if path.is_dir() and (path / STORE_NAME).is_file():
+        return _check_checkpoints(study_checkpoints(path))
     if path.is_dir():
         sweep = read_sweep(path)
         if sweep.unfinished_runs:

@@ -270,6 +270,7 @@ def _record(task: UnitTask, outcome: dict[str, Any]) -> UnitRecord:
         versions=outcome.get("versions", {}),
         started=outcome.get("started"),
         finished=outcome.get("finished", _now()),
+        checkpoints=tuple(tuple(c) for c in outcome.get("checkpoints", ())),
     )
 
 
@@ -329,10 +330,27 @@ def _run_task(task: UnitTask) -> dict[str, Any]:
             **config.unit_options,
         )
         rows = [(r.fold, r.environment, float(r.error), int(r.count)) for r in result.rows]
+        # per-checkpoint records of the LOO models; backends without them (synthetic) give none
+        checkpoints = [
+            (
+                str(c.fold),
+                int(c.step),
+                float(c.train_val_acc),
+                float(c.test_acc),
+                float(c.oracle_val_acc),
+            )
+            for c in getattr(result, "checkpoints", None) or ()
+        ]
         timings = {k: float(v) for k, v in dict(getattr(result, "timings", {}) or {}).items()}
         timings["wall"] = time.perf_counter() - t0
         hparams = dict(getattr(result, "hparams", None) or task.hparams)
-        outcome = {"status": "done", "rows": rows, "hparams": hparams, "timings": timings}
+        outcome = {
+            "status": "done",
+            "rows": rows,
+            "checkpoints": checkpoints,
+            "hparams": hparams,
+            "timings": timings,
+        }
     except Exception as exc:  # failure isolation: any error fails this unit only
         frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         where = f" [{Path(frame.filename).name}:{frame.lineno}]" if frame else ""

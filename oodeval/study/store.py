@@ -10,10 +10,16 @@ Layout (``DIR/results.sqlite``):
 - ``results``: one row per (unit, fold, environment) with the error rate and the sample count.
   ``fold`` is the held-out given environment of a leave-one-out model, or ``all`` for the model
   trained on every given environment (evaluated on every environment of E_all).
+- ``checkpoints``: one row per (unit, fold, step): every checkpoint of each leave-one-out model
+  with its training-domain validation accuracy, its accuracy on the held-out environment's "in"
+  part (``test_acc``) and "out" part (``oracle_val_acc``), as fractions (see
+  `oodeval.training.CheckpointRow`). Empty for backends that do not record checkpoints; stores
+  written before this table existed get it (empty) when next opened for writing.
 
-A unit's rows and its status are written in ONE transaction (WAL journal, ``synchronous=FULL``),
-so a process killed at any moment leaves either the whole unit or none of it, and primary keys
-make a second copy of a row impossible. Only the parent process of a study writes.
+A unit's rows, its checkpoints and its status are written in ONE transaction (WAL journal,
+``synchronous=FULL``), so a process killed at any moment leaves either the whole unit or none of
+it, and primary keys make a second copy of a row impossible. Only the parent process of a study
+writes.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +69,15 @@ CREATE TABLE IF NOT EXISTS results (
     error REAL NOT NULL,
     count INTEGER NOT NULL,
     PRIMARY KEY (unit_key, fold, environment)
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    unit_key TEXT NOT NULL REFERENCES units(unit_key),
+    fold TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    train_val_acc REAL NOT NULL,
+    test_acc REAL NOT NULL,
+    oracle_val_acc REAL NOT NULL,
+    PRIMARY KEY (unit_key, fold, step)
 );
 """
 
@@ -113,6 +128,9 @@ class UnitRecord:
     versions: Mapping[str, str] | None = None
     started: str | None = None
     finished: str | None = None
+    #: (fold, step, train_val_acc, test_acc, oracle_val_acc) per checkpoint of each LOO model;
+    #: written to the ``checkpoints`` table with the unit, not a column of ``units``
+    checkpoints: Sequence[Sequence[Any]] = field(default=(), repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -187,12 +205,16 @@ class ResultStore:
         return dict(self._conn.execute("SELECT unit_key, status FROM units").fetchall())
 
     def record_unit(self, record: UnitRecord, rows: Iterable[Sequence[Any]] = ()) -> None:
-        """Write a unit's status and its result rows (fold, environment, error, count) atomically.
+        """Write a unit's status, its result rows (fold, environment, error, count) and its
+        checkpoint records (``record.checkpoints``) atomically.
 
         A unit already ``done`` is never rewritten (its rows stay as they are); a ``failed`` unit
         is replaced, with its attempt count increased.
         """
         rows = [(str(f), str(e), float(err), int(c)) for f, e, err, c in rows]
+        checkpoints = [
+            (str(f), int(s), float(v), float(t), float(o)) for f, s, v, t, o in record.checkpoints
+        ]
         key = record.key
         with self._transaction():
             prior = self._conn.execute(
@@ -202,6 +224,7 @@ class ResultStore:
                 return
             attempts = 1 if prior is None else int(prior[1]) + 1
             self._conn.execute("DELETE FROM results WHERE unit_key=?", (key,))
+            self._conn.execute("DELETE FROM checkpoints WHERE unit_key=?", (key,))
             self._conn.execute("DELETE FROM units WHERE unit_key=?", (key,))
             self._conn.execute(
                 f"INSERT INTO units({', '.join(UNIT_COLUMNS)}) "
@@ -230,6 +253,11 @@ class ResultStore:
                 "VALUES (?, ?, ?, ?, ?)",
                 [(key, *row) for row in rows],
             )
+            self._conn.executemany(
+                "INSERT INTO checkpoints(unit_key, fold, step, train_val_acc, test_acc, "
+                "oracle_val_acc) VALUES (?, ?, ?, ?, ?, ?)",
+                [(key, *row) for row in checkpoints],
+            )
 
     def units_frame(self) -> pd.DataFrame:
         """The ``units`` table, JSON columns decoded, sorted by unit key."""
@@ -243,6 +271,26 @@ class ResultStore:
         return pd.read_sql_query(
             "SELECT * FROM results ORDER BY unit_key, fold, environment", self._conn
         )
+
+    def checkpoints_frame(self) -> pd.DataFrame:
+        """The ``checkpoints`` table of ``done`` units joined with their scenario, algorithm, seed
+        and hparams (JSON text), sorted by (unit_key, fold, step); empty when the store has none
+        (or predates the table)."""
+        columns = ["scenario", "algorithm", "seed", "hparams", "unit_key", "fold", "step"]
+        columns += ["train_val_acc", "test_acc", "oracle_val_acc"]
+        if not self._has_table("checkpoints"):
+            return pd.DataFrame(columns=columns)
+        return pd.read_sql_query(
+            "SELECT u.scenario, u.algorithm, u.seed, u.hparams, c.unit_key, c.fold, c.step, "
+            "c.train_val_acc, c.test_acc, c.oracle_val_acc FROM checkpoints c "
+            "JOIN units u ON u.unit_key = c.unit_key WHERE u.status = 'done' "
+            "ORDER BY c.unit_key, c.fold, c.step",
+            self._conn,
+        )
+
+    def _has_table(self, name: str) -> bool:
+        query = "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?"
+        return self._conn.execute(query, (name,)).fetchone() is not None
 
     def close(self) -> None:
         self._conn.close()

@@ -20,6 +20,7 @@ from oodeval.training.parallel import UnitSpec, run_units
 from oodeval.training.protocol import (
     FULL_FOLD,
     SELECTIONS,
+    CheckpointRow,
     ResultRow,
     TrainedUnit,
     TrainingDiverged,
@@ -30,6 +31,7 @@ from oodeval.training.protocol import (
 )
 
 __all__ = [
+    "CheckpointRow",
     "FULL_FOLD",
     "SELECTIONS",
     "ResultRow",

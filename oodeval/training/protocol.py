@@ -18,6 +18,13 @@ and at the last step) with the best mean validation accuracy over its own traini
 (first best on ties); ``selection="last"`` keeps the last step. Minibatches are drawn with
 replacement from each environment's training part, B per environment per step.
 
+Checkpoint records: with training-domain validation, every checkpoint of every LOO model k is also
+kept as a `CheckpointRow` (step, its training-domain validation accuracy, and its accuracy on the
+held-out e_k, split by the same seeded holdout as the given environments into an "in" part, the
+test accuracy, and an "out" part, the oracle's test-domain validation split), DomainBed's
+per-checkpoint record, so the seed and checkpoint variance and the oracle gap of NICO++ Section 4.4
+can be computed from a study (`oodeval.results.variance`). They never change the selection.
+
 Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
 random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
 gives identical errors, also in another process (checked here with 1 and 2 torch threads).
@@ -76,6 +83,24 @@ class ResultRow:
     count: int
 
 
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One checkpoint of the LOO model held out from `fold` (accuracies as fractions in [0, 1]).
+
+    `train_val_acc` is the mean validation accuracy over the model's training environments (what
+    training-domain validation maximises); `test_acc` its accuracy on the "in" part of the
+    held-out environment and `oracle_val_acc` on its "out" part (`holdout_fraction` of its rows,
+    the same seeded split as `Environment.split(holdout_fraction, seed)`), the test-domain
+    validation split of an oracle.
+    """
+
+    fold: str
+    step: int
+    train_val_acc: float
+    test_acc: float
+    oracle_val_acc: float
+
+
 @dataclass
 class UnitResult:
     """All test errors of one unit, with its hyperparameters and timings (seconds)."""
@@ -87,6 +112,8 @@ class UnitResult:
     hparams: dict
     steps: int
     timings: dict[str, float] = field(default_factory=dict)
+    #: every checkpoint of every LOO model (empty with ``selection="last"``), by fold then step
+    checkpoints: list[CheckpointRow] = field(default_factory=list)
 
     def loo_errors(self) -> dict[str, float]:
         """LOO test errors {e_n: R_{e_n}(f^{E_given \\ e_n})}, in given-environment order."""
@@ -127,6 +154,7 @@ class TrainedUnit:
     val_accuracy: list[float]
     hparams: dict
     timings: dict[str, float]
+    checkpoints: list[CheckpointRow] = field(default_factory=list)
 
 
 @dataclass
@@ -233,6 +261,11 @@ def _fit(
         (torch.from_numpy(v.images.astype(np.float32)), torch.from_numpy(v.labels))
         for _, v in parts
     ]
+    # the "in" part of each given environment (its training rows), for the checkpoint records
+    held_in = [
+        (train_x[o : o + s], train_y[o : o + s])
+        for o, s in zip(offsets.tolist(), sizes.long().tolist(), strict=True)
+    ]
     input_shape = tuple(train_x.shape[1:])
     if input_shape != tuple(scenario.input_shape):
         raise OodevalError(
@@ -266,6 +299,7 @@ def _fit(
         best_acc = [torch.full((len(r.models),), -math.inf, dtype=torch.float64) for r in runs]
         best_step = [[0] * len(r.models) for r in runs]
         best_state = [None] * len(runs)
+        records: list[CheckpointRow] = []
         for step in range(1, steps + 1):
             draw = torch.rand(n, batch_size, generator=gen, dtype=torch.float64) * sizes[:, None]
             idx = offsets[:, None] + draw.long().clamp_max(sizes.long()[:, None] - 1)
@@ -283,7 +317,11 @@ def _fit(
             if selection == "training_domain" and (step % every == 0 or step == steps):
                 t0 = time.perf_counter()
                 for r, run in enumerate(runs):
-                    acc = _validation_accuracy(run, val, batch_size)
+                    matrix = _accuracy_matrix(run, val, torch.unique(run.envs).tolist(), batch_size)
+                    acc = matrix.gather(1, run.envs).mean(dim=1)
+                    records += _checkpoint_rows(
+                        run, matrix, acc, val, held_in, folds, step, batch_size
+                    )
                     improved = acc > best_acc[r]
                     if bool(improved.any()):
                         state = run.algorithm.state_dict()
@@ -313,19 +351,56 @@ def _fit(
                 if selection == "training_domain":
                     selected[k], accuracy[k] = best_step[r][i], float(best_acc[r][i])
     timings["train"] = time.perf_counter() - start - timings["selection_eval"]
-    return TrainedUnit(algorithm, folds, models, selected, accuracy, hp, timings)
+    records.sort(key=lambda c: (folds.index(c.fold), c.step))
+    return TrainedUnit(algorithm, folds, models, selected, accuracy, hp, timings, records)
 
 
-def _validation_accuracy(
-    run: _Run, val: list[tuple[torch.Tensor, torch.Tensor]], context: int
+def _accuracy_matrix(
+    run: _Run, data: list[tuple[torch.Tensor, torch.Tensor]], envs: list[int], context: int
 ) -> torch.Tensor:
-    """Mean validation accuracy of each model of `run` over its own training environments."""
-    acc = torch.zeros(len(run.models), len(val), dtype=torch.float64)
-    for j in torch.unique(run.envs).tolist():
-        x, y = val[j]
+    """Accuracy (M, E) of each model of `run` on ``data[j]`` for j in `envs` (NaN elsewhere)."""
+    acc = torch.full((len(run.models), len(data)), math.nan, dtype=torch.float64)
+    for j in envs:
+        x, y = data[j]
         pred = predict_labels(run.algorithm, x, context=context)
         acc[:, j] = (pred == y).double().mean(dim=1)
-    return acc.gather(1, run.envs).mean(dim=1)
+    return acc
+
+
+def _checkpoint_rows(
+    run: _Run,
+    val_matrix: torch.Tensor,
+    val_acc: torch.Tensor,
+    val: list[tuple[torch.Tensor, torch.Tensor]],
+    held_in: list[tuple[torch.Tensor, torch.Tensor]],
+    folds: list[str],
+    step: int,
+    context: int,
+) -> list[CheckpointRow]:
+    """The `CheckpointRow` of each LOO model of `run` at `step` (none for the full model).
+
+    Model i of the run is held out from environment k = ``run.models[i]``: its oracle accuracy is
+    on ``val[k]`` (reused from `val_matrix` when the run already evaluated it) and its test
+    accuracy on ``held_in[k]``.
+    """
+    n = len(val)
+    held = sorted({k for k in run.models if k < n})
+    if not held:
+        return []
+    missing = [k for k in held if bool(torch.isnan(val_matrix[:, k]).any())]
+    out = _accuracy_matrix(run, val, missing, context) if missing else val_matrix
+    test = _accuracy_matrix(run, held_in, held, context)
+    return [
+        CheckpointRow(
+            folds[k],
+            step,
+            float(val_acc[i]),
+            float(test[i, k]),
+            float((out if k in missing else val_matrix)[i, k]),
+        )
+        for i, k in enumerate(run.models)
+        if k < n
+    ]
 
 
 def train_models(
@@ -402,6 +477,8 @@ def run_unit(
     -------
     UnitResult with N rows (fold = environment = e_k) followed by one row per environment of
     E_all (fold = "all"); errors are fractions in [0, 1] on all of each environment's rows.
+    ``checkpoints`` holds a `CheckpointRow` per (LOO model, checkpoint) with training-domain
+    validation (none with ``selection="last"``).
     Raises `TrainingDiverged` when a loss becomes NaN or infinite.
     """
     start = time.perf_counter()
@@ -432,5 +509,12 @@ def run_unit(
     timings["test_eval"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
     return UnitResult(
-        algorithm, int(seed), scenario.name, rows, trained.hparams, int(steps), timings
+        algorithm,
+        int(seed),
+        scenario.name,
+        rows,
+        trained.hparams,
+        int(steps),
+        timings,
+        trained.checkpoints,
     )
