@@ -391,3 +391,47 @@ def test_estimate_projects_the_grid_from_min_middle_max_n():
     # every synthetic unit sleeps 0.1 s: 32 units on 2 workers take about 1.6 s
     assert 1.6 <= estimate.projected_seconds < 1.6 * 1.5
     assert "projected wall time" in estimate.summary()
+
+
+def test_workers_end_themselves_when_the_driver_dies():
+    """A worker whose parent vanished (driver SIGKILLed) exits instead of idling forever."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Queue()
+    driver = ctx.Process(target=_driver_with_one_worker, args=(ready,))
+    driver.start()
+    worker_pid = ready.get(timeout=60)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.join(timeout=10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker_pid, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it became our child's orphan (it is re-parented to init otherwise)
+            os.waitpid(worker_pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    else:
+        os.kill(worker_pid, signal.SIGKILL)
+        raise AssertionError("the orphaned worker was still alive 20 s after the driver died")
+
+
+def _driver_with_one_worker(ready) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    worker = ctx.Process(target=_orphan_worker, args=(ready,))
+    worker.start()
+    worker.join()
+
+
+def _orphan_worker(ready) -> None:
+    from oodeval.study import runner
+
+    runner._exit_with_parent(poll_seconds=0.2)
+    ready.put(os.getpid())
+    time.sleep(120)

@@ -131,8 +131,10 @@ def measures_command(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the --bootstrap resampling."),
 ) -> None:
-    """Score your own results: every measure per algorithm (and seed); with `all` rows also the
-    ideal measure, correlations with it, the selected algorithms and their degradation.
+    """Score a results file: every measure per algorithm and seed, checked against the ideal.
+
+    With `all` rows it also prints the ideal measure, each measure's correlations with it, the
+    algorithm each measure selects and that choice's degradation.
 
     Values are errors unless the column is called `accuracy`. Output numbers are error fractions.
     """

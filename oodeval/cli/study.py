@@ -41,25 +41,48 @@ def run_command(
         True, "--report/--no-report", help="Write DIR/report.html at the end (the default)."
     ),
     executor: str = typer.Option(
-        "local", "--executor", help="Where units run: local, ray or slurm (needs the extra)."
+        "local",
+        "--executor",
+        help="Where units run: local, ray or slurm (install the extra of that name).",
     ),
     ray_address: str | None = typer.Option(
-        None, "--ray-address", help="Ray cluster to join, e.g. auto (default: start a local one)."
+        None,
+        "--ray-address",
+        rich_help_panel="Ray",
+        help="Ray cluster to join, e.g. auto (default: start a local one).",
     ),
     ray_unit_cpus: float | None = typer.Option(
-        None, "--ray-unit-cpus", help="CPUs each unit reserves on Ray (default 1)."
+        None,
+        "--ray-unit-cpus",
+        rich_help_panel="Ray",
+        help="CPUs each unit reserves on Ray (default 1).",
     ),
-    slurm_partition: str | None = typer.Option(None, "--slurm-partition", help="Slurm partition."),
+    slurm_partition: str | None = typer.Option(
+        None, "--slurm-partition", rich_help_panel="Slurm", help="Slurm partition."
+    ),
     slurm_time: int | None = typer.Option(
-        None, "--slurm-time", help="Time limit per job in minutes (default 60)."
+        None,
+        "--slurm-time",
+        rich_help_panel="Slurm",
+        help="Time limit per job in minutes (default 60).",
     ),
-    slurm_cpus: int | None = typer.Option(None, "--slurm-cpus", help="CPUs per job (default 1)."),
-    slurm_mem: float | None = typer.Option(None, "--slurm-mem", help="Memory per job in GB."),
+    slurm_cpus: int | None = typer.Option(
+        None, "--slurm-cpus", rich_help_panel="Slurm", help="CPUs per job (default 1)."
+    ),
+    slurm_mem: float | None = typer.Option(
+        None, "--slurm-mem", rich_help_panel="Slurm", help="Memory per job in GB."
+    ),
     slurm_units_per_job: int | None = typer.Option(
-        None, "--slurm-units-per-job", help="Units run one after another in each job (default 1)."
+        None,
+        "--slurm-units-per-job",
+        rich_help_panel="Slurm",
+        help="Units run one after another in each job (default 1).",
     ),
     slurm_cluster: str | None = typer.Option(
-        None, "--slurm-cluster", help="slurm (default), local (processes) or debug (in-process)."
+        None,
+        "--slurm-cluster",
+        rich_help_panel="Slurm",
+        help="slurm (default), local (processes) or debug (in-process).",
     ),
 ) -> None:
     """Run (or resume) a study; finished units are skipped, failed ones kept unless retried.

@@ -165,13 +165,13 @@ def grouped_bars(
     )
     xs = np.arange(len(cats))
     top = float(np.nanmax(data[value])) if len(data) else 0.0
-    slanted = len(cats) > 4 or any(len(str(c)) > 10 for c in cats)
+    slanted = len(cats) > 4 or any(len(line) > 12 for c in cats for line in str(c).split("\n"))
     for ax, pv in zip(axes[0], panels, strict=True):
         part = data if pv is None else data[data[panel] == pv]
         for i, g in enumerate(groups):
             sub = part[part[group] == g].set_index(category)
             heights = [float(sub[value].get(c, np.nan)) for c in cats]
-            ax.bar(
+            bars = ax.bar(
                 xs + (i - (len(groups) - 1) / 2) * width,
                 heights,
                 width,
@@ -180,10 +180,12 @@ def grouped_bars(
                 hatch=("", "//", "..", "xx")[i % 4],
                 edgecolor="white",
             )
+            if len(cats) * len(groups) <= 24:
+                ax.bar_label(bars, fmt="%.3f", fontsize=6, padding=1)
         ax.set_xticks(
-            xs, _short(cats, 22), rotation=35 if slanted else 0, ha="right" if slanted else "center"
+            xs, _short(cats, 40), rotation=35 if slanted else 0, ha="right" if slanted else "center"
         )
-        ax.set_ylim(0, max(0.01, 1.08 * top))
+        ax.set_ylim(0, max(0.01, 1.15 * top))
         if pv is not None:
             ax.set_title(plain(f"{panel} = {pv}"))
     axes[0][0].set_ylabel(ylabel)

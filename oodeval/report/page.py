@@ -50,9 +50,11 @@ def _cell(value: object, digits: int) -> str:
 
 def _table_view(table: Table) -> dict:
     frame = table.frame
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
     return {
         "title": table.title,
         "caption": table.caption,
+        "numeric": numeric,
         "columns": [str(c) for c in frame.columns],
         "rows": [
             [_cell(v, table.digits) for v in row]

@@ -217,7 +217,7 @@ def figure1_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
     f1 = results["figure1"]
     rows = []
     for r in f1.itertuples(index=False):
-        label = f"{_label(r.scenario)} (best: {r.best_algorithm})"
+        label = f"{_label(r.scenario)}\nbest: {r.best_algorithm}"
         measure = MEASURE_LABELS.get(r.measure, r.measure)
         rows.append(
             {

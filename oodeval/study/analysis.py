@@ -158,6 +158,12 @@ def table1(frame: pd.DataFrame, measures: Sequence[str] = TABLE1_MEASURES) -> pd
 
 def table1_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
     """Table 1 next to the paper's numbers for the SR-CMNIST scenarios (others dropped)."""
+    columns = ["scenario", "scale", "ratio"] + [
+        f"{prefix}{stat}_{m}"
+        for stat in ("rho", "tau")
+        for m in ("worst_plus_gap", "average")
+        for prefix in ("", "paper_")
+    ]
     rows = []
     for row in table.itertuples(index=False):
         known = row.family == "sr-cmnist" and not pd.isna(row.scale)
@@ -179,7 +185,7 @@ def table1_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
                 "paper_tau_average": ref[3],
             }
         )
-    return pd.DataFrame.from_records(rows)
+    return pd.DataFrame.from_records(rows, columns=columns)
 
 
 def table5(frame: pd.DataFrame, measures: Sequence[str] = TABLE5_MEASURES) -> pd.DataFrame:

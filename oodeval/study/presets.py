@@ -1,8 +1,8 @@
 """Ready-made studies: ``quick`` (minutes, Scale-1 SR-CMNIST) and ``paper`` (the full grid).
 
 ``paper`` is the worst+gap paper's SR-CMNIST grid (Section 5.1): the 14 DomainBed algorithms x 12
-scenarios (Ratio 3:1, 4:1, 5:1 x Scale 1-4) x 3 seeds with default hyperparameters, but 500 steps
-instead of DomainBed's 5000 so that it fits a CPU budget.
+scenarios (Ratio 3:1, 4:1, 5:1 x Scale 1-4) x 3 seeds with default hyperparameters, but 450 steps
+instead of DomainBed's 5000 so that it fits in 12 hours on a 2-core CPU (benchmarks/RESULTS.md).
 ``quick`` keeps 8 algorithms, the three Scale-1 scenarios and one seed; its steps, data sizes and
 shortened IRM/VREx anneal are plain config values, chosen so it finishes within 10 minutes on a
 2-core machine.
@@ -64,7 +64,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
         "source": "auto",
         "algorithms": list(PAPER_ALGORITHMS),
         "seeds": [0, 1, 2],
-        "steps": 500,
+        "steps": 450,
         "model": "mlp",
         "scenarios": [
             {"family": "sr-cmnist", "ratio": r, "scale": s} for s in SCALES for r in RATIOS

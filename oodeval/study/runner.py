@@ -286,12 +286,32 @@ def _now() -> str:
 _WORKER: dict[str, Any] = {}
 
 
+def _exit_with_parent(poll_seconds: float = 2.0) -> None:
+    """End this worker when the driver dies (e.g. SIGKILL), instead of lingering idle.
+
+    A daemon thread polls the parent pid; the driver alone writes the store, so a worker has
+    nothing to save and can leave at once.
+    """
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="oodeval-parent-watch", daemon=True).start()
+
+
 def _init_worker(config_json: str) -> None:
     """Per-worker set-up: one BLAS/torch thread, the config's imports and backend."""
     import json
 
     for var in _THREAD_VARS:
         os.environ[var] = "1"
+    _exit_with_parent()
     config = config_from_dict(json.loads(config_json))
     _WORKER["config"] = config
     _WORKER["backend"] = import_backend(config)
