@@ -27,24 +27,10 @@ import numpy as np
 
 from oodeval.environments.base import Scenario
 from oodeval.errors import OodevalError
+from oodeval.study.presets import PAPER_ALGORITHMS
 
 #: The 14 DomainBed algorithm names of the paper, used as the synthetic registry.
-ALGORITHMS = (
-    "ERM",
-    "IRM",
-    "GroupDRO",
-    "Mixup",
-    "MLDG",
-    "CORAL",
-    "MMD",
-    "DANN",
-    "CDANN",
-    "MTL",
-    "SagNet",
-    "ARM",
-    "VREx",
-    "RSC",
-)
+ALGORITHMS = PAPER_ALGORITHMS
 _DEFAULTS = {"lr": 1e-3, "noise": 0.02, "penalty_weight": 1.0}
 _COUNT = 200
 
