@@ -33,12 +33,13 @@ def run_command(
         None,
         "--workers",
         min=1,
-        help="Worker processes (ray: CPUs of a local instance; slurm: jobs running at once).",
+        help="Worker processes, default: all cores (ray: CPUs of a local instance; slurm: jobs "
+        "running at once).",
     ),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     report: bool = typer.Option(
-        True, "--report/--no-report", help="Write DIR/report.html at the end (the default)."
+        True, "--report/--no-report", help="Write DIR/report.html at the end."
     ),
     executor: str = typer.Option(
         "local",

@@ -64,6 +64,7 @@ def summary_section(study: Study) -> Section:
                 f"{counts['done']} done, {counts['failed']} failed, {counts['pending']} "
                 f"pending of {counts['planned']} planned",
             ),
+            ("backend", str(cfg.get("backend") or "oodeval.study.trainer_backend (the default)")),
             ("data source", str(cfg.get("source", ""))),
             ("algorithms", ", ".join(cfg.get("algorithms", []))),
             ("seeds", ", ".join(str(s) for s in cfg.get("seeds", []))),

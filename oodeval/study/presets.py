@@ -83,5 +83,5 @@ def preset_names() -> list[str]:
 def preset(name: str) -> StudyConfig:
     """The built-in study `name` (``quick`` or ``paper``)."""
     if name not in _PRESETS:
-        raise OodevalError(f"unknown preset {name!r}; choose one of {preset_names()}")
+        raise OodevalError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
     return config_from_dict(_PRESETS[name])
