@@ -63,7 +63,7 @@ def test_estimate_projects_from_a_sample(config_file):
         ["study", "estimate", str(config_file), "--workers", "1", "--algorithms", "ERM,GroupDRO"],
     )
     assert result.exit_code == 0, result.output
-    assert "sampled 4 unit(s) at 1 of the steps" in result.output
+    assert "sampled 4 unit(s) at 100% of the steps" in result.output
     assert "projected wall time:" in result.output
 
 

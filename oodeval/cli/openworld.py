@@ -121,7 +121,9 @@ def score(
         0.5, "--tie", help="Credit for a base/new pair with equal scores (0 = strict)."
     ),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="Output format."),
-    output: str | None = typer.Option(None, "--output", help="Write the result to this file."),
+    output: str | None = typer.Option(
+        None, "--output", "-o", help="Write the result to this file."
+    ),
     curve: str | None = typer.Option(
         None, "--curve", help="Also write the MissRate_b/HitRate_n curve to this CSV file."
     ),

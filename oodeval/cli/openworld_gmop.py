@@ -73,7 +73,9 @@ def ratio_study_command(
     repeats: int = typer.Option(5, "--repeats", help="Seeded resamples per ratio."),
     seed: int = typer.Option(0, "--seed", help="Seed of the first resample."),
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
-    output: str | None = typer.Option(None, "--output", help="Write the result to this file."),
+    output: str | None = typer.Option(
+        None, "--output", "-o", help="Write the result to this file."
+    ),
 ) -> None:
     """Print every metric against the base:new test ratio (mean+-std over resamples).
 
@@ -207,7 +209,9 @@ def evaluate_command(
         None, "--predictions", help="Also write per-sample predictions (.npz) for ratio-study."
     ),
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
-    output: str | None = typer.Option(None, "--output", help="Write the result to this file."),
+    output: str | None = typer.Option(
+        None, "--output", "-o", help="Write the result to this file."
+    ),
 ) -> None:
     """Print BaseAcc, NewAcc, HM, OverallAcc, AUROC and OpenworldAUC of a model on FEATURES."""
     from oodeval.openworld.features import load_features

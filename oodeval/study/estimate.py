@@ -49,7 +49,7 @@ class Estimate:
     def summary(self) -> str:
         """A few human lines: the table per N and the projected total."""
         lines = [
-            f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:g} of the steps in "
+            f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:.0%} of the steps in "
             f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); {self.failed} failed",
             "N_given  seconds/unit  units  measured",
         ]
@@ -62,6 +62,10 @@ class Estimate:
         lines.append(
             f"projected wall time: {self.projected_seconds:.0f} s = {hours:.2f} h "
             f"with {self.workers} worker(s)"
+        )
+        lines.append(
+            "seconds/unit is projected to the full number of steps; measured = timed in this "
+            "sample, fit = from a quadratic fit of the timed units' seconds against N_given."
         )
         return "\n".join(lines)
 
