@@ -7,6 +7,8 @@ between the two environments' feature distributions to the mean risk:
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import torch
 
 from oodeval.algorithms.base import env_pairs, mean_over_pairs
@@ -58,8 +60,9 @@ def mmd_distances(feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class _Alignment(ERM):
     HPARAMS = {"mmd_gamma": HParam(1.0, log_uniform(-1, 1), "weight of the alignment penalty")}
 
+    @abstractmethod
     def distances(self, feats: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """Per-model feature-distribution distance averaged over environment pairs, shape (M,)."""
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         feats, logits = self.logits_per_env(x)

@@ -23,6 +23,7 @@ environments (same semantics, trained one model at a time).
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -34,7 +35,7 @@ from oodeval.algorithms.hparams import HParam, fixed, log_uniform
 from oodeval.errors import OodevalError
 
 
-class Algorithm(nn.Module):
+class Algorithm(nn.Module, metaclass=ABCMeta):
     """Base class: M stacked models trained on masked per-environment minibatches."""
 
     name: ClassVar[str] = "Algorithm"
@@ -98,6 +99,7 @@ class Algorithm(nn.Module):
         """
         return masked_mean(per_env_cross_entropy(logits, y), self.env_mask)
 
+    @abstractmethod
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """One training step on per-environment minibatches.
 
@@ -106,11 +108,10 @@ class Algorithm(nn.Module):
 
         Returns per-model losses, each a detached tensor of shape (M,), including ``"loss"``.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of every model for inputs ``x`` (n, *input_shape): shape (M, n, num_classes)."""
-        raise NotImplementedError
 
     def select_models(self, index: int) -> Algorithm:
         """A copy holding only model `index` (M = 1), for evaluation."""

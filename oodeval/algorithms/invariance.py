@@ -7,6 +7,8 @@ Both multiply their penalty by 1 during the first ``*_penalty_anneal_iters`` upd
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import torch
 from torch.nn import functional as F
 
@@ -51,9 +53,9 @@ class _AnnealedPenalty(ERM):
         anneal = int(self.hparams[self.anneal_key])
         return float(self.hparams[self.lambda_key]) if self.update_count >= anneal else 1.0
 
+    @abstractmethod
     def penalties(self, nll: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The per-model penalty (M,)."""
-        raise NotImplementedError
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.update_count == int(self.hparams[self.anneal_key]):

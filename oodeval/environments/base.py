@@ -7,6 +7,7 @@ that 101 environments never need to sit in memory as full image copies at once.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -53,7 +54,7 @@ class Environment:
         }
 
 
-class Scenario:
+class Scenario(ABC):
     """A named choice of E_given and E_all over one data family.
 
     Subclasses implement `given()` and `evaluation()`; both are deterministic given the scenario's
@@ -67,20 +68,22 @@ class Scenario:
     params: dict = {}
 
     @property
+    @abstractmethod
     def given_names(self) -> Sequence[str]:
-        raise NotImplementedError
+        """Names of E_given, in training order."""
 
     @property
+    @abstractmethod
     def all_names(self) -> Sequence[str]:
-        raise NotImplementedError
+        """Names of E_all, in evaluation order."""
 
+    @abstractmethod
     def given(self) -> list[Environment]:
         """The given environments' training data (disjoint images), in `given_names` order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def evaluation(self) -> Iterator[Environment]:
         """The environments of E_all built from held-out images, in `all_names` order."""
-        raise NotImplementedError
 
     def sizes(self) -> dict[str, dict[str, int]]:
         """Images per environment: {"given": {name: n}, "evaluation": {name: n}}.

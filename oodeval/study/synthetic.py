@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from oodeval.environments.base import Scenario
 from oodeval.errors import OodevalError
 from oodeval.study.presets import PAPER_ALGORITHMS
 
@@ -62,8 +61,12 @@ class SyntheticResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-class SyntheticScenario(Scenario):
-    """A scenario made of environment names only (``e=0.10`` ...); it holds no images."""
+class SyntheticScenario:
+    """A scenario made of environment names only (``e=0.10`` ...); it holds no images.
+
+    It has the naming half of `oodeval.environments.base.Scenario` (name, params, given_names,
+    all_names) and no data: the synthetic `run_unit` simulates errors from the names alone.
+    """
 
     def __init__(self, name: str, given: Sequence[float], all_values: Sequence[float], params):
         self.name = name
