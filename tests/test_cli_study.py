@@ -74,6 +74,10 @@ def test_estimate_projects_from_a_sample(config_file):
         (["study", "run", "--preset", "huge", "--out", "X"], "unknown preset 'huge'"),
         (["study", "status", "nowhere"], "no study in nowhere"),
         (["study", "analyze", "nowhere"], "no study in nowhere"),
+        (
+            ["study", "run", "--preset", "quick", "--out", "X", "--precision", "fp16"],
+            "--precision must be one of fp32, bf16, got 'fp16'",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, message):
@@ -155,3 +159,29 @@ def test_presets_and_example_config_are_valid():
 
     example = load_config(REPO / "examples" / "study.toml")
     assert example.algorithms and example.scenarios
+
+
+def test_precision_option_is_stored_with_the_config_and_checked_on_resume(tmp_path, config_file):
+    from oodeval.study.store import ResultStore
+
+    runner = CliRunner()
+    out = tmp_path / "out"
+    args = ["study", "run", str(config_file), "--out", str(out), "--no-progress", "--no-report"]
+    result = runner.invoke(app, [*args, "--precision", "bf16"])
+    assert result.exit_code == 0, result.output
+    with ResultStore(out) as store:
+        assert store.stored_config()["trainer"] == {"precision": "bf16"}
+    again = runner.invoke(app, [*args, "--precision", "fp32"])
+    assert again.exit_code == 2
+    assert "different config (keys differ: trainer)" in again.output
+
+
+def test_config_rejects_an_unknown_precision():
+    from oodeval.errors import OodevalError
+
+    data = {"algorithms": ["ERM"], "seeds": [0], "steps": 1, "scenarios": [{"family": "x"}]}
+    assert config_from_dict({**data, "trainer": {"precision": "bf16"}}).trainer == {
+        "precision": "bf16"
+    }
+    with pytest.raises(OodevalError, match=r"\[trainer\] precision must be one of"):
+        config_from_dict({**data, "trainer": {"precision": "fp16"}})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import pickle
 from collections.abc import Iterator
 
@@ -363,6 +364,22 @@ def test_run_units_in_worker_processes_matches_in_process_runs():
     assert [r.rows for r in local] == [r.rows for r in remote]
     with pytest.raises(OodevalError, match="workers"):
         list(run_units(specs, workers=0))
+
+
+def test_a_worker_pool_serves_several_run_units_calls():
+    from oodeval.training import worker_pool
+
+    specs = [UnitSpec(TinyScenario(n=24), "ERM", s, 3, {"batch_size": 4}) for s in (0, 1)]
+    local = [r.rows for r in run_units(specs, workers=1)]
+    with worker_pool(2) as pool:
+        first = [r.rows for r in run_units(specs, pool=pool)]
+        pids = {f.result() for f in [pool.submit(os.getpid) for _ in range(4)]}
+        second = [r.rows for r in run_units(specs[::-1], pool=pool)]
+        pids |= {f.result() for f in [pool.submit(os.getpid) for _ in range(4)]}
+    assert first == local and second == local[::-1]
+    assert os.getpid() not in pids and len(pids) <= 2  # the same two processes throughout
+    with pytest.raises(OodevalError, match="workers"):
+        worker_pool(0)
 
 
 def test_run_units_builds_scenarios_in_workers_and_rejects_unpicklable_ones():

@@ -12,7 +12,13 @@ Inputs are either *shared* by all models, shape ``(n, *input_shape)``, or *per m
 
 from __future__ import annotations
 
+import functools
 import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -21,6 +27,54 @@ from torch.nn import functional as F
 from oodeval.errors import OodevalError
 
 MODELS = ("mlp", "cnn")
+#: arithmetic of the ensembles' matrix products and convolutions (see `compute_precision`)
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_COMPUTE_DTYPE: ContextVar[torch.dtype] = ContextVar("oodeval_compute_dtype", default=torch.float32)
+
+
+@contextmanager
+def compute_precision(precision: str) -> Iterator[None]:
+    """Run the ensembles' matrix products and convolutions in `precision` inside the block.
+
+    ``"fp32"`` (default) is plain float32. ``"bf16"`` is mixed precision: parameters, optimiser
+    state, biases, activations between layers, normalisations, losses and penalties stay float32;
+    only the products of `EnsembleLinear` and `EnsembleConv2d` take bfloat16 inputs (accumulated
+    in float32 by oneDNN, rounded to bfloat16, handed on as float32), and gradients flow back
+    through the same casts. On CPUs with native bfloat16 (`native_bf16`) the products run about
+    4x faster; elsewhere they are emulated and slower than float32.
+
+    >>> layer = EnsembleLinear(1, 3, 2)
+    >>> with compute_precision("bf16"):
+    ...     layer(torch.ones(4, 3)).dtype
+    torch.float32
+    """
+    if precision not in PRECISIONS:
+        raise OodevalError(
+            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+    token = _COMPUTE_DTYPE.set(PRECISIONS[precision])
+    try:
+        yield
+    finally:
+        _COMPUTE_DTYPE.reset(token)
+
+
+@functools.cache
+def native_bf16() -> bool:
+    """True when this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16; Linux only)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
+def _low(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """The tensors cast to the compute dtype of `compute_precision`, or None under fp32."""
+    dtype = _COMPUTE_DTYPE.get()
+    if dtype == torch.float32:
+        return None
+    return tuple(t.to(dtype) for t in tensors)
 
 
 class EnsembleLinear(nn.Module):
@@ -36,6 +90,9 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: (n, in) shared or (M, n, in) per model -> (M, n, out)."""
+        low = _low(x, self.weight)
+        if low is not None:
+            return torch.matmul(*low).float() + self.bias
         if x.dim() == 2:
             return torch.matmul(x, self.weight) + self.bias
         return torch.baddbmm(self.bias, x, self.weight)
@@ -112,14 +169,21 @@ class EnsembleConv2d(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """``h``: (n, M * in_channels, H, W) -> (n, M * out_channels, H', W')."""
         m, out_c, in_c, k, _ = self.weight.shape
-        return F.conv2d(
-            h,
-            self.weight.reshape(m * out_c, in_c, k, k),
-            self.bias.reshape(-1),
-            stride=self.stride,
-            padding=self.padding,
-            groups=m,
+        low = _low(h, self.weight)
+        if low is None:
+            return F.conv2d(
+                h,
+                self.weight.reshape(m * out_c, in_c, k, k),
+                self.bias.reshape(-1),
+                stride=self.stride,
+                padding=self.padding,
+                groups=m,
+            )
+        h, w = low
+        out = F.conv2d(
+            h, w.reshape(m * out_c, in_c, k, k), stride=self.stride, padding=self.padding, groups=m
         )
+        return out.float() + self.bias.reshape(1, -1, 1, 1)
 
 
 class EnsembleGroupNorm(nn.Module):

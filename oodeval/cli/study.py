@@ -15,12 +15,26 @@ app = typer.Typer(
 )
 
 
-def _config(config: Path | None, preset_name: str | None):
+def _config(config: Path | None, preset_name: str | None, precision: str | None = None):
+    import dataclasses
+
     from oodeval.study import load_config, preset
+    from oodeval.study.config import PRECISIONS
 
     if (config is None) == (preset_name is None):
         raise OodevalError("give exactly one of CONFIG.toml or --preset NAME (quick, paper)")
-    return preset(preset_name) if preset_name is not None else load_config(config)
+    chosen = preset(preset_name) if preset_name is not None else load_config(config)
+    if precision is None:
+        return chosen
+    if precision not in PRECISIONS:
+        raise OodevalError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return dataclasses.replace(chosen, trainer={**chosen.trainer, "precision": precision})
+
+
+_PRECISION_HELP = (
+    "Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 2.3-2.7x faster per "
+    "unit on CPUs with AVX512-BF16/AMX); sets [trainer] precision."
+)
 
 
 @app.command("run")
@@ -36,6 +50,7 @@ def run_command(
         help="Worker processes, default: all cores (ray: CPUs of a local instance; slurm: jobs "
         "running at once).",
     ),
+    precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     report: bool = typer.Option(
@@ -124,7 +139,7 @@ def run_command(
         cluster=slurm_cluster,
     )
     summary = run_study(
-        _config(config, preset_name),
+        _config(config, preset_name, precision),
         out,
         retry_failed=retry_failed,
         progress=progress,
@@ -186,6 +201,7 @@ def estimate_command(
     steps_fraction: float = typer.Option(
         1.0, "--steps-fraction", help="Run the sample with this fraction of the steps."
     ),
+    precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
 ) -> None:
     """Time a sample of the study's units and print the projected wall time of the whole study."""
     import os
@@ -194,7 +210,7 @@ def estimate_command(
 
     chosen = tuple(a.strip() for a in algorithms.split(",") if a.strip()) if algorithms else None
     estimate = estimate_study(
-        _config(config, preset_name),
+        _config(config, preset_name, precision),
         workers=workers or os.cpu_count() or 1,
         algorithms=chosen,
         steps_fraction=steps_fraction,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from oodeval.environments.base import Environment, Scenario
+from oodeval.environments.base import Environment, Scenario, SharedEvaluation
 from oodeval.errors import OodevalError
 
 LABEL_NOISE = 0.25
@@ -264,8 +264,7 @@ class SpuriousScenario(Scenario):
 
     def evaluation_environment(self, j: int, e: float) -> Environment:
         """The `j`-th evaluation environment (parameter `e`), independent of the others."""
-        rng = np.random.default_rng([self.seed, 3, j])
-        spur = self._spurious(self._eval_final, e, rng)
+        spur = self._eval_spurious(j, e)
         images = self._render(self._eval_base, spur)
         # Copies: the held-out labels are shared by all 101 environments and must stay intact
         # whatever a consumer does with one environment's arrays.
@@ -278,6 +277,33 @@ class SpuriousScenario(Scenario):
             self.eval_indices.copy(),
             "evaluation",
         )
+
+    def _eval_spurious(self, j: int, e: float) -> np.ndarray:
+        return self._spurious(self._eval_final, e, np.random.default_rng([self.seed, 3, j]))
+
+    def shared_evaluation(self) -> SharedEvaluation:
+        """E_all as the held-out images rendered per spurious label: environment j shows image i
+        with its own spurious label ``s_j[i]``, so each image needs testing once per label value.
+
+        >>> from oodeval.environments import build_scenario
+        >>> shared = build_scenario("sr-cmnist", source="digits").shared_evaluation()
+        >>> len(shared.names), shared.values()
+        (101, [0, 1])
+        """
+        variants = tuple(
+            self._eval_spurious(j, e).astype(np.int64) for j, e in enumerate(self.all_values)
+        )
+        return SharedEvaluation(
+            names=tuple(self.all_names),
+            labels=self._eval_final.copy(),
+            variants=variants,
+            render=self._render_all,
+        )
+
+    def _render_all(self, value: int) -> np.ndarray:
+        """Every held-out image rendered with spurious label `value`."""
+        n = len(self._eval_final)
+        return self._render(self._eval_base, np.full(n, int(value), dtype=np.int64))
 
     def _environment(
         self,

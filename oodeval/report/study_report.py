@@ -72,7 +72,8 @@ def summary_section(study: Study) -> Section:
             (
                 "training",
                 f"{cfg.get('steps')} steps, model {cfg.get('model')}, hyperparameters "
-                f"{cfg.get('hparams_mode', 'default')}",
+                f"{cfg.get('hparams_mode', 'default')}, precision "
+                f"{(cfg.get('trainer') or {}).get('precision', 'fp32')}",
             ),
             ("wall time", _wall_time(study.units)),
             ("versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "-"),

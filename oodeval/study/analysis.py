@@ -470,7 +470,8 @@ def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
         "",
         f"Units: {counts['done']} done, {counts['failed']} failed, {counts['pending']} pending "
         f"(of {counts['planned']}). Source: `{study.config.get('source')}`, steps "
-        f"{study.config.get('steps')}, model `{study.config.get('model')}`.",
+        f"{study.config.get('steps')}, model `{study.config.get('model')}`, precision "
+        f"{(study.config.get('trainer') or {}).get('precision', 'fp32')}.",
         "",
     ]
     digests = {v.get("oodeval_source") for v in study.units["versions"]} - {None}

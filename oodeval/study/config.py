@@ -49,7 +49,9 @@ KNOWN_MEASURES = ("average", "worst", "best", "gap", "worst_plus_gap", "worst_on
 #: Measures that need at least three given environments (Eq. 6 divides by N - 2).
 NEEDS_THREE_ENVS = ("worst_plus_gap", "gap_only")
 DEFAULT_MEASURES = ("average", "worst_plus_gap", "worst_only", "gap_only")
-TRAINER_KEYS = ("selection", "eval_every", "holdout_fraction", "batch_size")
+TRAINER_KEYS = ("selection", "eval_every", "holdout_fraction", "batch_size", "precision")
+#: values of ``[trainer] precision`` (`oodeval.algorithms.networks.PRECISIONS`, without torch)
+PRECISIONS = ("fp32", "bf16")
 HPARAMS_MODES = ("default", "random")
 #: Environment variable naming an MNIST folder for ``source = "auto"``.
 MNIST_ENV_VAR = "OODEVAL_MNIST"
@@ -105,7 +107,7 @@ class StudyConfig:
     hparams_mode : ``default`` (the algorithm's defaults) or ``random`` (``sample_hparams(name,
         seed)``); ``hparams`` then overrides single values per algorithm.
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
-        batch_size).
+        batch_size, precision: ``"fp32"`` or ``"bf16"``).
     measures : the measures the analyses use; ``worst_plus_gap`` requires >= 3 given environments.
     unit_options : extra keyword arguments for the backend's ``run_unit`` that are not trainer
         settings (used by the synthetic backend, e.g. ``fail_algorithms``).
@@ -219,6 +221,10 @@ def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
     bad = sorted(set(trainer) - set(TRAINER_KEYS))
     if bad:
         raise OodevalError(f"unknown [trainer] key(s) {bad}; allowed: {list(TRAINER_KEYS)}")
+    if "precision" in trainer and trainer["precision"] not in PRECISIONS:
+        raise OodevalError(
+            f"[trainer] precision must be one of {list(PRECISIONS)}, got {trainer['precision']!r}"
+        )
     measures = tuple(_str(m, "measures[]") for m in _list(data, "measures", DEFAULT_MEASURES))
     unknown_measures = sorted(set(measures) - set(KNOWN_MEASURES))
     if unknown_measures:

@@ -12,11 +12,13 @@ on every environment of E_all (see `oodeval.training.protocol`). Typical use::
     res = run_unit(sc, "IRM", seed=0, steps=5000)            # DomainBed defaults
     res = run_unit(sc, "IRM", seed=0, steps=5000, hparams=sample_hparams("IRM", 7))  # random
     res.loo_errors(), res.all_errors(), res.measures()       # worst+gap, average, ideal, ...
+    res = run_unit(sc, "IRM", seed=0, steps=5000, precision="bf16")  # mixed precision
 
 `run_units` runs many units in worker processes (one per core, one torch thread each).
 """
 
-from oodeval.training.parallel import UnitSpec, run_units
+from oodeval.algorithms.networks import PRECISIONS, native_bf16
+from oodeval.training.parallel import UnitSpec, run_units, worker_pool
 from oodeval.training.protocol import (
     FULL_FOLD,
     SELECTIONS,
@@ -33,14 +35,17 @@ from oodeval.training.protocol import (
 __all__ = [
     "CheckpointRow",
     "FULL_FOLD",
+    "PRECISIONS",
     "SELECTIONS",
     "ResultRow",
     "TrainedUnit",
     "TrainingDiverged",
     "UnitResult",
     "UnitSpec",
+    "native_bf16",
     "predict_labels",
     "run_unit",
     "run_units",
     "train_models",
+    "worker_pool",
 ]

@@ -59,30 +59,51 @@ def _check_picklable(specs: list[UnitSpec]) -> None:
             ) from None
 
 
-def run_units(
-    specs: Iterable[UnitSpec], *, workers: int | None = None, threads_per_worker: int = 1
-) -> Iterator[UnitResult]:
-    """Yield the `UnitResult` of every spec, in order, computed by `workers` processes.
-
-    ``workers=1`` runs in this process (no pickling, the caller's thread setting); a failing unit
-    (e.g. `TrainingDiverged`) raises when its result is reached.
-    """
-    specs = list(specs)
-    workers = (os.cpu_count() or 1) if workers is None else workers
+def _check_counts(workers: int, threads_per_worker: int) -> None:
     if workers < 1 or threads_per_worker < 1:
         raise OodevalError(
             f"workers and threads_per_worker must be >= 1, got {workers} and {threads_per_worker}"
         )
+
+
+def worker_pool(workers: int | None = None, *, threads_per_worker: int = 1) -> ProcessPoolExecutor:
+    """A pool of `workers` spawned processes (default: one per core), each on
+    `threads_per_worker` torch threads, to pass to several `run_units` calls (close it after, e.g.
+    ``with worker_pool() as pool:``); starting processes and importing torch happens once."""
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    _check_counts(workers, threads_per_worker)
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads_per_worker,),
+    )
+
+
+def run_units(
+    specs: Iterable[UnitSpec],
+    *,
+    workers: int | None = None,
+    threads_per_worker: int = 1,
+    pool: ProcessPoolExecutor | None = None,
+) -> Iterator[UnitResult]:
+    """Yield the `UnitResult` of every spec, in order, computed by `workers` processes.
+
+    ``workers=1`` runs in this process (no pickling, the caller's thread setting); a failing unit
+    (e.g. `TrainingDiverged`) raises when its result is reached. With `pool` (`worker_pool`) the
+    units run in its processes, which stay up for the next call; `workers` is then ignored.
+    """
+    specs = list(specs)
+    if pool is not None:
+        _check_picklable(specs)
+        yield from pool.map(_run, specs)
+        return
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    _check_counts(workers, threads_per_worker)
     if workers == 1 or len(specs) <= 1:
         for spec in specs:
             yield _run(spec)
         return
     _check_picklable(specs)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(specs)),
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(threads_per_worker,),
-    ) as pool:
-        yield from pool.map(_run, specs)
+    with worker_pool(min(workers, len(specs)), threads_per_worker=threads_per_worker) as own:
+        yield from own.map(_run, specs)

@@ -25,6 +25,18 @@ test accuracy, and an "out" part, the oracle's test-domain validation split), Do
 per-checkpoint record, so the seed and checkpoint variance and the oracle gap of NICO++ Section 4.4
 can be computed from a study (`oodeval.results.variance`). They never change the selection.
 
+Testing the full model on E_all: when the scenario describes E_all as variants of shared images
+(`Scenario.shared_evaluation`, e.g. SR-CMNIST's 101 environments re-color the same held-out
+images), the model predicts each image once per variant (twice, not 101 times) and each
+environment's error is read off those predictions, with identical results; algorithms whose
+predictions depend on the batch (ARM, MTL) are tested environment by environment.
+
+Precision: ``precision="bf16"`` runs the networks' matrix products in bfloat16 with float32
+parameters, optimiser and losses (`oodeval.algorithms.networks.compute_precision`), for training
+and testing; the training images are kept in bfloat16, which the first product rounds them to
+anyway. On CPUs with native bfloat16 a unit runs 2.3-2.7x faster, with slightly different
+numbers (benchmarks/RESULTS.md). The default ``"fp32"`` is plain float32.
+
 Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
 random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
 gives identical errors, also in another process (checked here with 1 and 2 torch threads).
@@ -34,6 +46,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +55,8 @@ import numpy as np
 import torch
 
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
-from oodeval.environments.base import Environment, Scenario
+from oodeval.algorithms.networks import PRECISIONS, compute_precision, native_bf16
+from oodeval.environments.base import Environment, Scenario, SharedEvaluation
 from oodeval.errors import OodevalError
 
 SELECTIONS = ("training_domain", "last")
@@ -182,7 +196,12 @@ class _Run:
 
 
 def _check_options(
-    steps: int, selection: str, holdout_fraction: float, batch_size: int, eval_every: int | None
+    steps: int,
+    selection: str,
+    holdout_fraction: float,
+    batch_size: int,
+    eval_every: int | None,
+    precision: str,
 ) -> None:
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise OodevalError(f"steps must be a positive integer, got {steps!r}")
@@ -200,6 +219,17 @@ def _check_options(
         raise OodevalError(f"batch_size must be >= 1, got {batch_size}")
     if eval_every is not None and eval_every < 1:
         raise OodevalError(f"eval_every must be >= 1, got {eval_every}")
+    if precision not in PRECISIONS:
+        raise OodevalError(
+            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+    if precision == "bf16" and not native_bf16():
+        warnings.warn(
+            "precision='bf16' on a CPU without native bfloat16 (avx512_bf16 / amx_bf16): the "
+            "products are emulated and slower than fp32; use precision='fp32' here",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def predict_labels(
@@ -224,6 +254,37 @@ def _error(model: Algorithm, env: Environment, context: int) -> float:
     return float((pred != torch.as_tensor(env.labels)).double().mean())
 
 
+def _full_model_rows(full: Algorithm, scenario: Scenario, context: int) -> list[ResultRow]:
+    """The full model's `ResultRow` on every environment of E_all, in E_all order."""
+    shared = None if full.batch_dependent else scenario.shared_evaluation()
+    if shared is None:
+        return [
+            ResultRow(FULL_FOLD, env.name, _error(full, env, context), len(env))
+            for env in scenario.evaluation()
+        ]
+    return _shared_rows(full, shared, context)
+
+
+def _shared_rows(full: Algorithm, shared: SharedEvaluation, context: int) -> list[ResultRow]:
+    """Errors on E_all from one prediction per (image, variant): environment j's prediction for
+    image i is the one made on image i rendered in its variant ``variants[j][i]``."""
+    labels = torch.as_tensor(shared.labels)
+    n = len(labels)
+    if n == 0:
+        raise OodevalError("the evaluation environments have no data to test on")
+    values = shared.values()
+    predicted = torch.stack(
+        [predict_labels(full, shared.render(v), context=context)[0] for v in values]
+    )
+    wrong = predicted != labels  # (V, n): is image i misclassified in variant values[v]
+    rows = torch.arange(n)
+    out = []
+    for name, variant in zip(shared.names, shared.variants, strict=True):
+        which = torch.as_tensor(np.searchsorted(values, variant))
+        out.append(ResultRow(FULL_FOLD, name, float(wrong[which, rows].double().mean()), n))
+    return out
+
+
 def _fit(
     scenario: Scenario,
     given: Sequence[Environment],
@@ -237,9 +298,10 @@ def _fit(
     eval_every: int | None,
     holdout_fraction: float,
     batch_size: int,
+    precision: str,
     progress: Callable[[int, int], None] | None,
 ) -> TrainedUnit:
-    _check_options(steps, selection, holdout_fraction, batch_size, eval_every)
+    _check_options(steps, selection, holdout_fraction, batch_size, eval_every, precision)
     cls = get_algorithm(algorithm)
     hp = resolve_hparams(algorithm, hparams)
     n = len(given)
@@ -255,6 +317,8 @@ def _fit(
             )
     train_x = torch.from_numpy(np.concatenate([t.images for t, _ in parts]).astype(np.float32))
     train_y = torch.from_numpy(np.concatenate([t.labels for t, _ in parts]).astype(np.int64))
+    if precision != "fp32":  # the first product rounds them anyway: gather half the bytes
+        train_x = train_x.to(PRECISIONS[precision])
     sizes = torch.tensor([len(t) for t, _ in parts], dtype=torch.float64)
     offsets = torch.cumsum(sizes, 0).long() - sizes.long()
     val = [
@@ -282,7 +346,7 @@ def _fit(
     timings = {"train": 0.0, "selection_eval": 0.0}
     start = time.perf_counter()
 
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), compute_precision(precision):
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
 
@@ -415,6 +479,7 @@ def train_models(
     eval_every: int | None = None,
     holdout_fraction: float = 0.2,
     batch_size: int = 64,
+    precision: str = "fp32",
     progress: Callable[[int, int], None] | None = None,
 ) -> TrainedUnit:
     """Train and select a unit's N LOO models and its full model (see `run_unit`), untested."""
@@ -430,6 +495,7 @@ def train_models(
         eval_every=eval_every,
         holdout_fraction=holdout_fraction,
         batch_size=batch_size,
+        precision=precision,
         progress=progress,
     )
 
@@ -446,6 +512,7 @@ def run_unit(
     eval_every: int | None = None,
     holdout_fraction: float = 0.2,
     batch_size: int = 64,
+    precision: str = "fp32",
     progress: Callable[[int, int], None] | None = None,
 ) -> UnitResult:
     """Train one unit's N + 1 models and test them: LOO model k on e_k, the full model on E_all.
@@ -471,6 +538,8 @@ def run_unit(
         Fraction of each given environment held out for validation (not trained on).
     batch_size : int
         Minibatch size per environment; also the prediction chunk of batch-dependent algorithms.
+    precision : "fp32" or "bf16"
+        Arithmetic of the networks' matrix products, in training and testing (module docstring).
     progress : callable(step, steps), optional
 
     Returns
@@ -495,16 +564,16 @@ def run_unit(
         eval_every=eval_every,
         holdout_fraction=holdout_fraction,
         batch_size=batch_size,
+        precision=precision,
         progress=progress,
     )
     t0 = time.perf_counter()
-    rows = [
-        ResultRow(env.name, env.name, _error(trained.models[k], env, batch_size), len(env))
-        for k, env in enumerate(given)
-    ]
-    full = trained.models[-1]
-    for env in scenario.evaluation():
-        rows.append(ResultRow(FULL_FOLD, env.name, _error(full, env, batch_size), len(env)))
+    with compute_precision(precision):
+        rows = [
+            ResultRow(env.name, env.name, _error(trained.models[k], env, batch_size), len(env))
+            for k, env in enumerate(given)
+        ]
+        rows += _full_model_rows(trained.models[-1], scenario, batch_size)
     timings = dict(trained.timings)
     timings["test_eval"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
