@@ -3,23 +3,35 @@
 One unit of the worst+gap protocol trains N leave-one-out models and one full model (a "training"
 is one of them). All contenders use the same IRM-style MLP, Adam(lr 1e-3), B rows per environment
 per step, the same number of steps, training-domain validation every `--eval-every` steps (and at
-the last step) with best-checkpoint restoring, and the same test evaluation (LOO model k on e_k,
+the last step) with best-checkpoint restoring, at each checkpoint LOO model k's accuracy on both
+parts of e_k (oodeval's checkpoint records), and the same test evaluation (LOO model k on e_k,
 the full model on all 101 environments of E_all). Baselines, measured in the same run:
 
 - plain loop (tensors): one model after another, minibatches indexed from tensors, one forward per
-  validation/test environment — a careful sequential implementation;
+  validation/test environment, float32 — a careful sequential implementation;
 - plain loop (DataLoader): the same with the usual PyTorch idiom, a shuffling DataLoader per
   environment (num_workers=0) for training and DataLoader batches of 64 for evaluation, as in
-  DomainBed.
+  DomainBed;
+- plain loop (tensors, bf16): the tensor loop under ``torch.autocast("cpu", torch.bfloat16)``,
+  to show how much of oodeval's bf16 gain is the precision alone.
 
-Each contender is warmed up once, then timed `--repeats` times interleaved; the best time counts.
+oodeval runs in float32 and in bf16 (``precision="bf16"``, mixed precision).
+
+Default mode, per unit: every contender in this process on `--threads` threads (default 1),
+warmed up once, then timed `--repeats` times interleaved; the best time counts.
+``--machine``: whole-machine throughput on `--units` units (seeds 0..units-1): oodeval's
+`run_units` on a `worker_pool` with one process per core (1 thread each) against the plain loops
+running the same units one after another on torch's thread pool over all cores. Both are warmed
+up first (the pool: processes started and one 2-step unit per process, timed and printed apart).
 
 Run:  .venv/bin/python benchmarks/training_throughput.py [--steps 300] [--scales 1 2]
+      .venv/bin/python benchmarks/training_throughput.py --machine [--units 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import os
@@ -35,7 +47,7 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oodeval.environments import build_scenario  # noqa: E402
-from oodeval.training import UnitSpec, run_unit, run_units  # noqa: E402
+from oodeval.training import UnitSpec, run_unit, run_units, worker_pool  # noqa: E402
 
 
 def plain_mlp(n_in: int, n_classes: int, width: int = 256) -> nn.Module:
@@ -85,9 +97,25 @@ def _accuracy_loader(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def plain_loop(
-    scenario, *, steps: int, batch: int, eval_every: int, seed: int, loaders: bool, model: str
+    scenario,
+    *,
+    steps: int,
+    batch: int,
+    eval_every: int,
+    seed: int,
+    loaders: bool,
+    model: str,
+    bf16: bool = False,
 ):
-    """Train and test the unit's N + 1 models one after another; returns the LOO/all errors."""
+    """Train and test the unit's N + 1 models one after another; returns the LOO/all errors.
+
+    ``bf16`` runs forward passes and losses under ``torch.autocast("cpu", torch.bfloat16)`` (the
+    standard mixed-precision recipe: backward and optimiser outside it).
+    """
+
+    def amp():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
     torch.manual_seed(seed)
     given = scenario.given()
     parts = [env.split(0.2, seed) for env in given]
@@ -95,8 +123,13 @@ def plain_loop(
     va = [(torch.from_numpy(v.images), torch.from_numpy(v.labels)) for _, v in parts]
     n = len(given)
     n_in = int(tr[0][0][0].numel())
-    accuracy = _accuracy_loader if loaders else _accuracy_tensors
-    errors = []
+    measure = _accuracy_loader if loaders else _accuracy_tensors
+
+    def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        with amp():
+            return measure(net, x, y)
+
+    errors, records = [], []
     for k in range(n + 1):
         envs = [j for j in range(n) if j != k]
         if model == "mlp":
@@ -135,12 +168,15 @@ def plain_loop(
                 idx = [torch.randint(len(tr[j][1]), (batch,), generator=gen) for j in envs]
                 xs = [tr[j][0][i] for j, i in zip(envs, idx, strict=True)]
                 ys = [tr[j][1][i] for j, i in zip(envs, idx, strict=True)]
-            loss = F.cross_entropy(net(torch.cat(xs)), torch.cat(ys))
+            with amp():
+                loss = F.cross_entropy(net(torch.cat(xs)), torch.cat(ys))
             opt.zero_grad()
             loss.backward()
             opt.step()
             if step % eval_every == 0 or step == steps:
                 acc = sum(accuracy(net, *va[j]) for j in envs) / len(envs)
+                if k < n:  # the checkpoint record of oodeval: accuracy on both parts of e_k
+                    records.append((k, step, accuracy(net, *tr[k]), accuracy(net, *va[k])))
                 if acc > best:
                     best, best_state = acc, copy.deepcopy(net.state_dict())
         net.load_state_dict(best_state)
@@ -162,44 +198,129 @@ def per_algorithm(args: argparse.Namespace) -> None:
         sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
         trainings = len(sc.given_names) + 1
         for name in PAPER_ALGORITHMS:
-            res = run_unit(sc, name, seed=0, steps=args.steps, batch_size=args.batch,
-                           eval_every=args.eval_every, model=args.model)  # fmt: skip
-            t = res.timings
-            print(
-                f"{sc.name} {name:9s} total {t['total']:6.1f}s "
-                f"(train {t['train']:6.1f}s, test eval {t['test_eval']:4.1f}s) = "
-                f"{trainings * 3600 / t['total']:6.0f} trainings/h"
-            )
+            for precision in args.precisions:
+                res = run_unit(sc, name, seed=0, steps=args.steps, batch_size=args.batch,
+                               eval_every=args.eval_every, model=args.model,
+                               precision=precision)  # fmt: skip
+                t = res.timings
+                print(
+                    f"{sc.name} {name:9s} {precision} total {t['total']:6.1f}s "
+                    f"(train {t['train']:6.1f}s, test eval {t['test_eval']:4.1f}s) = "
+                    f"{trainings * 3600 / t['total']:6.0f} trainings/h"
+                )
+
+
+def _report(label: str, trainings: int, seconds: dict[str, float], base: str) -> None:
+    """Print each contender's time and trainings/h, and its speed-up over `base`."""
+    print(label)
+    for name, sec in seconds.items():
+        print(
+            f"  {name:44s} {sec:7.2f} s = {trainings * 3600 / sec:7.0f} trainings/h"
+            f"   {seconds[base] / sec:5.2f}x vs {base}"
+        )
+
+
+def _plain_units(sc, args, threads: int, *, loaders: bool, bf16: bool) -> float:
+    """Seconds for the plain loop to run `--units` units in turn on `threads` threads, warmed up."""
+    torch.set_num_threads(threads)
+    plain = functools.partial(plain_loop, sc, batch=args.batch, eval_every=args.eval_every,
+                              loaders=loaders, model=args.model, bf16=bf16)  # fmt: skip
+    plain(steps=2, seed=0)
+    t0 = time.perf_counter()
+    for seed in range(args.units):
+        plain(steps=args.steps, seed=seed)
+    return time.perf_counter() - t0
+
+
+def _oodeval_units(build, args, workers: int, precision: str, startup: list[float]) -> float:
+    """Seconds for `run_units` to run `--units` units on a warmed-up pool of `workers`."""
+    options = {"batch_size": args.batch, "eval_every": args.eval_every, "model": args.model,
+               "precision": precision}  # fmt: skip
+    specs = [UnitSpec(build, "ERM", s, args.steps, options) for s in range(args.units)]
+    with worker_pool(workers) as pool:
+        # warm-up as for the plain loops: start the processes, import torch, two tiny units per
+        # worker (timed apart: a study pays this once, not per unit)
+        t0 = time.perf_counter()
+        list(run_units([UnitSpec(build, "ERM", s, 2, options) for s in range(2 * workers)],
+                       pool=pool))  # fmt: skip
+        startup.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        list(run_units(specs, pool=pool))
+        return time.perf_counter() - t0
 
 
 def machine(args: argparse.Namespace) -> None:
-    """Whole-machine throughput: one unit per core at once (1 thread each, oodeval's default)
-    versus the plain tensor loop running the same units one after another on torch's default
-    thread pool (all cores)."""
+    """Whole-machine throughput on `--units` units: `run_units` on a pool of one process per core
+    (1 thread each) versus plain loops running the units in turn on all cores; both warmed up."""
     workers = os.cpu_count() or 1
     for scale in args.scales:
         sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
-        trainings = (len(sc.given_names) + 1) * workers
-        options = {"batch_size": args.batch, "eval_every": args.eval_every, "model": args.model}
+        trainings = (len(sc.given_names) + 1) * args.units
         build = functools.partial(
             build_scenario, "sr-cmnist", source=args.source, ratio="3:1", scale=scale
         )
-        specs = [UnitSpec(build, "ERM", seed, args.steps, options) for seed in range(workers)]
-        t0 = time.perf_counter()
-        list(run_units(specs, workers=workers))
-        ours = time.perf_counter() - t0
-        torch.set_num_threads(workers)
-        t0 = time.perf_counter()
-        for seed in range(workers):
-            plain_loop(sc, steps=args.steps, batch=args.batch, eval_every=args.eval_every,
-                       seed=seed, loaders=False, model=args.model)  # fmt: skip
-        plain = time.perf_counter() - t0
+        contenders = {}
+        for loaders, bf16 in ((False, False), (True, False), (False, True)):
+            kind = "DataLoader" if loaders else "tensors"
+            name = f"plain loop ({kind}), {workers} threads, {'bf16' if bf16 else 'fp32'}"
+            contenders[name] = functools.partial(
+                _plain_units, sc, args, workers, loaders=loaders, bf16=bf16
+            )
+        startup: dict[str, list[float]] = {p: [] for p in args.precisions}
+        for precision in args.precisions:
+            name = f"oodeval run_units, {workers} workers, {precision}"
+            contenders[name] = functools.partial(
+                _oodeval_units, build, args, workers, precision, startup[precision]
+            )
+        seconds = dict.fromkeys(contenders, float("inf"))
+        for _ in range(args.repeats):  # interleaved, best of `repeats` for every contender
+            for name, run in contenders.items():
+                seconds[name] = min(seconds[name], run())
         torch.set_num_threads(args.threads)
+        _report(
+            f"{sc.name} whole machine, {args.units} units ({trainings} trainings):",
+            trainings,
+            seconds,
+            f"plain loop (tensors), {workers} threads, fp32",
+        )
         print(
-            f"{sc.name} machine ({workers} units): oodeval run_units({workers} workers x 1 thread)"
-            f" {ours:.1f}s = {trainings * 3600 / ours:.0f} trainings/h | plain loop (tensors, "
-            f"{workers} threads) {plain:.1f}s = {trainings * 3600 / plain:.0f}/h, "
-            f"ratio {plain / ours:.2f}x"
+            "  (not counted above: pool start-up with warm-up units "
+            + ", ".join(f"{k} {min(v):.1f}-{max(v):.1f} s" for k, v in startup.items())
+            + ")"
+        )
+
+
+def per_unit(args: argparse.Namespace) -> None:
+    """One unit at a time, every contender in this process on `--threads` threads."""
+    for scale in args.scales:
+        sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
+        trainings = len(sc.given_names) + 1
+        contenders = {}
+        for precision in args.precisions:
+            contenders[f"oodeval run_unit, {precision}"] = functools.partial(
+                run_unit, sc, "ERM", seed=0, batch_size=args.batch,
+                eval_every=args.eval_every, model=args.model, precision=precision,
+            )  # fmt: skip
+        plain = functools.partial(plain_loop, sc, batch=args.batch, eval_every=args.eval_every,
+                                  seed=0, model=args.model)  # fmt: skip
+        contenders["plain loop (tensors), fp32"] = functools.partial(plain, loaders=False)
+        contenders["plain loop (DataLoader), fp32"] = functools.partial(plain, loaders=True)
+        contenders["plain loop (tensors), bf16"] = functools.partial(
+            plain, loaders=False, bf16=True
+        )
+        for run in contenders.values():  # warm-up: allocator, BLAS and data caches
+            run(steps=2)
+        best = dict.fromkeys(contenders, float("inf"))
+        for _ in range(args.repeats):  # interleaved, best of `repeats`
+            for name, run in contenders.items():
+                t0 = time.perf_counter()
+                run(steps=args.steps)
+                best[name] = min(best[name], time.perf_counter() - t0)
+        _report(
+            f"{sc.name} (N={trainings - 1}, {trainings} trainings per unit), per unit:",
+            trainings,
+            best,
+            "plain loop (tensors), fp32",
         )
 
 
@@ -212,6 +333,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--units", type=int, default=8, help="units of --machine")
+    parser.add_argument(
+        "--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"]
+    )
     parser.add_argument(
         "--per-algorithm",
         action="store_true",
@@ -236,45 +361,10 @@ def main() -> None:
     )
     if args.per_algorithm:
         per_algorithm(args)
-        return
-    if args.machine:
+    elif args.machine:
         machine(args)
-        return
-    for scale in args.scales:
-        sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
-        trainings = len(sc.given_names) + 1
-        contenders = {
-            "oodeval": lambda steps, sc=sc: run_unit(
-                sc, "ERM", seed=0, steps=steps, batch_size=args.batch,
-                eval_every=args.eval_every, model=args.model,
-            ),
-            "tensors": lambda steps, sc=sc: plain_loop(
-                sc, steps=steps, batch=args.batch, eval_every=args.eval_every, seed=0,
-                loaders=False, model=args.model,
-            ),
-            "loaders": lambda steps, sc=sc: plain_loop(
-                sc, steps=steps, batch=args.batch, eval_every=args.eval_every, seed=0,
-                loaders=True, model=args.model,
-            ),
-        }  # fmt: skip
-        for run in contenders.values():  # warm-up: allocator, BLAS and data caches
-            run(2)
-        best = dict.fromkeys(contenders, float("inf"))
-        for _ in range(args.repeats):  # interleaved, best of `repeats` (the machine is shared)
-            for name, run in contenders.items():
-                t0 = time.perf_counter()
-                run(args.steps)
-                best[name] = min(best[name], time.perf_counter() - t0)
-        ours, tensors, loaders = best["oodeval"], best["tensors"], best["loaders"]
-        per_hour = {k: trainings * 3600 / v for k, v in best.items()}
-        print(
-            f"{sc.name} (N={trainings - 1}, {trainings} trainings/unit): "
-            f"oodeval {ours:.1f}s = {per_hour['oodeval']:.0f} trainings/h | "
-            f"plain loop (tensors) {tensors:.1f}s = {per_hour['tensors']:.0f}/h, "
-            f"ratio {tensors / ours:.2f}x | "
-            f"plain loop (DataLoader) {loaders:.1f}s = {per_hour['loaders']:.0f}/h, "
-            f"ratio {loaders / ours:.2f}x"
-        )
+    else:
+        per_unit(args)
     print(f"load_avg_1min at end={os.getloadavg()[0]:.1f}")
 
 
