@@ -4,8 +4,9 @@ One unit of the worst+gap protocol trains N leave-one-out models and one full mo
 is one of them). All contenders use the same IRM-style MLP, Adam(lr 1e-3), B rows per environment
 per step, the same number of steps, training-domain validation every `--eval-every` steps (and at
 the last step) with best-checkpoint restoring, at each checkpoint LOO model k's accuracy on both
-parts of e_k (oodeval's checkpoint records), and the same test evaluation (LOO model k on e_k,
-the full model on all 101 environments of E_all). Baselines, measured in the same run:
+parts of e_k (oodeval's checkpoint records), and the same test results (LOO model k on e_k, the
+full model on all 101 environments of E_all; oodeval gets them with one prediction per image and
+color, the plain loops with one per environment). Baselines, measured in the same run:
 
 - plain loop (tensors): one model after another, minibatches indexed from tensors, one forward per
   validation/test environment, float32 — a careful sequential implementation;
@@ -21,8 +22,10 @@ Default mode, per unit: every contender in this process on `--threads` threads (
 warmed up once, then timed `--repeats` times interleaved; the best time counts.
 ``--machine``: whole-machine throughput on `--units` units (seeds 0..units-1): oodeval's
 `run_units` on a `worker_pool` with one process per core (1 thread each) against the plain loops
-running the same units one after another on torch's thread pool over all cores. Both are warmed
-up first (the pool: processes started and one 2-step unit per process, timed and printed apart).
+running the same units one after another on torch's thread pool over all cores, and against the
+plain tensor loop run unit by unit in the same kind of pool. Everything is warmed up first (a
+pool: processes started and two 2-step units per process, timed and printed apart); scenarios
+are built once per process, as a study does.
 
 Run:  .venv/bin/python benchmarks/training_throughput.py [--steps 300] [--scales 1 2]
       .venv/bin/python benchmarks/training_throughput.py --machine [--units 8]
@@ -47,6 +50,7 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oodeval.environments import build_scenario  # noqa: E402
+from oodeval.study import trainer_backend  # noqa: E402
 from oodeval.training import UnitSpec, run_unit, run_units, worker_pool  # noqa: E402
 
 
@@ -187,25 +191,45 @@ def plain_loop(
             for env in scenario.evaluation():
                 x, y = torch.from_numpy(env.images), torch.from_numpy(env.labels)
                 errors.append(1 - accuracy(net, x, y))
-    return errors
+    return errors, records
+
+
+@functools.lru_cache(maxsize=2)
+def _scenario(source: str, scale: int):
+    """The benchmark's SR-CMNIST 3:1 scenario, built once per process."""
+    return trainer_backend.build_scenario("sr-cmnist", source=source, ratio="3:1", scale=scale)
+
+
+def _plain_unit(source: str, scale: int, options: dict, seed: int) -> float:
+    """One plain-loop unit in a worker process (for the pooled plain loop); its seconds."""
+    t0 = time.perf_counter()
+    plain_loop(_scenario(source, scale), seed=seed, **options)
+    return time.perf_counter() - t0
 
 
 def per_algorithm(args: argparse.Namespace) -> None:
-    """Seconds per unit (N + 1 trainings, `--steps` steps) of every paper algorithm."""
+    """Seconds per unit (N + 1 trainings, `--steps` steps) of every paper algorithm, per
+    precision: warmed up (2 steps), precisions alternating, best of `--repeats`."""
     from oodeval.algorithms import PAPER_ALGORITHMS
 
     for scale in args.scales:
         sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
         trainings = len(sc.given_names) + 1
         for name in PAPER_ALGORITHMS:
+            unit = functools.partial(run_unit, sc, name, seed=0, batch_size=args.batch,
+                                     eval_every=args.eval_every, model=args.model)  # fmt: skip
+            best = {}
             for precision in args.precisions:
-                res = run_unit(sc, name, seed=0, steps=args.steps, batch_size=args.batch,
-                               eval_every=args.eval_every, model=args.model,
-                               precision=precision)  # fmt: skip
-                t = res.timings
+                unit(steps=2, precision=precision)
+            for _ in range(args.repeats):
+                for precision in args.precisions:
+                    t = unit(steps=args.steps, precision=precision).timings
+                    if precision not in best or t["total"] < best[precision]["total"]:
+                        best[precision] = t
+            for precision, t in best.items():
                 print(
-                    f"{sc.name} {name:9s} {precision} total {t['total']:6.1f}s "
-                    f"(train {t['train']:6.1f}s, test eval {t['test_eval']:4.1f}s) = "
+                    f"{sc.name} {name:9s} {precision} total {t['total']:6.2f}s "
+                    f"(train {t['train']:6.2f}s, test eval {t['test_eval']:5.2f}s) = "
                     f"{trainings * 3600 / t['total']:6.0f} trainings/h"
                 )
 
@@ -232,6 +256,20 @@ def _plain_units(sc, args, threads: int, *, loaders: bool, bf16: bool) -> float:
     return time.perf_counter() - t0
 
 
+def _plain_units_pooled(args, workers: int, scale: int) -> float:
+    """Seconds for the plain tensor loop to run `--units` units, one per task, in a warmed-up
+    pool of `workers` processes with 1 thread each (the pool oodeval's units run in)."""
+    options = {"steps": args.steps, "batch": args.batch, "eval_every": args.eval_every,
+               "loaders": False, "model": args.model}  # fmt: skip
+    with worker_pool(workers) as pool:
+        warm = functools.partial(_plain_unit, args.source, scale, {**options, "steps": 2})
+        list(pool.map(warm, range(2 * workers)))
+        task = functools.partial(_plain_unit, args.source, scale, options)
+        t0 = time.perf_counter()
+        list(pool.map(task, range(args.units)))
+        return time.perf_counter() - t0
+
+
 def _oodeval_units(build, args, workers: int, precision: str, startup: list[float]) -> float:
     """Seconds for `run_units` to run `--units` units on a warmed-up pool of `workers`."""
     options = {"batch_size": args.batch, "eval_every": args.eval_every, "model": args.model,
@@ -256,9 +294,7 @@ def machine(args: argparse.Namespace) -> None:
     for scale in args.scales:
         sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=scale)
         trainings = (len(sc.given_names) + 1) * args.units
-        build = functools.partial(
-            build_scenario, "sr-cmnist", source=args.source, ratio="3:1", scale=scale
-        )
+        build = functools.partial(_scenario, args.source, scale)
         contenders = {}
         for loaders, bf16 in ((False, False), (True, False), (False, True)):
             kind = "DataLoader" if loaders else "tensors"
@@ -266,6 +302,8 @@ def machine(args: argparse.Namespace) -> None:
             contenders[name] = functools.partial(
                 _plain_units, sc, args, workers, loaders=loaders, bf16=bf16
             )
+        name = f"plain loop (tensors), {workers} worker processes, fp32"
+        contenders[name] = functools.partial(_plain_units_pooled, args, workers, scale)
         startup: dict[str, list[float]] = {p: [] for p in args.precisions}
         for precision in args.precisions:
             name = f"oodeval run_units, {workers} workers, {precision}"

@@ -76,7 +76,7 @@ def test_estimate_projects_from_a_sample(config_file):
         (["study", "analyze", "nowhere"], "no study in nowhere"),
         (
             ["study", "run", "--preset", "quick", "--out", "X", "--precision", "fp16"],
-            "--precision must be one of fp32, bf16, got 'fp16'",
+            "unknown --precision 'fp16'; choose one of fp32, bf16",
         ),
     ],
 )
@@ -183,5 +183,26 @@ def test_config_rejects_an_unknown_precision():
     assert config_from_dict({**data, "trainer": {"precision": "bf16"}}).trainer == {
         "precision": "bf16"
     }
-    with pytest.raises(OodevalError, match=r"\[trainer\] precision must be one of"):
+    with pytest.raises(
+        OodevalError, match=r"unknown \[trainer\] precision 'fp16'; choose one of fp32, bf16"
+    ):
         config_from_dict({**data, "trainer": {"precision": "fp16"}})
+    # the default is never stored, so naming it does not make a different study
+    assert config_from_dict({**data, "trainer": {"precision": "fp32"}}) == config_from_dict(data)
+
+
+def test_naming_the_default_precision_resumes_a_study_stored_without_it(tmp_path, config_file):
+    runner = CliRunner()
+    out = tmp_path / "out"
+    args = ["study", "run", str(config_file), "--out", str(out), "--no-progress", "--no-report"]
+    assert runner.invoke(app, args).exit_code == 0
+    again = runner.invoke(app, [*args, "--precision", "fp32"])
+    assert again.exit_code == 0, again.output
+    assert "12 already stored, 0 run" in again.output
+
+
+def test_precision_names_agree_between_the_config_and_the_networks():
+    from oodeval.algorithms.networks import PRECISIONS as NETWORKS
+    from oodeval.study.config import PRECISIONS as CONFIG
+
+    assert list(NETWORKS) == list(CONFIG)

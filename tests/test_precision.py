@@ -160,3 +160,59 @@ def test_docstring_examples_run(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_bf16_convolution_gradients_reach_weights_biases_and_inputs():
+    torch.manual_seed(5)
+    conv = EnsembleConv2d(2, 3, 4, 3, padding=1)
+    h = torch.randn(5, 6, 8, 8, requires_grad=True)
+    conv(h).square().sum().backward()
+    want = [t.grad.clone() for t in (conv.weight, conv.bias, h)]
+    for t in (conv.weight, conv.bias, h):
+        t.grad = None
+    with compute_precision("bf16"):
+        conv(h).square().sum().backward()
+    for got, ref in zip((conv.weight.grad, conv.bias.grad, h.grad), want, strict=True):
+        assert got is not None and got.dtype == torch.float32
+        assert torch.allclose(got, ref, rtol=0.05, atol=0.05 * float(ref.abs().max()))
+
+
+def test_bf16_linear_gradients_reach_biases_and_inputs():
+    torch.manual_seed(6)
+    layer = EnsembleLinear(2, 30, 4)
+    x = torch.randn(2, 16, 30, requires_grad=True)
+    layer(x).square().sum().backward()
+    want = [layer.bias.grad.clone(), x.grad.clone()]
+    layer.bias.grad, x.grad = None, None
+    with compute_precision("bf16"):
+        layer(x).square().sum().backward()
+    for got, ref in zip((layer.bias.grad, x.grad), want, strict=True):
+        assert got.dtype == torch.float32
+        assert torch.allclose(got, ref, rtol=0.05, atol=0.05 * float(ref.abs().max()))
+
+
+def test_bf16_units_do_not_depend_on_the_thread_count():
+    kwargs = dict(seed=1, steps=6, batch_size=8, eval_every=3, precision="bf16")
+    one = run_unit(TinyScenario(), "IRM", **kwargs)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = run_unit(TinyScenario(), "IRM", **kwargs)
+    finally:
+        torch.set_num_threads(threads)
+    assert one.rows == two.rows
+
+
+def test_trained_units_record_their_precision_and_run_unit_tests_in_it():
+    from oodeval.training import predict_labels
+
+    kwargs = dict(seed=2, steps=4, batch_size=8, eval_every=2)
+    trained = train_models(TinyScenario(), "ERM", precision="bf16", **kwargs)
+    assert trained.precision == "bf16"
+    assert train_models(TinyScenario(), "ERM", **kwargs).precision == "fp32"
+    env = list(TinyScenario().evaluation())[0]
+    with compute_precision(trained.precision):
+        pred = predict_labels(trained.models[-1], env.images, context=8)[0]
+    error = float((pred != torch.as_tensor(env.labels)).double().mean())
+    res = run_unit(TinyScenario(), "ERM", precision="bf16", **kwargs)
+    assert res.all_errors()[env.name] == error

@@ -99,3 +99,44 @@ def test_shared_errors_match_a_hand_count():
         pairs = enumerate(zip(variant, shared.labels, strict=True))
         wrong = sum(predicted[int(v)][i] != int(y) for i, (v, y) in pairs)
         assert res.all_errors()[name] == pytest.approx(wrong / len(variant), abs=1e-12)
+
+
+def test_the_full_model_is_tested_once_per_variant_not_per_environment(monkeypatch):
+    """The fast path really runs: no environment of E_all is built, two renders (two colors)."""
+    sc = build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1)
+    calls = {"evaluation": 0, "render": 0}
+    render = sc._render_all
+
+    def counting_render(value):
+        calls["render"] += 1
+        return render(value)
+
+    def no_evaluation():
+        calls["evaluation"] += 1
+        return iter(())
+
+    monkeypatch.setattr(sc, "_render_all", counting_render)
+    monkeypatch.setattr(sc, "evaluation", no_evaluation)
+    res = run_unit(sc, "ERM", seed=0, steps=2, batch_size=16)
+    assert calls == {"evaluation": 0, "render": 2}
+    assert len(res.all_errors()) == 101
+    # batch-dependent algorithms go environment by environment
+    calls.update(evaluation=0, render=0)
+    run_unit(sc, "MTL", seed=0, steps=2, batch_size=16)
+    assert calls == {"evaluation": 1, "render": 0}
+
+
+@pytest.mark.parametrize(
+    ("names", "variants", "match"),
+    [
+        ((), (), "one variant array per environment"),
+        (("a", "b"), (np.zeros(3, np.int64),), "one variant array per environment"),
+        (("a",), (np.zeros(2, np.int64),), "do not have one entry per image"),
+    ],
+)
+def test_malformed_shared_evaluations_are_rejected(names, variants, match):
+    from oodeval.environments.base import SharedEvaluation
+    from oodeval.errors import OodevalError
+
+    with pytest.raises(OodevalError, match=match):
+        SharedEvaluation(names, np.zeros(3, np.int64), variants, lambda v: np.zeros((3, 1)))

@@ -366,12 +366,20 @@ def test_run_units_in_worker_processes_matches_in_process_runs():
         list(run_units(specs, workers=0))
 
 
-def test_a_worker_pool_serves_several_run_units_calls():
+def test_a_worker_pool_serves_several_run_units_calls(monkeypatch):
+    import oodeval.training.parallel as parallel
     from oodeval.training import worker_pool
 
     specs = [UnitSpec(TinyScenario(n=24), "ERM", s, 3, {"batch_size": 4}) for s in (0, 1)]
     local = [r.rows for r in run_units(specs, workers=1)]
     with worker_pool(2) as pool:
+        with pytest.raises(OodevalError, match="either pool= or workers="):
+            list(run_units(specs, pool=pool, workers=2))
+
+        def no_new_pool(*args, **kwargs):
+            raise AssertionError("run_units(pool=...) started a pool of its own")
+
+        monkeypatch.setattr(parallel, "worker_pool", no_new_pool)
         first = [r.rows for r in run_units(specs, pool=pool)]
         pids = {f.result() for f in [pool.submit(os.getpid) for _ in range(4)]}
         second = [r.rows for r in run_units(specs[::-1], pool=pool)]

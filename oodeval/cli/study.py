@@ -27,8 +27,13 @@ def _config(config: Path | None, preset_name: str | None, precision: str | None 
     if precision is None:
         return chosen
     if precision not in PRECISIONS:
-        raise OodevalError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return dataclasses.replace(chosen, trainer={**chosen.trainer, "precision": precision})
+        raise OodevalError(
+            f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+    trainer = {k: v for k, v in chosen.trainer.items() if k != "precision"}
+    if precision != PRECISIONS[0]:  # as config_from_dict: the default is never stored
+        trainer["precision"] = precision
+    return dataclasses.replace(chosen, trainer=trainer)
 
 
 _PRECISION_HELP = (

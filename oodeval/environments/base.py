@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from oodeval.errors import OodevalError
+
 
 @dataclass(frozen=True)
 class Environment:
@@ -69,6 +71,19 @@ class SharedEvaluation:
     labels: np.ndarray
     variants: tuple[np.ndarray, ...]
     render: Callable[[int], np.ndarray]
+
+    def __post_init__(self) -> None:
+        n = np.shape(self.labels)
+        if not self.names or len(self.variants) != len(self.names):
+            raise OodevalError(
+                f"a shared evaluation needs one variant array per environment, got "
+                f"{len(self.variants)} for {len(self.names)} environment name(s)"
+            )
+        bad = [nm for nm, v in zip(self.names, self.variants, strict=True) if np.shape(v) != n]
+        if bad:
+            raise OodevalError(
+                f"variants of {bad[:3]} do not have one entry per image ({n[0]} labels)"
+            )
 
     def values(self) -> list[int]:
         """The distinct variants used by any environment, ascending."""

@@ -145,6 +145,8 @@ class SpuriousScenario(Scenario):
     given_values, all_values : sequences of float
         The parameters e of E_given and E_all.
     render : callable(base_subset, spurious_labels) -> float32 (n, C, H, W)
+        Must render each row from its own image and label alone (all built-in renderers do):
+        the full model is tested on E_all once per spurious value (`shared_evaluation`).
     spurious : callable(final_labels, e, rng) -> spurious labels
     input_shape : tuple of int
         Shape (C, H, W) of one rendered image.

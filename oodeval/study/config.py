@@ -50,7 +50,8 @@ KNOWN_MEASURES = ("average", "worst", "best", "gap", "worst_plus_gap", "worst_on
 NEEDS_THREE_ENVS = ("worst_plus_gap", "gap_only")
 DEFAULT_MEASURES = ("average", "worst_plus_gap", "worst_only", "gap_only")
 TRAINER_KEYS = ("selection", "eval_every", "holdout_fraction", "batch_size", "precision")
-#: values of ``[trainer] precision`` (`oodeval.algorithms.networks.PRECISIONS`, without torch)
+#: values of ``[trainer] precision``, the default first (the keys of
+#: `oodeval.algorithms.networks.PRECISIONS`, named here without importing torch)
 PRECISIONS = ("fp32", "bf16")
 HPARAMS_MODES = ("default", "random")
 #: Environment variable naming an MNIST folder for ``source = "auto"``.
@@ -223,8 +224,11 @@ def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
         raise OodevalError(f"unknown [trainer] key(s) {bad}; allowed: {list(TRAINER_KEYS)}")
     if "precision" in trainer and trainer["precision"] not in PRECISIONS:
         raise OodevalError(
-            f"[trainer] precision must be one of {list(PRECISIONS)}, got {trainer['precision']!r}"
+            f"unknown [trainer] precision {trainer['precision']!r}; choose one of "
+            f"{', '.join(PRECISIONS)}"
         )
+    if trainer.get("precision") == PRECISIONS[0]:  # the default: stored configs never name it
+        del trainer["precision"]
     measures = tuple(_str(m, "measures[]") for m in _list(data, "measures", DEFAULT_MEASURES))
     unknown_measures = sorted(set(measures) - set(KNOWN_MEASURES))
     if unknown_measures:

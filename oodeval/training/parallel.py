@@ -91,10 +91,15 @@ def run_units(
 
     ``workers=1`` runs in this process (no pickling, the caller's thread setting); a failing unit
     (e.g. `TrainingDiverged`) raises when its result is reached. With `pool` (`worker_pool`) the
-    units run in its processes, which stay up for the next call; `workers` is then ignored.
+    units run in its processes, which stay up for the next call (give no `workers` then).
     """
     specs = list(specs)
     if pool is not None:
+        if workers is not None or threads_per_worker != 1:
+            raise OodevalError(
+                "pass either pool= or workers=/threads_per_worker=, not both: the pool's "
+                "processes and threads are fixed by worker_pool()"
+            )
         _check_picklable(specs)
         yield from pool.map(_run, specs)
         return

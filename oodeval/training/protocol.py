@@ -159,7 +159,12 @@ class UnitResult:
 
 @dataclass
 class TrainedUnit:
-    """The selected N + 1 models of a unit (each an `Algorithm` holding one model, in eval mode)."""
+    """The selected N + 1 models of a unit (each an `Algorithm` holding one model, in eval mode).
+
+    `precision` is the arithmetic they were trained in; predict inside
+    ``compute_precision(trained.precision)`` to get `run_unit`'s test numbers (outside it the
+    products run in float32).
+    """
 
     algorithm: str
     folds: list[str]
@@ -169,6 +174,7 @@ class TrainedUnit:
     hparams: dict
     timings: dict[str, float]
     checkpoints: list[CheckpointRow] = field(default_factory=list)
+    precision: str = "fp32"
 
 
 @dataclass
@@ -416,7 +422,9 @@ def _fit(
                     selected[k], accuracy[k] = best_step[r][i], float(best_acc[r][i])
     timings["train"] = time.perf_counter() - start - timings["selection_eval"]
     records.sort(key=lambda c: (folds.index(c.fold), c.step))
-    return TrainedUnit(algorithm, folds, models, selected, accuracy, hp, timings, records)
+    return TrainedUnit(
+        algorithm, folds, models, selected, accuracy, hp, timings, records, precision
+    )
 
 
 def _accuracy_matrix(
@@ -568,7 +576,7 @@ def run_unit(
         progress=progress,
     )
     t0 = time.perf_counter()
-    with compute_precision(precision):
+    with compute_precision(trained.precision):
         rows = [
             ResultRow(env.name, env.name, _error(trained.models[k], env, batch_size), len(env))
             for k, env in enumerate(given)
