@@ -37,8 +37,8 @@ def _config(config: Path | None, preset_name: str | None, precision: str | None 
 
 
 _PRECISION_HELP = (
-    "Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 2.3-2.7x faster per "
-    "unit on CPUs with AVX512-BF16/AMX); sets [trainer] precision."
+    "Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 1.2-2.8x faster per "
+    "unit on CPUs with AVX512-BF16/AMX, slightly different numbers); sets [trainer] precision."
 )
 
 

@@ -34,8 +34,8 @@ predictions depend on the batch (ARM, MTL) are tested environment by environment
 Precision: ``precision="bf16"`` runs the networks' matrix products in bfloat16 with float32
 parameters, optimiser and losses (`oodeval.algorithms.networks.compute_precision`), for training
 and testing; the training images are kept in bfloat16, which the first product rounds them to
-anyway. On CPUs with native bfloat16 a unit runs 2.3-2.7x faster, with slightly different
-numbers (benchmarks/RESULTS.md). The default ``"fp32"`` is plain float32.
+anyway. On CPUs with native bfloat16 a unit runs 1.2-2.8x faster (ERM 2.3-2.7x), with slightly
+different numbers (benchmarks/RESULTS.md). The default ``"fp32"`` is plain float32.
 
 Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
 random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
