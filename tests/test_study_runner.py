@@ -386,11 +386,42 @@ def test_estimate_projects_the_grid_from_min_middle_max_n():
     estimate = estimate_study(cfg, workers=2, algorithms=("ERM", "IRM"))
     per_n = estimate.per_n.set_index("n_given")
     assert per_n["measured"].to_dict() == {4: True, 5: False, 6: True, 8: True}
-    assert len(estimate.samples) == 6 and estimate.failed == 0
+    # 2 algorithms x 3 scenarios, and the other 2 algorithms on the smallest-N scenario
+    roles = estimate.samples.groupby("role")["algorithm"].apply(sorted).to_dict()
+    assert roles == {
+        "mix": ["GroupDRO", "VREx"],
+        "sample": ["ERM", "ERM", "ERM", "IRM", "IRM", "IRM"],
+    }
+    assert set(estimate.samples.loc[estimate.samples["role"] == "mix", "n_given"]) == {4}
+    assert estimate.failed == 0
     assert per_n["units_in_study"].sum() == 32
     # every synthetic unit sleeps 0.1 s: 32 units on 2 workers take about 1.6 s
     assert 1.6 <= estimate.projected_seconds < 1.6 * 1.5
+    assert 0.8 < estimate.mix_factor < 1.25
     assert "projected wall time" in estimate.summary()
+
+
+def test_estimate_accounts_for_algorithms_that_were_not_sampled():
+    """GroupDRO costs 4x the others (0.4 s vs 0.1 s a unit): the mean unit costs 1.75x the
+    sampled ERM/IRM's, at every N, so 32 units on 2 workers take about 32 x 0.175 / 2 = 2.8 s."""
+    from oodeval.study.estimate import estimate_study
+
+    cfg = synthetic_config(
+        algorithms=["ERM", "IRM", "GroupDRO", "VREx"],
+        seeds=[0, 1],
+        scenarios=[
+            {"family": "synthetic", "ratio": r, "scale": s}
+            for r, s in (("3:1", 1), ("4:1", 1), ("5:1", 1), ("3:1", 2))
+        ],
+        unit_options={"sleep": 0.1, "slow_algorithms": {"GroupDRO": 0.3}},
+    )
+    estimate = estimate_study(cfg, workers=2, algorithms=("ERM", "IRM"))
+    assert 1.5 < estimate.mix_factor < 1.9
+    assert 2.8 <= estimate.projected_seconds < 2.8 * 1.4
+    assert "their mean unit costs 1." in estimate.summary()
+    alone = estimate_study(cfg, workers=2, algorithms=("ERM", "IRM", "GroupDRO", "VREx"))
+    assert alone.mix_factor == 1.0 and set(alone.samples["role"]) == {"sample"}
+    assert 2.8 <= alone.projected_seconds < 2.8 * 1.4
 
 
 def test_workers_end_themselves_when_the_driver_dies():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,12 +150,14 @@ def run_unit(
     fail_algorithms: Sequence[str] = (),
     crash_algorithms: Sequence[str] = (),
     sleep: float = 0.0,
+    slow_algorithms: Mapping[str, float] | None = None,
     **trainer: Any,
 ) -> SyntheticResult:
     """Simulated leave-one-out errors and all-environment errors of one unit (see module doc).
 
     Test hooks: algorithms in ``fail_algorithms`` raise `SyntheticFailure`; those in
-    ``crash_algorithms`` end the worker process abruptly; ``sleep`` delays every unit (seconds).
+    ``crash_algorithms`` end the worker process abruptly; ``sleep`` delays every unit (seconds),
+    ``slow_algorithms`` ({name: seconds}) delays that algorithm's units further.
     """
     start = time.perf_counter()
     _check(algorithm)
@@ -164,8 +166,9 @@ def run_unit(
         raise SyntheticFailure(f"synthetic failure of {algorithm} (seed {seed}, fail_algorithms)")
     if algorithm in crash_algorithms:
         os._exit(3)  # simulates a worker killed mid-unit (e.g. by the out-of-memory killer)
-    if sleep:
-        time.sleep(float(sleep))
+    delay = float(sleep) + float((slow_algorithms or {}).get(algorithm, 0.0))
+    if delay:
+        time.sleep(delay)
     robustness = (zlib.crc32(algorithm.encode()) % 1000) / 999.0
     given = scenario.given_values
     rows: list[SyntheticRow] = []
