@@ -10,10 +10,11 @@ one) and projects
 
     projected wall = sum over the study's units of t(N of its scenario) / workers.
 
-Algorithms differ in cost far more than the few sampled ones show (ARM costs 6-12x ERM on
-SR-CMNIST), so every other algorithm of the study is also timed once, on the smallest-N scenario
-only: t(N) is the sampled algorithms' fit times the ratio, at that N, of all algorithms' mean unit
-time to the sampled ones' (each algorithm's share of the cost is assumed not to change with N).
+Algorithms differ in cost far more than the few sampled ones show (on SR-CMNIST an ARM unit
+costs 12x an ERM unit in fp32, 24x in bf16), so every other algorithm of the study is also timed
+once, on the smallest-N scenario only: t(N) is the sampled algorithms' fit times the ratio, at
+that N, of all algorithms' mean unit time to the sampled ones' (each algorithm's share of the cost
+is assumed not to change with N).
 
 When the sample ran with a fraction f of the steps, each unit's reported training time
 (``timings["train"]``) is scaled by 1 / f and the rest (scenario building, evaluation) kept; without
