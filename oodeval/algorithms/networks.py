@@ -48,15 +48,20 @@ def compute_precision(precision: str) -> Iterator[None]:
     ...     layer(torch.ones(4, 3)).dtype
     torch.float32
     """
-    if precision not in PRECISIONS:
-        raise OodevalError(
-            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
-    token = _COMPUTE_DTYPE.set(PRECISIONS[precision])
+    token = _COMPUTE_DTYPE.set(compute_dtype(precision))
     try:
         yield
     finally:
         _COMPUTE_DTYPE.reset(token)
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The torch dtype of `precision` ("fp32" or "bf16"); a one-line error for other names."""
+    if precision not in PRECISIONS:
+        raise OodevalError(
+            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+    return PRECISIONS[precision]
 
 
 @functools.cache

@@ -16,8 +16,6 @@ app = typer.Typer(
 
 
 def _config(config: Path | None, preset_name: str | None, precision: str | None = None):
-    import dataclasses
-
     from oodeval.study import load_config, preset
     from oodeval.study.config import PRECISIONS
 
@@ -30,10 +28,8 @@ def _config(config: Path | None, preset_name: str | None, precision: str | None 
         raise OodevalError(
             f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
         )
-    trainer = {k: v for k, v in chosen.trainer.items() if k != "precision"}
-    if precision != PRECISIONS[0]:  # as config_from_dict: the default is never stored
-        trainer["precision"] = precision
-    return dataclasses.replace(chosen, trainer=trainer)
+    # replace() re-validates, which leaves the default fp32 out of the stored config
+    return chosen.replace(trainer={**chosen.trainer, "precision": precision})
 
 
 _PRECISION_HELP = (

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
-from oodeval.algorithms.networks import PRECISIONS, compute_precision, native_bf16
+from oodeval.algorithms.networks import compute_dtype, compute_precision, native_bf16
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
 from oodeval.errors import OodevalError
 
@@ -225,10 +225,7 @@ def _check_options(
         raise OodevalError(f"batch_size must be >= 1, got {batch_size}")
     if eval_every is not None and eval_every < 1:
         raise OodevalError(f"eval_every must be >= 1, got {eval_every}")
-    if precision not in PRECISIONS:
-        raise OodevalError(
-            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
+    compute_dtype(precision)  # unknown names fail here, before any data is prepared
     if precision == "bf16" and not native_bf16():
         warnings.warn(
             "precision='bf16' on a CPU without native bfloat16 (avx512_bf16 / amx_bf16): the "
@@ -324,7 +321,7 @@ def _fit(
     train_x = torch.from_numpy(np.concatenate([t.images for t, _ in parts]).astype(np.float32))
     train_y = torch.from_numpy(np.concatenate([t.labels for t, _ in parts]).astype(np.int64))
     if precision != "fp32":  # the first product rounds them anyway: gather half the bytes
-        train_x = train_x.to(PRECISIONS[precision])
+        train_x = train_x.to(compute_dtype(precision))
     sizes = torch.tensor([len(t) for t, _ in parts], dtype=torch.float64)
     offsets = torch.cumsum(sizes, 0).long() - sizes.long()
     val = [
