@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Install everything from scratch (see setup.sh), lint, and run the whole test suite.
+# The suite includes every module's doctests (pyproject: --doctest-modules). With CI=true in the
+# environment (.ci/run sets it) a test needing a missing extra or ../shared data fails, not skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

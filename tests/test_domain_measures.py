@@ -3,8 +3,6 @@ values, per-algorithm Python loops and the paper's formulas."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import math
 import statistics
 
@@ -231,15 +229,6 @@ def test_zero_algorithms_give_empty_results_not_a_numpy_error():
     for name, values in domain_measures(empty).items():
         assert np.shape(values) == (0,), name
     assert np.shape(ideal(np.zeros((2, 0, 5)))) == (2, 0)
-
-
-@pytest.mark.parametrize("module", ["oodeval.measures.domain"])
-def test_docstring_examples_run(module):
-    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
-    result = doctest.testmod(
-        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
-    )
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_per_domain_summary_rejects_names_that_collide_as_keys():

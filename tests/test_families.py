@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -196,24 +193,3 @@ def test_scenarios_pickle_into_worker_processes_unchanged(family):
         assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
     first = next(iter(copy.evaluation()))
     assert np.array_equal(first.images, next(iter(scenario.evaluation())).images)
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "oodeval.environments.sources",
-        "oodeval.environments.cifar",
-        "oodeval.environments.spurious",
-        "oodeval.environments.srcmnist",
-        "oodeval.environments.colored",
-        "oodeval.environments.lined",
-        "oodeval.environments.corrupted",
-        "oodeval.environments.families",
-    ],
-)
-def test_docstring_examples_run(module):
-    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
-    result = doctest.testmod(
-        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
-    )
-    assert result.attempted > 0 and result.failed == 0

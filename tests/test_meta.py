@@ -3,8 +3,6 @@ a brute-force loop, seed statistics, and the bootstrap interval."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import itertools
 import math
 import statistics
@@ -221,12 +219,3 @@ def test_bootstrap_seed_must_be_an_integer(seed):
     # A string or float seed would reach numpy as a TypeError, and None would be unseeded.
     with pytest.raises(OodevalError, match="seed must be an integer"):
         bootstrap_correlation_ci([0.1, 0.2, 0.3], [0.3, 0.1, 0.2], seed=seed)
-
-
-@pytest.mark.parametrize("module", ["oodeval.measures.meta"])
-def test_docstring_examples_run(module):
-    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
-    result = doctest.testmod(
-        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
-    )
-    assert result.attempted > 0 and result.failed == 0

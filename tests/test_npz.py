@@ -102,15 +102,3 @@ def test_one_thread_helper_serves_shift_and_openworld():
 
     for module in (concept, discrepancy, features, gmop):
         assert module.single_threaded is single_threaded
-
-
-@pytest.mark.parametrize(
-    "module", ["oodeval._npz", "oodeval._torch", "oodeval.measures._validation"]
-)
-def test_docstring_examples_run(module):
-    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0

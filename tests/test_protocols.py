@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import doctest
-import importlib
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -310,14 +308,3 @@ def test_cli_splits_zero_per_domain_count_is_one_error_line(tree_root, tmp_path,
     name = option.lstrip("-").replace("-", "_")
     assert res.output == f"error: {name} must be at least 1, got 0\n"
     assert not out.exists()
-
-
-@pytest.mark.parametrize(
-    "module", ["oodeval.protocols.tree", "oodeval.protocols.evaluate", "oodeval.cli.splits"]
-)
-def test_docstring_examples_run(module):
-    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
-    result = doctest.testmod(
-        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
-    )
-    assert result.attempted > 0 and result.failed == 0

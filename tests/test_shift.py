@@ -9,8 +9,6 @@ with M_cov 0.02-0.03. Every bound below leaves at least twice the observed seed-
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from pathlib import Path
 
 import numpy as np
@@ -332,23 +330,3 @@ def test_npz_spec_that_is_not_plain_arrays_is_one_error_without_unpickling_advic
     with pytest.raises(OodevalError, match="as an .npz archive of plain arrays") as info:
         load_spec(f"npz:{path}")
     assert "pickle" not in str(info.value)
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "oodeval.shift._data",
-        "oodeval.shift.discrepancy",
-        "oodeval.shift.concept",
-        "oodeval.shift.metrics",
-        "oodeval.shift.specs",
-        "oodeval.shift.hypotheses",
-        "oodeval.cli.shift",
-    ],
-)
-def test_docstring_examples_run(module):
-    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
-    result = doctest.testmod(
-        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
-    )
-    assert result.attempted > 0 and result.failed == 0

@@ -5,8 +5,6 @@ References are brute-force loops over the raw DomainBed JSON records of the real
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import io
 import json
 import statistics
@@ -285,12 +283,3 @@ def test_cli_bad_sources_exit_2(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "no DomainBed runs" in proc.stderr
-
-
-@pytest.mark.parametrize("module", ["oodeval.results.domainbed", "oodeval.results.variance"])
-def test_docstring_examples_run(module):
-    # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
-    result = doctest.testmod(
-        importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE
-    )
-    assert result.attempted > 0 and result.failed == 0
