@@ -67,10 +67,11 @@ def requires_module(name: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] != top:
             raise
-        unavailable(
-            f"the optional extra '{EXTRAS[top]}' is not installed (no module {exc.name!r}; "
-            f"pip install 'oodeval[{EXTRAS[top]}]')"
-        )
+        absent = exc.name
+    unavailable(
+        f"the optional extra '{EXTRAS[top]}' is not installed (no module {absent!r}; "
+        f"pip install 'oodeval[{EXTRAS[top]}]')"
+    )
 
 
 def requires_path(path: Path, what: str) -> Path:

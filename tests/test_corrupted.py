@@ -12,8 +12,9 @@ from oodeval.environments import ImageSource, build_scenario
 from oodeval.environments import corrupted as corrupted_module
 from oodeval.environments.corrupted import CORRUPTIONS, corrupt_image
 from oodeval.errors import OodevalError
+from tests.requires import requires_module
 
-pytest.importorskip("imagecorruptions", reason="imagecorruptions-imaug is not installed")
+requires_module("imagecorruptions")
 
 FEW = ("gaussian_noise", "fog", "pixelate")
 

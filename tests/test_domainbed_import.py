@@ -36,8 +36,6 @@ from oodeval.results.domainbed import (
     selection_method,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-SWEEP = SHARED / "fixtures" / "domainbed-vlcs-sweep"
 ENVS = ["C", "L", "S", "V"]
 
 # DomainBed's collect_results output for this sweep (mean +/- err per test env, then Avg).
@@ -57,10 +55,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def sweep_dir() -> Path:
-    if not SWEEP.is_dir():
-        pytest.skip(f"DomainBed sweep fixture not found at {SWEEP} (../shared beside the checkout)")
-    return SWEEP
+def sweep_dir(domainbed_sweep: Path) -> Path:
+    return domainbed_sweep
 
 
 @pytest.fixture

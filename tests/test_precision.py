@@ -148,8 +148,8 @@ def test_native_bf16_reads_the_cpu_flags():
     try:
         with open("/proc/cpuinfo") as f:
             flags = f.read()
-    except OSError:
-        pytest.skip("no /proc/cpuinfo")
+    except OSError:  # not Linux: no flags to read, no native bfloat16 claimed
+        flags = ""
     assert native_bf16() == (" avx512_bf16" in flags or " amx_bf16" in flags)
 
 

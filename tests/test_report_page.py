@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from oodeval.report.figures import PALETTE, heatmap, scatter_with_identity
 from oodeval.report.page import Section, Table, render_page
@@ -65,8 +68,21 @@ def test_figures_are_embedded_and_keep_their_data(tmp_path):
     assert list(fig.data["measure"]) == [0.35, 0.45, 0.8]
 
 
-def test_palette_is_okabe_ito():
-    assert PALETTE[:3] == ("#0072B2", "#E69F00", "#009E73")
+def test_hue_groups_are_drawn_in_palette_order(tmp_path):
+    """The i-th hue (in order of first appearance) is painted PALETTE[i]; no other palette colour.
+
+    Markers are drawn at alpha 0.85 over the white axes, so a marker's inner pixels hold
+    0.85 * colour + 0.15 * 255 per channel (2 levels of slack for the rasteriser's rounding).
+    """
+    _, _, fig = _page(tmp_path)  # hues "A", EVIL, "C"
+    pixels = np.asarray(Image.open(io.BytesIO(fig.png)).convert("RGB")).reshape(-1, 3).astype(int)
+
+    def painted(colour: str) -> int:
+        rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
+        return int((np.abs(pixels - np.rint(0.85 * rgb + 0.15 * 255)).max(axis=1) <= 2).sum())
+
+    assert all(painted(c) >= 4 for c in PALETTE[:3])
+    assert not any(painted(c) for c in PALETTE[3:7])  # black (last) is also the text colour
 
 
 @pytest.mark.browser

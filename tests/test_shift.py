@@ -9,28 +9,24 @@ with M_cov 0.02-0.03. Every bound below leaves at least twice the observed seed-
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from oodeval.errors import OodevalError
 from oodeval.shift import concept_shift, covariate_shift, disagreement, shift_metrics
 from oodeval.shift.specs import ShiftSet, disjoint_pair, load_spec, parse_spec
+from tests.requires import requires_module
 
-MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 N_PER_SET = 2000
 FAST = dict(seeds=[0, 1], steps=200, hypothesis="mlp")
 
 
 @pytest.fixture(scope="module")
-def digits14() -> tuple[np.ndarray, np.ndarray]:
+def digits14(mnist_dir) -> tuple[np.ndarray, np.ndarray]:
     """Real MNIST test digits, 2x2 average-pooled to 14x14 (shape (10000, 14, 14)) and labels."""
-    if not (MNIST / "t10k-images-idx3-ubyte.gz").exists():
-        pytest.skip(f"real MNIST not found at {MNIST} (expected ../shared beside the checkout)")
     from oodeval.environments import load_source
 
-    src = load_source(f"mnist:{MNIST}")
+    src = load_source(f"mnist:{mnist_dir}")
     images = src.images[:, 0].reshape(-1, 14, 2, 14, 2).mean(axis=(2, 4)).astype(np.float32)
     return images, src.labels
 
@@ -88,19 +84,18 @@ def test_permuted_target_labels_raise_concept_shift(digits14):
     assert res.mean("cpt_minus_cov") > 0.8
 
 
-def test_corrupting_the_target_raises_covariate_shift_not_concept_shift():
+def test_corrupting_the_target_raises_covariate_shift_not_concept_shift(mnist_dir):
     # Real MNIST digits, the target pixelated at severity 5 (imagecorruptions' deterministic
     # pixelate: 32x32 -> 8x8 -> 32x32), both sides then pooled to 14x14. Measured (seeds 0, 1):
     # M_cov 0.968-0.984 (i.i.d.: 0.03-0.06); M_cpt^max 0.208-0.228, below the sum of the two
     # held-out fit errors (0.324-0.334), i.e. at the i.i.d. noise floor: the digits keep their
     # labels. (Heavy gaussian noise instead drives M_cpt^max to ~0.5: f_tr, fitted on clean
     # digits, fails on noisy ones it never saw, although M_cpt^min stays at the floor.)
-    if not (MNIST / "t10k-images-idx3-ubyte.gz").exists():
-        pytest.skip(f"real MNIST not found at {MNIST} (expected ../shared beside the checkout)")
+    requires_module("imagecorruptions")
     from oodeval.environments import load_source
     from oodeval.environments.corrupted import corrupt_image
 
-    src = load_source(f"mnist:{MNIST}")
+    src = load_source(f"mnist:{mnist_dir}")
     n = 1000
 
     def pooled(images: np.ndarray, corruption: str | None) -> np.ndarray:

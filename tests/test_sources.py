@@ -20,13 +20,6 @@ from oodeval.environments.cifar import UnsafePickleError, load_cifar10, safe_loa
 from oodeval.environments.mnist import download_mnist, load_mnist, read_idx
 from oodeval.errors import OodevalError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-MNIST_DIR = SHARED / "data" / "mnist"
-needs_mnist = pytest.mark.skipif(
-    not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file(),
-    reason=f"real MNIST test set not found at {MNIST_DIR} (../shared beside the checkout)",
-)
-
 
 def idx_bytes(array: np.ndarray) -> bytes:
     """IDX encoding of a uint8 array written independently of the reader."""
@@ -54,9 +47,8 @@ def test_digits_source_is_8x8_grayscale_in_unit_range():
     assert np.bincount(src.labels).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
 
 
-@needs_mnist
-def test_real_mnist_test_set_matches_published_counts_and_pixel_mean():
-    src = load_source(f"mnist:{MNIST_DIR}")
+def test_real_mnist_test_set_matches_published_counts_and_pixel_mean(mnist_dir):
+    src = load_source(f"mnist:{mnist_dir}")
     assert src.images.shape == (10000, 1, 28, 28)
     counts = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
     assert np.bincount(src.labels).tolist() == counts
@@ -89,12 +81,11 @@ def test_mnist_checksum_mismatch_is_one_clear_error(tmp_path):
     assert len(load_mnist(tmp_path)) == 3
 
 
-@needs_mnist
-def test_shared_mnist_passes_its_own_checksums():
-    sums = mnist_module.read_checksums(MNIST_DIR / "SHA256SUMS")
+def test_shared_mnist_passes_its_own_checksums(mnist_dir):
+    sums = mnist_module.read_checksums(mnist_dir / "SHA256SUMS")
     assert set(sums) == {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}
     for name, digest in sums.items():
-        assert hashlib.sha256((MNIST_DIR / name).read_bytes()).hexdigest() == digest
+        assert hashlib.sha256((mnist_dir / name).read_bytes()).hexdigest() == digest
 
 
 def test_truncated_idx_file_is_rejected(tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,12 +16,6 @@ from oodeval.environments.spurious import environment_name
 from oodeval.environments.srcmnist import given_values
 from oodeval.errors import OodevalError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-MNIST_DIR = SHARED / "data" / "mnist"
-needs_mnist = pytest.mark.skipif(
-    not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file(),
-    reason=f"real MNIST test set not found at {MNIST_DIR} (../shared beside the checkout)",
-)
 RATIOS = {"3:1": (3, 1), "4:1": (4, 1), "5:1": (5, 1)}
 # Binomial acceptance band: a correct generator fails one check with probability < 2e-7, and the
 # whole file (about 250 checks) with probability < 1e-4.
@@ -30,10 +23,8 @@ ALPHA = 1e-7
 
 
 @pytest.fixture(scope="module")
-def mnist():
-    if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"real MNIST test set not found at {MNIST_DIR}")
-    return load_source(f"mnist:{MNIST_DIR}")
+def mnist(mnist_dir):
+    return load_source(f"mnist:{mnist_dir}")
 
 
 def expected_given(major: int, minor: int, scale: int) -> list[Fraction]:
@@ -96,7 +87,6 @@ def test_given_set_sizes_and_unique_names_for_any_ratio(major, minor, scale):
     assert all(0.1 <= v <= 0.2 for v in values[major * scale :])
 
 
-@needs_mnist
 def test_label_noise_and_color_flips_follow_the_papers_rates(mnist):
     sc = build_scenario("sr-cmnist", source=mnist, ratio="5:1", scale=4, seed=3)
     digits = mnist.labels
@@ -118,7 +108,6 @@ def test_label_noise_and_color_flips_follow_the_papers_rates(mnist):
     assert np.array_equal(first.meta["preliminary"], (digits[first.meta["indices"]] >= 5))
 
 
-@needs_mnist
 def test_pooled_rates_are_tight(mnist):
     """Pooled over the 101 environments: mean disagreement tracks e with slope 1, intercept 0."""
     sc = build_scenario("sr-cmnist", source=mnist, seed=1)
@@ -128,7 +117,6 @@ def test_pooled_rates_are_tight(mnist):
     assert rates[0] == 0.0 and rates[-1] == 1.0
 
 
-@needs_mnist
 def test_images_are_the_downsampled_digit_in_the_color_channel(mnist):
     sc = build_scenario("sr-cmnist", source=mnist, ratio="3:1", scale=1)
     env = sc.given()[0]
@@ -142,7 +130,6 @@ def test_images_are_the_downsampled_digit_in_the_color_channel(mnist):
     assert full.input_shape == (2, 28, 28) and full.given()[0].images.shape[1:] == (2, 28, 28)
 
 
-@needs_mnist
 def test_given_environments_are_disjoint_and_apart_from_the_held_out_images(mnist):
     sc = build_scenario("sr-cmnist", source=mnist, ratio="5:1", scale=4)
     sets = [set(idx.tolist()) for idx in sc.given_indices]
@@ -154,7 +141,6 @@ def test_given_environments_are_disjoint_and_apart_from_the_held_out_images(mnis
     assert set(sizes["evaluation"].values()) == {2000} and len(sizes["given"]) == 24
 
 
-@needs_mnist
 def test_same_seed_same_bytes_other_seed_other_data(mnist):
     a = build_scenario("sr-cmnist", source=mnist, ratio="4:1", scale=2, seed=7)
     b = build_scenario("sr-cmnist", source=mnist, ratio="4:1", scale=2, seed=7)

@@ -27,6 +27,7 @@ from oodeval.study.executors import (
     SlurmExecutor,
     make_executor,
 )
+from tests.requires import requires_module
 from tests.test_study_runner import assert_same_store, synthetic_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ def tiny_config(**overrides):
 @pytest.fixture(scope="module")
 def ray_address():
     """One local Ray instance for the module: 2 CPUs, no dashboard; shut down at the end."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    ray = requires_module("ray")
     if ray.is_initialized():
         ray.shutdown()
     context = ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
@@ -167,7 +168,7 @@ def _count_units(directory: Path) -> int:
 
 
 def test_submitit_local_jobs_give_the_local_executors_store(tmp_path, local_reference):
-    pytest.importorskip("submitit", reason="the slurm extra is not installed")
+    requires_module("submitit")
     executor = SlurmExecutor(cluster="local", units_per_job=4, max_parallel=2, poll_seconds=0.1)
     summary = run_study(tiny_config(), tmp_path, executor=executor, progress=False)
     assert (summary.ran, summary.done, summary.failed) == (16, 12, 4)
@@ -177,7 +178,7 @@ def test_submitit_local_jobs_give_the_local_executors_store(tmp_path, local_refe
 
 
 def test_submitit_job_ending_without_result_fails_only_the_unit_at_fault(tmp_path, monkeypatch):
-    pytest.importorskip("submitit", reason="the slurm extra is not installed")
+    requires_module("submitit")
     from submitit.core.core import Job
 
     # how long submitit waits for the result file of a finished job (15 s by default)
@@ -199,7 +200,7 @@ def test_submitit_job_ending_without_result_fails_only_the_unit_at_fault(tmp_pat
 
 
 def test_cli_runs_the_study_on_submitits_debug_cluster(tmp_path, local_reference):
-    pytest.importorskip("submitit", reason="the slurm extra is not installed")
+    requires_module("submitit")
     cfg_path = tiny_toml(tmp_path)
     out = tmp_path / "out"
     result = CliRunner().invoke(
@@ -285,7 +286,7 @@ def test_make_executor_maps_names_and_options():
 
 
 def test_a_worker_uses_as_many_threads_as_its_unit_reserves(monkeypatch):
-    torch = pytest.importorskip("torch")
+    torch = requires_module("torch")
     from oodeval.study import executors
 
     for var in executors._THREAD_VARS:
@@ -305,7 +306,7 @@ def test_a_worker_uses_as_many_threads_as_its_unit_reserves(monkeypatch):
 
 
 def test_slurm_cluster_without_sbatch_is_one_clear_error(tmp_path, monkeypatch):
-    pytest.importorskip("submitit", reason="the slurm extra is not installed")
+    requires_module("submitit")
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch on the PATH
     with pytest.raises(OodevalError, match=r"^sbatch not found: run on a Slurm login node"):
         run_study(tiny_config(), tmp_path / "s", executor="slurm", progress=False)

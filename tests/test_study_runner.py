@@ -198,7 +198,6 @@ def run_unit(scenario, algorithm, **kwargs):
 
 
 def test_a_diverged_training_fails_only_its_unit(tmp_path):
-    pytest.importorskip("oodeval.training")
     cfg = synthetic_config(
         backend=__name__,
         seeds=[0],
@@ -271,12 +270,6 @@ def test_two_environment_scenario_is_fine_without_worst_plus_gap():
 
 
 def test_real_backend_rejects_a_two_environment_scenario():
-    environments = pytest.importorskip("oodeval.environments")
-    if not hasattr(environments, "build_scenario"):
-        pytest.skip("oodeval.environments.build_scenario is not available yet")
-    algorithms = pytest.importorskip("oodeval.algorithms")
-    if "ERM" not in algorithms.available():
-        pytest.skip("the ERM algorithm is not registered yet")
     cfg = config_from_dict(
         {
             "algorithms": ["ERM"],
@@ -316,10 +309,6 @@ def test_auto_source_finds_mnist_beside_the_checkout(tmp_path, monkeypatch):
 
 
 def test_real_trainer_study_is_deterministic(tmp_path):
-    algorithms = pytest.importorskip("oodeval.algorithms")
-    pytest.importorskip("oodeval.training")
-    if not {"ERM", "VREx"} <= set(algorithms.available()):
-        pytest.skip("ERM and VREx are not registered")
     cfg = config_from_dict(
         {
             "name": "real-tiny",
@@ -395,15 +384,36 @@ def test_estimate_projects_the_grid_from_min_middle_max_n():
     assert set(estimate.samples.loc[estimate.samples["role"] == "mix", "n_given"]) == {4}
     assert estimate.failed == 0
     assert per_n["units_in_study"].sum() == 32
-    # every synthetic unit sleeps 0.1 s: 32 units on 2 workers take about 1.6 s
-    assert 1.6 <= estimate.projected_seconds < 1.6 * 1.5
-    assert 0.8 < estimate.mix_factor < 1.25
+    assert_projection_combines_the_measured_times(estimate, workers=2)
     assert "projected wall time" in estimate.summary()
 
 
+def assert_projection_combines_the_measured_times(estimate, *, workers, slow=None):
+    """Unit times are measured, so only how they are combined is pinned (speed: benchmarks/).
+
+    The one bound on a time is a floor: a synthetic unit sleeping s seconds (0.1 plus its
+    algorithm's `slow` extra) cannot take less than s, however fast or loaded the machine.
+    """
+    samples = estimate.samples
+    floors = samples["algorithm"].map(lambda a: 0.1 + (slow or {}).get(a, 0.0))
+    assert (samples["wall_seconds"] >= floors).all()
+    at_min = samples[samples["n_given"] == samples["n_given"].min()]
+    per_algorithm = at_min.groupby("algorithm")["full_steps_seconds"].mean()
+    sampled = at_min.loc[at_min["role"] == "sample", "algorithm"].unique()
+    mix = per_algorithm.mean() / per_algorithm[sampled].mean()
+    assert estimate.mix_factor == pytest.approx(mix, rel=1e-12)
+    main = samples[samples["role"] == "sample"].groupby("n_given")["full_steps_seconds"].mean()
+    per_n = estimate.per_n.set_index("n_given")
+    for n, seconds in main.items():
+        assert per_n.loc[n, "unit_seconds"] == pytest.approx(seconds * mix, rel=1e-12)
+    total = (per_n["unit_seconds"] * per_n["units_in_study"]).sum() / workers
+    assert estimate.projected_seconds == pytest.approx(total, rel=1e-12)
+
+
 def test_estimate_accounts_for_algorithms_that_were_not_sampled():
-    """GroupDRO costs 4x the others (0.4 s vs 0.1 s a unit): the mean unit costs 1.75x the
-    sampled ERM/IRM's, at every N, so 32 units on 2 workers take about 32 x 0.175 / 2 = 2.8 s."""
+    """GroupDRO costs 4x the others (0.4 s vs 0.1 s a unit): timed once at the smallest N, its
+    share scales every N's projected unit time (about 1.75x the sampled ERM/IRM's, not asserted:
+    measured times depend on the machine's load)."""
     from oodeval.study.estimate import estimate_study
 
     cfg = synthetic_config(
@@ -416,12 +426,13 @@ def test_estimate_accounts_for_algorithms_that_were_not_sampled():
         unit_options={"sleep": 0.1, "slow_algorithms": {"GroupDRO": 0.3}},
     )
     estimate = estimate_study(cfg, workers=2, algorithms=("ERM", "IRM"))
-    assert 1.5 < estimate.mix_factor < 1.9
-    assert 2.8 <= estimate.projected_seconds < 2.8 * 1.4
-    assert "their mean unit costs 1." in estimate.summary()
+    assert_projection_combines_the_measured_times(estimate, workers=2, slow={"GroupDRO": 0.3})
+    assert f"their mean unit costs {estimate.mix_factor:.2f}x the sampled (ERM, IRM)" in (
+        estimate.summary()
+    )
     alone = estimate_study(cfg, workers=2, algorithms=("ERM", "IRM", "GroupDRO", "VREx"))
     assert alone.mix_factor == 1.0 and set(alone.samples["role"]) == {"sample"}
-    assert 2.8 <= alone.projected_seconds < 2.8 * 1.4
+    assert_projection_combines_the_measured_times(alone, workers=2, slow={"GroupDRO": 0.3})
 
 
 def test_workers_end_themselves_when_the_driver_dies():

@@ -405,10 +405,9 @@ def test_run_units_builds_scenarios_in_workers_and_rejects_unpicklable_ones():
 
 
 def test_real_sr_cmnist_unit():
-    envs = pytest.importorskip("oodeval.environments")
-    if not hasattr(envs, "build_scenario"):
-        pytest.skip("oodeval.environments.build_scenario is not available")
-    sc = envs.build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1)
+    from oodeval.environments import build_scenario
+
+    sc = build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1)
     res = run_unit(sc, "ERM", seed=0, steps=5, batch_size=16)
     given = list(sc.given_names)
     assert [r.fold for r in res.rows[: len(given)]] == given

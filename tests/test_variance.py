@@ -28,18 +28,14 @@ from oodeval.results.variance import (
     variance_table,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-SWEEP = SHARED / "fixtures" / "domainbed-vlcs-sweep"
 N_ENVS = 4
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def sweep_dir() -> Path:
-    if not SWEEP.is_dir():
-        pytest.skip(f"DomainBed sweep fixture not found at {SWEEP} (../shared beside the checkout)")
-    return SWEEP
+def sweep_dir(domainbed_sweep: Path) -> Path:
+    return domainbed_sweep
 
 
 @pytest.fixture(scope="module")
