@@ -26,15 +26,20 @@ from oodeval.measures.openworld import (
 # ---------------------------------------------------------------------------------------------
 
 
+def python_number(v):
+    """`v` as a Python int or float: Python compares those exactly, even an int with a float."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def brute_openworld_auc(base, new, base_ok, new_ok, tie=0.5):
-    """The O(N_b N_n) pair loop of Prop. 4.2, in exact rational arithmetic."""
+    """The O(N_b N_n) pair loop of Prop. 4.2, exact: rational sums, exact score comparisons."""
     total = Fraction(0)
-    for sb, cb in zip(base, base_ok, strict=True):
-        for sn, cn in zip(new, new_ok, strict=True):
+    for sb, cb in zip(map(python_number, base), base_ok, strict=True):
+        for sn, cn in zip(map(python_number, new), new_ok, strict=True):
             if cb and cn:
-                if float(sb) > float(sn):
+                if sb > sn:
                     total += 1
-                elif float(sb) == float(sn):
+                elif sb == sn:
                     total += Fraction(tie)
     return float(total / (len(base) * len(new)))
 
@@ -193,6 +198,105 @@ def test_float16_and_float32_scores_keep_their_ties_and_order():
 def test_integer_scores_and_zero_one_correctness_are_accepted():
     assert openworld_auc([3, 1], [2], [1, 1], [1]) == 0.5
     assert openworld_auc([3, 1], [2], np.array([1.0, 0.0]), [True]) == 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# integer scores beyond float64's 2**53: ranked exactly, never merged into ties
+# ---------------------------------------------------------------------------------------------
+
+P53 = 2**53
+
+
+def test_integers_beyond_2_to_the_53_are_ranked_exactly():
+    # float64(2**53 + 1) == float64(2**53): a float64 copy would tie them and give 0.5
+    assert auroc([P53 + 1], [P53]) == 1.0
+    assert auroc([P53], [P53 + 1]) == 0.0
+    assert auroc([P53 + 1], [P53 + 1]) == 0.5
+    assert openworld_auc([P53 + 1, P53 - 1], [P53], [True, True], [True]) == 0.5
+    top = np.iinfo(np.int64).max  # float64 rounds it up to 2**63
+    assert auroc(np.array([top]), np.array([top - 1])) == 1.0
+    huge = np.array([2**64 - 1], np.uint64)  # float64 rounds it up to 2**64
+    assert auroc(huge, huge - np.uint64(1)) == 1.0
+    assert auroc(huge, np.array([-1])) == 1.0  # uint64 against negative int64
+
+
+def near(rng, centre, n):
+    """n integers within 4 of `centre`: many share one float64 value, some are equal."""
+    return [centre + int(k) for k in rng.integers(-4, 5, n)]
+
+
+@pytest.mark.parametrize(
+    ("centre", "dtype"),
+    [(P53, np.int64), (-P53, np.int64), (2**62, np.int64), (2**63 + 2**62, np.uint64)],
+)
+def test_openworld_auc_on_64_bit_integers_matches_the_exact_pair_loop(centre, dtype):
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n_b, n_n = rng.integers(1, 12, size=2)
+        base = np.array(near(rng, centre, n_b), dtype=dtype)
+        new = np.array(near(rng, centre, n_n), dtype=dtype)
+        bok, nok = rng.random(n_b) < 0.8, rng.random(n_n) < 0.8
+        for tie in (0.0, 0.5, 1.0):
+            want = brute_openworld_auc(base, new, bok, nok, tie)
+            assert openworld_auc(base, new, bok, nok, tie=tie) == want
+        miss, hit = openworld_curve(base, new, bok, nok)
+        assert np.trapezoid(hit, miss) == pytest.approx(
+            brute_openworld_auc(base, new, bok, nok), abs=1e-12
+        )
+
+
+def test_integers_against_floats_compare_exactly():
+    rng = np.random.default_rng(12)
+    for _ in range(60):
+        n_b, n_n = rng.integers(1, 12, size=2)
+        base = np.array(near(rng, P53, n_b), dtype=np.int64)
+        # floats of 2**53 +- 8: every other integer there, so ties with the integers too
+        new = P53 + 2.0 * rng.integers(-4, 5, n_n)
+        bok, nok = rng.random(n_b) < 0.8, rng.random(n_n) < 0.8
+        assert openworld_auc(base, new, bok, nok) == brute_openworld_auc(base, new, bok, nok)
+        assert openworld_auc(new, base, nok, bok) == brute_openworld_auc(new, base, nok, bok)
+    assert auroc([P53 + 1], [float(P53)]) == 1.0 and auroc([P53 - 1], [float(P53)]) == 0.0
+    # uint64 above int64's range, negative int64 and floats in one ranking (float64 steps are
+    # 2**11 near 2**63 + 2**62: the integers sit between and on them)
+    for _ in range(30):
+        big = np.array(near(rng, 2**63 + 2**62, 6) + [2**63 + 2**62 + 2048], dtype=np.uint64)
+        negative = np.array(near(rng, -(2**62), 3), dtype=np.int64)
+        floats = float(2**63 + 2**62) + 2048.0 * rng.integers(-1, 2, 4)
+        ok = [True] * 7, [True] * 3, [True] * 4
+        for base, new, bok, nok in (
+            (big, negative, ok[0], ok[1]),
+            (big, floats, ok[0], ok[2]),
+            (floats, big, ok[2], ok[0]),
+        ):
+            assert openworld_auc(base, new, bok, nok) == brute_openworld_auc(base, new, bok, nok)
+
+
+def test_integer_detector_scores_from_separate_models_stay_exact():
+    labels = [0, 1, 2, 2]  # base classes 0, 1
+    got = openworld_scores(
+        None,
+        labels,
+        [0, 1],
+        detector_scores=np.array([P53 + 1, P53 + 3, P53, P53 + 2]),
+        base_predictions=[0, 1, 0, 0],
+        new_predictions=[2, 2, 2, 2],
+    )
+    assert got["auroc"] == 0.75 and got["openworld_auc"] == 0.75
+
+
+def test_inputs_that_cannot_be_kept_exact_are_refused():
+    with pytest.raises(OodevalError, match="beyond 2\\*\\*53 that reading the list would round"):
+        auroc([P53 + 1, 0.5], [0.0])
+    with pytest.raises(OodevalError, match="beyond 2\\*\\*53 that reading the list would round"):
+        auroc([2**63, -1], [0])  # numpy reads this list as float64
+    with pytest.raises(OodevalError, match="outside the 64-bit range"):
+        auroc([2**64], [0])
+    extended = np.array([np.longdouble(P53) + np.longdouble(1)])
+    if extended[0] != np.longdouble(P53):  # a long double wider than float64 (x86)
+        with pytest.raises(OodevalError, match="values that float64 would round"):
+            auroc(extended, [0.0])
+    else:  # long double is float64 here: nothing to round
+        assert auroc(extended, [0.0]) == 1.0
 
 
 # ---------------------------------------------------------------------------------------------

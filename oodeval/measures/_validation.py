@@ -9,6 +9,40 @@ import numpy as np
 from oodeval.errors import OodevalError
 
 
+def _number_array(x: Any, name: str, ndim: int | tuple[int, ...] | None) -> np.ndarray:
+    """`x` as a real numeric (or bool) array of an allowed dimension, any dtype, or raise."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise OodevalError(f"{name} must be an array of numbers: {exc}") from None
+    if (
+        arr.dtype == object
+        and arr.size
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in arr.flat)
+    ):
+        raise OodevalError(
+            f"{name} holds integers outside the 64-bit range (int64 or uint64); rescale them"
+        )
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
+    ):
+        raise OodevalError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise OodevalError(f"{name} must be real, got complex values")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if arr.ndim not in allowed:
+            want = " or ".join(f"{d}-D" for d in allowed)
+            raise OodevalError(f"{name} must be {want}, got shape {arr.shape}")
+    return arr
+
+
+def _check_finite(arr: np.ndarray, name: str) -> None:
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise OodevalError(f"{name} contains {bad} NaN or infinite value(s); remove or fix them")
+
+
 def as_float_array(
     x: Any, name: str, *, ndim: int | tuple[int, ...] | None = None, check_finite: bool = True
 ) -> np.ndarray:
@@ -17,26 +51,46 @@ def as_float_array(
     `check_finite=False` skips the NaN/inf scan for callers that detect non-finite values in a
     reduction they compute anyway (NaN propagates through max/min); they must still reject them.
     """
-    try:
-        arr = np.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise OodevalError(f"{name} must be an array of numbers: {exc}") from None
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
-    ):
-        raise OodevalError(f"{name} must hold numbers, got dtype {arr.dtype}")
-    if np.iscomplexobj(arr):
-        raise OodevalError(f"{name} must be real, got complex values")
-    arr = arr.astype(np.float64, copy=False)
-    if ndim is not None:
-        allowed = (ndim,) if isinstance(ndim, int) else ndim
-        if arr.ndim not in allowed:
-            want = " or ".join(f"{d}-D" for d in allowed)
-            raise OodevalError(f"{name} must be {want}, got shape {arr.shape}")
-    if check_finite and not np.all(np.isfinite(arr)):
-        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise OodevalError(f"{name} contains {bad} NaN or infinite value(s); remove or fix them")
+    arr = _number_array(x, name, ndim).astype(np.float64, copy=False)
+    if check_finite:
+        _check_finite(arr, name)
     return arr
+
+
+def as_real_array(x: Any, name: str, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
+    """Return `x` as a finite array whose values are exactly those given, or raise.
+
+    Integers stay integers (int64, or uint64 beyond int64's range) and floats become float64
+    (exact for float16/32/64): unlike `as_float_array`, no two distinct values can become equal.
+    Refused, as they cannot be kept exact: long doubles that float64 would round, and a list
+    whose integers beyond 2**53 numpy would read as float64 (mixed with floats, or spanning
+    both int64 and uint64).
+
+    >>> as_real_array([2**53 + 1, 2**53], "scores")
+    array([9007199254740993, 9007199254740992])
+    """
+    arr = _number_array(x, name, ndim)
+    if arr.dtype.kind == "u":
+        return arr.astype(np.uint64 if arr.dtype.itemsize == 8 else np.int64, copy=False)
+    if arr.dtype.kind in "ib":
+        return arr.astype(np.int64, copy=False)
+    if isinstance(x, list | tuple) and any(
+        isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) and abs(v) > 2**53
+        for v in np.asarray(x, dtype=object).flat
+    ):
+        raise OodevalError(
+            f"{name} has integers beyond 2**53 that reading the list would round to float64 "
+            "(they are mixed with floats, or span both int64 and uint64); pass them as an "
+            "integer array (int64 or uint64) to keep them exact"
+        )
+    out = arr.astype(np.float64, copy=False)
+    if arr.dtype.itemsize > 8 and not np.array_equal(out.astype(arr.dtype), arr, equal_nan=True):
+        raise OodevalError(
+            f"{name} holds {arr.dtype} values that float64 would round; convert them yourself "
+            "if ties at float64 precision are acceptable"
+        )
+    _check_finite(out, name)
+    return out
 
 
 def as_bool_array(x: Any, name: str) -> np.ndarray:

@@ -18,8 +18,10 @@ This module scores them with
 
 Ties: a (base, new) pair with equal detector scores counts ``tie`` (0.5 by default, the AUROC
 convention; ``tie=0`` is the strict inequality written in the paper). Scores may lie in any real
-range; they are compared as float64 copies of the values given (float16/float32 values convert
-exactly, so no tie is created or broken by the conversion).
+range and are compared exactly as given, so no tie is created or broken: floats as float64
+(float16/float32 convert exactly), integers as integers (int64, uint64: float64 would merge
+neighbours beyond 2**53), and integers against floats by exact keys. Inputs that cannot be kept
+exact are refused (long doubles float64 would round; a list numpy would read as rounded floats).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from oodeval.measures._validation import (
     as_bool_array,
     as_class_ids,
     as_float_array,
+    as_real_array,
     check_same_length,
 )
 
@@ -71,7 +74,7 @@ def _check_tie(tie: Any) -> float:
 
 
 def _scores(x: Any, name: str) -> np.ndarray:
-    arr = as_float_array(x, name, ndim=1)
+    arr = as_real_array(x, name, ndim=1)
     if arr.size == 0:
         raise OodevalError(
             f"{name} is empty; the open-world metrics need at least one base and one new sample"
@@ -92,8 +95,67 @@ def _scored_inputs(
 
 
 # --------------------------------------------------------------------------------------------
-# pair counting
+# exact comparison keys and pair counting
 # --------------------------------------------------------------------------------------------
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _comparable(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays (float64, int64 or uint64) in one dtype that orders and ties them exactly.
+
+    Floats stay float64; integers become int64, or uint64 when none is negative; integers of at
+    most 2**53 in magnitude join floats as float64 (exact). Otherwise (integers beyond 2**53
+    against floats, or negative integers against integers above int64's range) every value
+    gets its rank among all of them, from exact keys (see `_exact_ranks`).
+    """
+    kinds = {a.dtype.kind for a in arrays}
+    if kinds == {"f"}:
+        return arrays
+    sized = [a for a in arrays if a.size]
+    if kinds <= {"i", "u"}:
+        if all(a.dtype.kind == "i" or a.max() <= _INT64_MAX for a in sized):
+            return tuple(a.astype(np.int64, copy=False) for a in arrays)
+        if all(a.dtype.kind == "u" or a.min() >= 0 for a in sized):
+            return tuple(a.astype(np.uint64, copy=False) for a in arrays)
+    elif all(a.dtype.kind == "f" or -(2**53) <= a.min() and a.max() <= 2**53 for a in sized):
+        return tuple(a.astype(np.float64, copy=False) for a in arrays)
+    return _exact_ranks(arrays)
+
+
+def _exact_ranks(arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Dense int64 ranks of the values of all `arrays` together, compared exactly.
+
+    Each value v gets the key (f, v - f) with f = float64(v) (v itself for a float). Rounding to
+    the nearest float64 never reverses an order, so v < w exactly iff f_v < f_w, or f_v == f_w
+    and v - f_v < w - f_w; the residual v - f is an integer below 2**11 in magnitude, computed
+    exactly modulo 2**64 (see `_residual`).
+    """
+    nearest = [a.astype(np.float64) for a in arrays]
+    residual = [
+        _residual(a, f) if a.dtype.kind in "iu" else np.zeros(a.size, np.int64)
+        for a, f in zip(arrays, nearest, strict=True)
+    ]
+    f, r = np.concatenate(nearest), np.concatenate(residual)
+    order = np.lexsort((r, f))
+    f, r = f[order], r[order]
+    new_key = np.concatenate([[False], (f[1:] != f[:-1]) | (r[1:] != r[:-1])])
+    ranks = np.empty(order.size, np.int64)
+    ranks[order] = np.cumsum(new_key)
+    return tuple(np.split(ranks, np.cumsum([a.size for a in arrays])[:-1]))
+
+
+def _residual(values: np.ndarray, nearest: np.ndarray) -> np.ndarray:
+    """``values - nearest`` exactly, for 64-bit integers and their nearest float64s.
+
+    Both are taken modulo 2**64 as uint64 (`nearest` is an integer in [-2**63, 2**64]); the
+    wrapped difference is the true one, which is far inside int64 (|residual| <= 2**10).
+    """
+    wrapped = np.where(nearest >= 2.0**64, 0.0, nearest)  # 2**64 = 0 modulo 2**64
+    high = wrapped >= 2.0**63
+    low = np.where(high, wrapped - 2.0**63, wrapped).astype(np.int64).view(np.uint64)
+    as_uint = low + np.where(high, np.uint64(2**63), np.uint64(0))
+    return (values.view(np.uint64) - as_uint).view(np.int64)
 
 
 def _pair_counts(pos: np.ndarray, neg: np.ndarray) -> tuple[int, int]:
@@ -166,6 +228,7 @@ def openworld_auc(
     """
     base, new, base_ok, new_ok = _scored_inputs(base_scores, new_scores, base_correct, new_correct)
     tie = _check_tie(tie)
+    base, new = _comparable(base, new)
     greater, equal = _pair_counts(base[base_ok], new[new_ok])
     return _pair_fraction(greater, equal, tie, base.size * new.size)
 
@@ -194,8 +257,7 @@ def auroc(base_scores: Any, new_scores: Any, *, tie: float = 0.5) -> float:
     >>> auroc([0.9, 0.4, 0.4], [0.4, 0.1])
     0.8333333333333334
     """
-    base = _scores(base_scores, "base_scores")
-    new = _scores(new_scores, "new_scores")
+    base, new = _comparable(_scores(base_scores, "base_scores"), _scores(new_scores, "new_scores"))
     tie = _check_tie(tie)
     greater, equal = _pair_counts(base, new)
     return _pair_fraction(greater, equal, tie, base.size * new.size)
@@ -230,7 +292,8 @@ def openworld_curve(
     base_correct, new_correct : array-like of bool of shape (N_b,) and (N_n,)
         Per-sample correctness of g on the base samples and of h on the new samples.
     return_thresholds : bool, default False
-        Also return the thresholds t of the points (the first is -inf).
+        Also return the thresholds t of the points (the first is -inf), as float64: integer
+        scores beyond 2**53 are shown rounded, although the points keep them distinct.
 
     Returns
     -------
@@ -246,10 +309,13 @@ def openworld_curve(
     """
     base, new, base_ok, new_ok = _scored_inputs(base_scores, new_scores, base_correct, new_correct)
     pos, neg = base[base_ok], new[new_ok]
-    values, inverse = np.unique(np.concatenate([pos, neg]), return_inverse=True)
+    keys, first, inverse = np.unique(
+        np.concatenate(_comparable(pos, neg)), return_index=True, return_inverse=True
+    )
+    values = np.concatenate([pos.astype(np.float64), neg.astype(np.float64)])[first]
     inverse = inverse.reshape(-1)
-    base_at = np.bincount(inverse[: pos.size], minlength=values.size)
-    new_at = np.bincount(inverse[pos.size :], minlength=values.size)
+    base_at = np.bincount(inverse[: pos.size], minlength=keys.size)
+    new_at = np.bincount(inverse[pos.size :], minlength=keys.size)
     n_base, n_new = base.size, new.size
     base_missed = (n_base - pos.size) + np.concatenate([[0], np.cumsum(base_at)])
     new_hit = np.concatenate([[0], np.cumsum(new_at)])
@@ -301,6 +367,7 @@ def openworld_summary(
     """
     base, new, base_ok, new_ok = _scored_inputs(base_scores, new_scores, base_correct, new_correct)
     tie = _check_tie(tie)
+    base, new = _comparable(base, new)
     base_acc = float(np.count_nonzero(base_ok)) / base.size
     new_acc = float(np.count_nonzero(new_ok)) / new.size
     n_pairs = base.size * new.size
@@ -461,7 +528,7 @@ def _from_outputs(
             "every sample has a base-class label; the metrics need new-class samples too"
         )
     if detector_scores is not None:
-        scores = as_float_array(detector_scores, "detector_scores", ndim=1)
+        scores = as_real_array(detector_scores, "detector_scores", ndim=1)
         check_same_length(labels=y, detector_scores=scores)
     if base_predictions is not None:
         g = _predictions(base_predictions, "base_predictions", n, is_base, base_ids, base=True)

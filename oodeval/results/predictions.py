@@ -15,7 +15,11 @@ import numpy as np
 
 from oodeval._npz import read_npz
 from oodeval.errors import OodevalError
-from oodeval.measures._validation import as_bool_array, as_float_array, check_same_length
+from oodeval.measures._validation import (
+    as_bool_array,
+    as_real_array,
+    check_same_length,
+)
 from oodeval.measures.openworld import (
     openworld_scored_samples,
     openworld_scores,
@@ -211,7 +215,7 @@ def score_predictions(
                 f"already-scored form ('correct' given) also needs {' and '.join(missing)} "
                 "(CSV columns score, is_base)"
             )
-        scores = as_float_array(arrays["scores"], "scores", ndim=1)
+        scores = as_real_array(arrays["scores"], "scores", ndim=1)
         is_base = as_bool_array(arrays["is_base"], "is_base")
         correct = as_bool_array(arrays["correct"], "correct")
         check_same_length(scores=scores, is_base=is_base, correct=correct)
