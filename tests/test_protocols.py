@@ -113,6 +113,30 @@ def test_classic_named_domains_and_errors(tmp_path):
         classic_split(tree, train_domains=["a"], val_fraction=1.0)
 
 
+@pytest.mark.parametrize("side", ["train_domains", "test_domains"])
+def test_classic_with_one_side_named_gives_every_class_the_same_domains(tree_root, side):
+    """The other side is the common domains not named; unique (per-class) domains are unused."""
+    tree = scan_tree(tree_root)
+    named = ["sand", "winter"]
+    rows = classic_split(tree, **{side: named}, val_fraction=0.0)
+    other = sorted(set(NICO_COMMON_DOMAINS) - set(named))
+    train, test = (named, other) if side == "train_domains" else (other, named)
+    cells = by(rows, "cls", "role")
+    for cls in CLASSES:
+        assert sorted({r.domain for r in cells[(cls, "train")]}) == sorted(train)
+        assert sorted({r.domain for r in cells[(cls, "test")]}) == sorted(test)
+        assert len(cells[(cls, "test")]) == sum(cell_size(cls, d) for d in test)
+    assert not {r.domain for r in rows} & {f"{c}_u{k}" for c in CLASSES for k in range(10)}
+
+
+def test_classic_with_one_side_needs_a_common_domain_left(tmp_path):
+    tree = scan_tree(make_tree(tmp_path, common=("a", "b"), n_unique=2))
+    with pytest.raises(OodevalError, match="no domain common to every class is left for training"):
+        classic_split(tree, test_domains=["a", "b"])
+    with pytest.raises(OodevalError, match="no domain common to every class is left for test"):
+        classic_split(tree, train_domains=["a", "b"])
+
+
 def test_flexible_random_counts_and_disjointness(tree_root):
     tree = scan_tree(tree_root)
     rows = flexible_random_split(tree, seed=3)
@@ -234,6 +258,25 @@ def test_evaluate_split_matches_hand_computed_eq5():
 
 
 runner = CliRunner()
+
+
+def test_cli_classic_with_only_test_names_the_unused_class_specific_domains(tree_root, tmp_path):
+    out = tmp_path / "classic.csv"
+    args = ["splits", "classic", str(tree_root), "--out", str(out), "--test", "sand,winter"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    train = ",".join(sorted(set(NICO_COMMON_DOMAINS) - {"sand", "winter"}))
+    lines = res.output.splitlines()
+    n_rows = len(read_split_csv(out))
+    assert lines[0] == f"classic: train {train}; test sand,winter; wrote {n_rows} rows to {out}"
+    assert lines[1] == (
+        "not used: 30 class-specific domain(s) (missing for some classes): cat_u0, cat_u1, "
+        "cat_u2, cat_u3, cat_u4, cat_u5, cat_u6, cat_u7, ... (22 more)"
+    )
+    assert lines[2].startswith("role")
+    assert read_split_csv(out) == classic_split(
+        scan_tree(tree_root), test_domains=["sand", "winter"]
+    )
 
 
 def test_cli_splits_classic_and_flexible_write_csv_and_summary(tree_root, tmp_path):

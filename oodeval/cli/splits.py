@@ -1,6 +1,7 @@
 """`oodeval splits ...`: NICO++ domain-split protocols for any ``<domain>/<class>/<image>`` tree.
 
-- ``classic TREE --out splits.csv [--train a,b] [--test c,d]``: named training / test domains.
+- ``classic TREE --out splits.csv [--train a,b] [--test c,d]``: named training / test domains
+  (one side alone: the other is the remaining domains common to every class).
 - ``flexible-random TREE --out splits.csv``: per class 2 dominant, 12 minor, 6 test domains.
 - ``flexible-compositional TREE --out splits.csv``: 4 exclusive domains, 2 majority, 12 minority,
   4 test per class.
@@ -21,6 +22,7 @@ import typer
 from oodeval.cli._common import echo_output, reports_errors
 from oodeval.errors import OodevalError
 from oodeval.protocols import (
+    classic_domains,
     classic_split,
     evaluate_split,
     flexible_compositional_split,
@@ -68,9 +70,11 @@ def render_counts(rows: list) -> str:
     )
 
 
-def _finish(rows: list, out: str, header: str) -> None:
+def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -> None:
     n = write_split_csv(rows, out)
     typer.echo(f"{header}; wrote {n} rows to {out}")
+    for note in notes or []:
+        typer.echo(note)
     typer.echo(render_counts(rows))
 
 
@@ -95,17 +99,38 @@ def classic_command(
     val_fraction: float = typer.Option(0.2, "--val-fraction", help="Validation share per cell."),
     seed: int = SEED_OPT,
 ) -> None:
-    """Classic split: the same training and test domains for every class (NICO++ Sec. 4.2)."""
-    rows = classic_split(
-        scan_tree(tree),
-        train_domains=_names(train),
-        test_domains=_names(test),
-        val_fraction=val_fraction,
-        seed=seed,
+    """Classic split: the same training and test domains for every class (NICO++ Sec. 4.2).
+
+    With only --train (or only --test) the other side is the remaining domains common to every
+    class; class-specific domains are used by neither, and the output lists them.
+    """
+    images = scan_tree(tree)
+    train_d, test_d = classic_domains(
+        images, train_domains=_names(train), test_domains=_names(test)
     )
-    train_d = sorted({r.domain for r in rows if r.role != "test"})
-    test_d = sorted({r.domain for r in rows if r.role == "test"})
-    _finish(rows, out, f"classic: train {','.join(train_d)}; test {','.join(test_d)}")
+    rows = classic_split(
+        images, train_domains=train_d, test_domains=test_d, val_fraction=val_fraction, seed=seed
+    )
+    header = f"classic: train {','.join(train_d)}; test {','.join(test_d)}"
+    common = set(images.common_domains())
+    unused = [d for d in images.domains if d not in train_d + test_d]
+    specific = [d for d in unused if d not in common]
+    shared = [d for d in unused if d in common]
+    notes = []
+    if specific:
+        notes.append(
+            f"not used: {len(specific)} class-specific domain(s) (missing for some classes): "
+            f"{_listing(specific)}"
+        )
+    if shared:
+        notes.append(f"not used: {len(shared)} domain(s) common to every class: {_listing(shared)}")
+    _finish(rows, out, header, notes)
+
+
+def _listing(names: list[str], shown: int = 8) -> str:
+    """Up to `shown` names, then how many more."""
+    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 @app.command("flexible-random")

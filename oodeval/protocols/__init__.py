@@ -1,12 +1,12 @@
 """Domain-split protocols of the NICO++ paper (Section 4) for any ``<domain>/<class>/<image>`` tree.
 
-`scan_tree` lists a tree; `classic_split`, `flexible_random_split` and
-`flexible_compositional_split` return split rows (path, class, domain, role); `write_split_csv`,
+`scan_tree` lists a tree; `classic_split` (its domains: `classic_domains`), `flexible_random_split`
+and `flexible_compositional_split` return split rows (path, class, domain, role); `write_split_csv`,
 `read_split_csv` and `role_counts` handle the split files; `evaluate_split` scores predictions on
 the test domains with NICO++'s Average / Overall / Std.
 """
 
-from oodeval.protocols.classic import classic_split
+from oodeval.protocols.classic import classic_domains, classic_split
 from oodeval.protocols.evaluate import domain_accuracies, evaluate_split
 from oodeval.protocols.flexible import (
     default_common_domains,
@@ -31,6 +31,7 @@ __all__ = [
     "NICO_TRAIN_DOMAINS",
     "ImageTree",
     "SplitRow",
+    "classic_domains",
     "classic_split",
     "default_common_domains",
     "evaluate_split",

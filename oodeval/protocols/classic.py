@@ -3,7 +3,8 @@
 Training takes every image of the training domains (minus a seeded, per-cell stratified validation
 share), test every image of the test domains. With no domains named and all ten NICO++ common
 domains present, the split of Table 2 (left) is used: train grass, water, rock, autumn, indoor,
-dim; test sand, winter, outdoor, dark.
+dim; test sand, winter, outdoor, dark. With one side named, the other is the remaining domains
+common to every class: a class-specific (unique) domain is on neither side.
 """
 
 from __future__ import annotations
@@ -21,6 +22,54 @@ from oodeval.protocols.tree import (
 )
 
 
+def classic_domains(
+    tree: ImageTree,
+    *,
+    train_domains: Sequence[str] | None = None,
+    test_domains: Sequence[str] | None = None,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Return the (training, test) domains of a classic split of `tree`.
+
+    Both named: those. One named: the other side is every domain common to all classes
+    (`ImageTree.common_domains`) not named, so every class gets the same training and test
+    domains; class-specific domains (NICO++'s unique domains) are used by neither side. Neither
+    named: NICO++'s Table 2 split (an error when the tree lacks any of its domains).
+
+    >>> from pathlib import Path
+    >>> cells = {(c, d): (f"{d}/{c}/1.jpg",) for c in ("cat", "dog") for d in ("a", "b", "c")}
+    >>> cells[("cat", "cat_only")] = ("cat_only/cat/1.jpg",)
+    >>> classic_domains(ImageTree(Path("."), cells), test_domains=["b"])
+    (('a', 'c'), ('b',))
+    """
+    if train_domains is None and test_domains is None:
+        missing = [d for d in NICO_TRAIN_DOMAINS + NICO_TEST_DOMAINS if d not in tree.domains]
+        if missing:
+            raise OodevalError(
+                f"the tree lacks the NICO++ default domains {', '.join(missing)}; name the "
+                f"training and test domains (found: {', '.join(tree.domains)})"
+            )
+        return NICO_TRAIN_DOMAINS, NICO_TEST_DOMAINS
+    if train_domains is None:
+        test = check_domains(tree, test_domains or (), "test")
+        train = tuple(d for d in tree.common_domains() if d not in test)
+        if not train:
+            raise OodevalError(
+                f"no domain common to every class is left for training besides the test "
+                f"domains {', '.join(test)}; name the training domains too"
+            )
+        return train, test
+    train = check_domains(tree, train_domains, "training")
+    if test_domains is None:
+        test = tuple(d for d in tree.common_domains() if d not in train)
+        if not test:
+            raise OodevalError(
+                f"no domain common to every class is left for test besides the training "
+                f"domains {', '.join(train)}; name the test domains too"
+            )
+        return train, test
+    return train, check_domains(tree, test_domains, "test")
+
+
 def classic_split(
     tree: ImageTree,
     *,
@@ -36,29 +85,15 @@ def classic_split(
     tree : ImageTree
         From `scan_tree`.
     train_domains, test_domains : sequence of str, optional
-        Domain names. One of them alone means "the other domains" for the other; neither means
-        the NICO++ defaults (an error when the tree lacks any of them).
+        Domain names. One of them alone means "the other domains common to every class" for the
+        other side (class-specific domains are left out); neither means the NICO++ defaults (an
+        error when the tree lacks any of them). See `classic_domains`.
     val_fraction : float
         Share of every training (class, domain) cell moved to role "val", seeded.
     seed : int
         Seeds the validation draw.
     """
-    if train_domains is None and test_domains is None:
-        missing = [d for d in NICO_TRAIN_DOMAINS + NICO_TEST_DOMAINS if d not in tree.domains]
-        if missing:
-            raise OodevalError(
-                f"the tree lacks the NICO++ default domains {', '.join(missing)}; name the "
-                f"training and test domains (found: {', '.join(tree.domains)})"
-            )
-        train_domains, test_domains = NICO_TRAIN_DOMAINS, NICO_TEST_DOMAINS
-    elif train_domains is None:
-        test = check_domains(tree, test_domains or (), "test")
-        train_domains = [d for d in tree.domains if d not in test]
-    elif test_domains is None:
-        train = check_domains(tree, train_domains, "training")
-        test_domains = [d for d in tree.domains if d not in train]
-    train = check_domains(tree, train_domains, "training")
-    test = check_domains(tree, test_domains, "test")
+    train, test = classic_domains(tree, train_domains=train_domains, test_domains=test_domains)
     if not train or not test:
         raise OodevalError("the classic protocol needs at least one training and one test domain")
     overlap = sorted(set(train) & set(test))
