@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oodeval.errors import OodevalError
+from oodeval.openworld.base_new import few_shot_indices
 from oodeval.openworld.features import (
     digit_features,
     load_features,
@@ -33,7 +34,6 @@ from oodeval.openworld.gmop import (
     train_single_context,
     zero_shot_model,
 )
-from oodeval.openworld.protocols import few_shot_indices
 
 
 @pytest.fixture(scope="module")

@@ -139,8 +139,8 @@ def make_features_command(
     seed: int = typer.Option(0, "--seed", help="Seed of splits, encoder and draws."),
 ) -> None:
     """Write few-shot training and test feature files for train-gmop / evaluate."""
+    from oodeval.openworld.base_new import few_shot_indices
     from oodeval.openworld.features import digit_features, save_features, synthetic_features
-    from oodeval.openworld.protocols import few_shot_indices
 
     if source == "synthetic":
         fs = synthetic_features(overlap=overlap, seed=seed, n_per_class=shots + 100)

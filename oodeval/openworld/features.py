@@ -34,7 +34,7 @@ from oodeval._npz import read_npz
 from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_class_ids, as_float_array, check_same_length
-from oodeval.openworld.protocols import base_new_split, few_shot_indices
+from oodeval.openworld.base_new import base_new_split, few_shot_indices
 
 #: Temperature of the encoder's cosine classifier head (unit-sphere features, as CLIP's).
 _ENCODER_SCALE = 10.0

@@ -18,7 +18,7 @@ import numpy as np
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_class_ids
 from oodeval.measures.openworld import openworld_scores
-from oodeval.openworld.protocols import (
+from oodeval.openworld.base_new import (
     DEFAULT_RATIOS,
     format_ratio,
     parse_ratio,

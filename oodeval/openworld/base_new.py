@@ -1,4 +1,4 @@
-"""Open-world evaluation protocols: base/new class splits, few-shot sets and base:new resampling.
+"""Base/new open-world test sets: base/new class splits, few-shot sets and base:new resampling.
 
 The open-world prompt-tuning setting of the OpenworldAUC paper (Sections 3-4) trains on a few shots
 of the *base* classes and tests on a mixture of base and *new* classes whose base:new sample ratio
@@ -40,7 +40,7 @@ def base_new_split(
     """Split class ids into base and new classes.
 
     Default (``seed=None``): sort the ids and take the first ``ceil(C / 2)`` as base, the rest as
-    new -- the base-to-new protocol of CoOp/CoCoOp that DeCoOp and the OpenworldAUC paper use.
+    new -- the base-to-new setting of CoOp/CoCoOp that DeCoOp and the OpenworldAUC paper use.
     With a seed, a seeded random permutation picks the base classes instead.
 
     Parameters

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
-from oodeval.openworld.protocols import (
+from oodeval.openworld.base_new import (
     BaseNewSplit,
     base_new_split,
     few_shot_indices,
