@@ -535,3 +535,16 @@ def test_rsc_parity():
         opt.step(p, grads(ce(head(p, f * (keep_f | keep_b)), ys), p))
         a.update(x, y)
     assert_same(algo_params(a), p, start)
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["oodeval.algorithms", "oodeval.algorithms.base", "oodeval.algorithms.mldg",
+     "oodeval.algorithms.mixup", "oodeval.algorithms.invariance"],
+)  # fmt: skip
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
