@@ -50,29 +50,34 @@ class EnsembleBatchNorm2d(nn.Module):
 
     def forward(self, h: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         m, c = self.weight.shape
+        if valid is None or not self.training:  # every image counts: torch's fused kernel
+            return F.batch_norm(
+                h,
+                self.running_mean.view(-1),
+                self.running_var.view(-1),
+                self.weight.reshape(-1),
+                self.bias.reshape(-1),
+                training=self.training,
+                momentum=self.momentum,
+                eps=self.eps,
+            )
         n, _, height, width = h.shape
         v = h.view(n, m, c, height, width)
-        if self.training:
-            if valid is None:
-                w = torch.ones(n, m, 1, 1, 1, dtype=h.dtype, device=h.device)
-            else:
-                w = valid.t().to(h.dtype).view(n, m, 1, 1, 1)
-            count = w.sum(dim=0).view(m, 1) * (height * width)
-            mean = (v * w).sum(dim=(0, 3, 4)) / count
-            var = (((v - mean.view(1, m, c, 1, 1)) ** 2) * w).sum(dim=(0, 3, 4)) / count
-            with torch.no_grad():
-                unbiased = var * count / (count - 1).clamp_min(1)
-                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
-                self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
-        else:
-            mean, var = self.running_mean, self.running_var
+        w = valid.t().to(h.dtype).view(n, m, 1, 1, 1)
+        count = w.sum(dim=0).view(m, 1) * (height * width)
+        mean = (v * w).sum(dim=(0, 3, 4)) / count
+        var = (((v - mean.view(1, m, c, 1, 1)) ** 2) * w).sum(dim=(0, 3, 4)) / count
+        with torch.no_grad():
+            unbiased = var * count / (count - 1).clamp_min(1)
+            self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+            self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
         scale = self.weight / torch.sqrt(var + self.eps)
         out = (v - mean.view(1, m, c, 1, 1)) * scale.view(1, m, c, 1, 1)
         return (out + self.bias.view(1, m, c, 1, 1)).view(n, m * c, height, width)
 
 
 class ContextNet(nn.Module):
-    """M stacked DomainBed context networks: images -> (M, n, 1, H, W) context maps.
+    """M stacked DomainBed context networks: images -> group-mean context maps.
 
     conv5x5(C -> k) -> BN -> ReLU -> conv5x5(k -> k) -> BN -> ReLU -> conv5x5(k -> 1), padding 2.
     """
@@ -89,11 +94,19 @@ class ContextNet(nn.Module):
         self.norms = nn.ModuleList(EnsembleBatchNorm2d(num_models, channels) for _ in range(2))
         self.num_models = num_models
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """Images (n, C, H, W) shared or (M, n, C, H, W) per model; `valid` (M, n) or None."""
+    def forward(
+        self, x: torch.Tensor, groups: int, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Each group's mean context map (M, groups, 1, H, W) of images (n, C, H, W) shared or
+        (M, n, C, H, W) per model, in `groups` consecutive groups; `valid` (M, n) or None.
+
+        The last convolution is linear, so the mean of its maps over a group is its map of the
+        group's mean activations: one convolution per group instead of one per image.
+        """
         h = to_grouped(x, self.num_models)
         for conv, norm in zip(self.convs[:2], self.norms, strict=True):
             h = F.relu(norm(conv(h), valid))
+        h = h.reshape(groups, -1, *h.shape[1:]).mean(dim=1)
         return from_grouped(self.convs[2](h), self.num_models)
 
 
@@ -143,8 +156,7 @@ class ARM(ERM):
         """
         g, n = x.shape[-5:-3]
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.trains_context()):
-            ctx = self.context_net(self.flat_inputs(x), valid)
-        ctx = ctx.reshape(self.num_models, g, n, *ctx.shape[2:]).mean(dim=2, keepdim=True)
+            ctx = self.context_net(self.flat_inputs(x), g, valid)[:, :, None]
         images = x if x.dim() == 6 else x.expand(self.num_models, *x.shape)
         joint = torch.cat([images, ctx.expand(-1, -1, n, -1, -1, -1)], dim=3)
         return joint.reshape(self.num_models, g * n, *joint.shape[3:])
