@@ -328,6 +328,19 @@ def test_mldg_rejects_a_non_positive_n_meta_test():
         make("MLDG", n_meta_test=0)
 
 
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("MLDG", "mldg_always_update"),
+        ("MTL", "mtl_feed_embedding"),
+        ("ARM", "arm_train_context_net"),
+    ],
+)
+def test_domainbed_corrections_must_be_booleans(name, key):
+    with pytest.raises(OodevalError, match=f"{key} of {name} must be true or false"):
+        make(name, **{key: "false"})
+
+
 # --- CORAL and MMD -------------------------------------------------------------------------------
 
 

@@ -139,7 +139,7 @@ class ARM(ERM):
 
     def trains_context(self) -> bool:
         """True when the context network learns (``arm_train_context_net``)."""
-        return bool(self.hparams["arm_train_context_net"])
+        return self.flag("arm_train_context_net")
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the network, plus the context network when it is trained."""

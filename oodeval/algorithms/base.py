@@ -116,6 +116,15 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
                 space.update(klass.HPARAMS)
         return space
 
+    def flag(self, key: str) -> bool:
+        """Hyperparameter `key` as a bool (True/False, or 1/0); a one-line error otherwise."""
+        value = self.hparams[key]
+        if isinstance(value, bool) or value in (0, 1):
+            return bool(value)
+        raise OodevalError(
+            f"hyperparameter {key} of {self.name} must be true or false, got {value!r}"
+        )
+
     def stream(self, index: int) -> torch.Generator:
         """A CPU generator at model `index`'s stream state (a copy: drawing from it does not
         advance the model's stream; tests replay an update's draws with it)."""

@@ -85,11 +85,12 @@ class MLDG(ERM):
         k = self.hparams["n_meta_test"]
         if int(k) != k or int(k) < 1:
             raise OodevalError(f"n_meta_test must be an integer >= 1, got {k!r}")
+        self.flag("mldg_always_update")  # fails early on a non-boolean value
         self.warned = False
 
     def idle_models(self) -> list[int]:
         """Models whose every update is a no-op (no meta-train environment): DomainBed's defect."""
-        k, always = int(self.hparams["n_meta_test"]), bool(self.hparams["mldg_always_update"])
+        k, always = int(self.hparams["n_meta_test"]), self.flag("mldg_always_update")
         return [
             m for m, own in enumerate(self.own_envs) if not meta_pairs(own, k, always_update=always)
         ]
@@ -113,7 +114,7 @@ class MLDG(ERM):
     def pair_draws(self) -> list[list[tuple[int, int | None]]]:
         """Per model, this update's (meta-train, meta-test) pairs: ``randperm(E)`` of its own
         environments from its stream, split by `meta_pairs`."""
-        k, always = int(self.hparams["n_meta_test"]), bool(self.hparams["mldg_always_update"])
+        k, always = int(self.hparams["n_meta_test"]), self.flag("mldg_always_update")
 
         def sample(m: int, gen: torch.Generator) -> list[tuple[int, int | None]]:
             own = self.own_envs[m]

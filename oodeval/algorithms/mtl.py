@@ -45,6 +45,7 @@ class MTL(ERM):
         d = self.featurizer.n_outputs
         self.register_buffer("embeddings", torch.zeros(self.num_models, self.num_envs, d))
         self.register_buffer("predict_seed", torch.randint(0, 2**62, (self.num_models,)))
+        self.flag("mtl_feed_embedding")  # fails early on a non-boolean value
 
     def classifier_inputs(self, n_features: int) -> int:
         return 2 * n_features
@@ -68,7 +69,7 @@ class MTL(ERM):
         emb = ema * feats.mean(dim=2) + (1 - ema) * self.embeddings
         with torch.no_grad():
             self.embeddings.copy_(torch.where(self.env_mask[..., None], emb, self.embeddings))
-        if self.hparams["mtl_feed_embedding"]:
+        if self.flag("mtl_feed_embedding"):
             side = emb[:, :, None].expand_as(feats)
         else:
             side = self.training_noise(e, b, feats.shape[-1], feats.dtype).to(feats.device)
@@ -82,7 +83,7 @@ class MTL(ERM):
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         feats = self.featurizer(x)
-        if self.hparams["mtl_feed_embedding"]:
+        if self.flag("mtl_feed_embedding"):
             side = feats.mean(dim=1, keepdim=True).expand_as(feats)
         else:
             n, d = feats.shape[1:]
