@@ -24,7 +24,7 @@ from oodeval.algorithms import (  # noqa: F401  (importing a module registers it
     rsc,
     sagnet,
 )
-from oodeval.algorithms.base import Algorithm
+from oodeval.algorithms.base import Algorithm, DomainBedDefectWarning
 from oodeval.algorithms.hparams import HParam
 from oodeval.algorithms.registry import (
     available,
@@ -44,6 +44,7 @@ PAPER_ALGORITHMS = (
 __all__ = [
     "PAPER_ALGORITHMS",
     "Algorithm",
+    "DomainBedDefectWarning",
     "HParam",
     "available",
     "default_hparams",

@@ -1,11 +1,21 @@
-"""Domain-adversarial training: DANN (Ganin et al., 2016) and CDANN (Li et al., 2018).
+"""Domain-adversarial training, as in DomainBed: DANN (Ganin et al., 2016), CDANN (Li et al., 2018).
 
 A discriminator (an MLP on the features, plus a class embedding for CDANN) learns to tell the
 environments apart; the featurizer and classifier alternate with it and minimise
-``R_cls - lambda * R_disc``, i.e. they *maximise* the discriminator's loss. With
-``d_steps_per_g_step = k`` the updates cycle through k discriminator steps and one generator step.
+``R_cls - lambda * (R_disc + grad_penalty * P)``, i.e. they *maximise* the discriminator's loss.
+Update n (counting from 1) is a discriminator step when ``n % (1 + k) < k``, k =
+`d_steps_per_g_step`, else a generator step: DomainBed increments its counter before the test, so
+with k = 1 the sequence is generator, discriminator, generator, ...
 The discriminator of a model only has logits for that model's training environments (the others
 are masked out), so it is the same classifier DANN would build for those environments alone.
+
+CDANN weights the discriminator's per-sample losses by ``1 / (n_y * K)``, n_y the number of samples
+of class y in the model's minibatches and K the largest label present plus one (DomainBed's
+``one_hot(y).sum(0)`` has that many columns), and adds a learned class embedding to the features.
+
+Hyperparameters: the generator (featurizer and classifier) uses `lr` and `weight_decay`, which play
+DomainBed's ``lr_g`` and ``weight_decay_g`` (same defaults and search distributions for small
+images; DomainBed's own ``lr`` is unused by DANN).
 """
 
 from __future__ import annotations
@@ -68,7 +78,7 @@ class _Adversarial(ERM):
         """Per-model discriminator cross-entropy over each model's own environments: (M,).
 
         feats: (M, E, B, d); y: (E, B) or (M, E, B). CDANN weights every sample by
-        ``1 / (n_y * n_classes)`` so that each class counts equally.
+        ``1 / (n_y * K)``, K = the model's largest label + 1 (DomainBed's class balance).
         """
         m, e, b, d = feats.shape
         labels = self.labels_per_model(y).reshape(m, e * b)
@@ -77,16 +87,17 @@ class _Adversarial(ERM):
             disc_in = disc_in + self.class_embeddings.gather(1, labels[..., None].expand(-1, -1, d))
         out = self.discriminator(disc_in)
         out = out.masked_fill(~self.env_mask[:, None, :], -1e4)
-        env_of = torch.arange(e).repeat_interleave(b)
+        env_of = torch.arange(e, device=feats.device).repeat_interleave(b)
         ce = F.cross_entropy(out.reshape(-1, e), env_of.repeat(m), reduction="none").view(m, e * b)
         valid = self.env_mask[:, env_of]
         if self.conditional:
-            onehot = F.one_hot(labels, self.num_classes).float()
-            counts = torch.where(valid[..., None], onehot, torch.zeros(())).sum(dim=1)
-            present = (counts > 0).sum(dim=1, keepdim=True).float()
+            zero = torch.zeros((), dtype=ce.dtype, device=ce.device)
+            onehot = F.one_hot(labels, self.num_classes).to(ce.dtype)
+            counts = torch.where(valid[..., None], onehot, zero).sum(dim=1)
+            top = torch.where(valid, labels, torch.zeros_like(labels)).max(dim=1, keepdim=True)
             per_sample = counts.gather(1, labels).clamp_min(1)
-            weights = torch.where(valid, 1.0 / (per_sample * present), torch.zeros(()))
-            loss = (torch.where(valid, ce, torch.zeros(())) * weights).sum(dim=1)
+            weights = torch.where(valid, 1.0 / (per_sample * (top.values + 1).to(ce.dtype)), zero)
+            loss = (torch.where(valid, ce, zero) * weights).sum(dim=1)
         else:
             loss = masked_mean(ce, valid)
         gp = float(self.hparams["grad_penalty"])
@@ -98,9 +109,10 @@ class _Adversarial(ERM):
         return loss
 
     def is_discriminator_step(self) -> bool:
-        """True on the discriminator's turn of the alternation."""
+        """True when the next update is a discriminator step: update n (from 1) with
+        ``n % (1 + k) < k`` (DomainBed's counter is incremented before its test)."""
         k = int(self.hparams["d_steps_per_g_step"])
-        return self.update_count % (1 + k) < k
+        return (self.update_count + 1) % (1 + k) < k
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         feats, logits = self.logits_per_env(x)

@@ -1,11 +1,19 @@
-"""ARM-CML: adaptive risk minimisation with a context network (Zhang et al., 2021).
+"""ARM-CML: adaptive risk minimisation with a context network (Zhang et al., 2021), as in DomainBed.
 
-A context network maps every image to a one-channel context map; the maps are averaged over the
-batch (one environment's minibatch in training, one prediction chunk at test time) and appended to
-each image as an extra channel, so the model adapts its predictions to the batch it sees.
-The context network is three 3x3 convolutions of `arm_context_channels` channels with GroupNorm
-(DomainBed: 64 channels, 5x5, BatchNorm); smaller for CPU, and GroupNorm so that no statistic is
-shared across environments of a leave-one-out fold.
+A context network maps every image to a one-channel context map; the maps are averaged over each
+group of images (one environment's minibatch in training; at prediction, groups of the training
+minibatch size B when the batch splits evenly into them, else the whole batch, as DomainBed's
+``support_size`` rule) and appended to each image of the group as an extra channel, so the model
+adapts its predictions to the batch it sees.
+
+The context network is DomainBed's: three 5x5 convolutions (padding 2) of `arm_context_channels`
+(64) channels, the first two followed by BatchNorm and ReLU. Its BatchNorm normalises with the
+statistics of all the model's images in the update (all its environments' minibatches) in training
+and with running averages (momentum 0.1) at prediction; each stacked model has its own.
+
+DomainBed's defect, kept by default: DomainBed creates the context network after the optimizer, so
+the network is never trained; it keeps its random initialisation (only the BatchNorm running
+statistics move). ``arm_train_context_net=True`` adds it to the optimizer, as the paper intends.
 """
 
 from __future__ import annotations
@@ -17,47 +25,102 @@ from torch.nn import functional as F
 from oodeval.algorithms.base import adam
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, fixed
-from oodeval.algorithms.networks import (
-    EnsembleConv2d,
-    EnsembleGroupNorm,
-    from_grouped,
-    to_grouped,
-)
+from oodeval.algorithms.networks import EnsembleConv2d, from_grouped, to_grouped
 from oodeval.algorithms.registry import register_algorithm
 from oodeval.errors import OodevalError
 
 
+class EnsembleBatchNorm2d(nn.Module):
+    """M stacked BatchNorm2d over the grouped layout (n, M * C, H, W), each on its own images.
+
+    In training each model normalises with the mean and biased variance of its valid images
+    (``valid`` (M, n); all images when None) and updates its running mean and unbiased variance
+    with `momentum`; in evaluation it uses the running statistics (nn.BatchNorm2d's rules).
+    """
+
+    def __init__(
+        self, num_models: int, channels: int, *, momentum: float = 0.1, eps: float = 1e-5
+    ) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_models, channels))
+        self.bias = nn.Parameter(torch.zeros(num_models, channels))
+        self.register_buffer("running_mean", torch.zeros(num_models, channels))
+        self.register_buffer("running_var", torch.ones(num_models, channels))
+        self.momentum, self.eps = momentum, eps
+
+    def forward(self, h: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        m, c = self.weight.shape
+        if valid is None or not self.training:  # every image counts: torch's fused kernel
+            return F.batch_norm(
+                h,
+                self.running_mean.view(-1),
+                self.running_var.view(-1),
+                self.weight.reshape(-1),
+                self.bias.reshape(-1),
+                training=self.training,
+                momentum=self.momentum,
+                eps=self.eps,
+            )
+        n, _, height, width = h.shape
+        v = h.view(n, m, c, height, width)
+        w = valid.t().to(h.dtype).view(n, m, 1, 1, 1)
+        count = w.sum(dim=0).view(m, 1) * (height * width)
+        mean = (v * w).sum(dim=(0, 3, 4)) / count
+        var = (((v - mean.view(1, m, c, 1, 1)) ** 2) * w).sum(dim=(0, 3, 4)) / count
+        with torch.no_grad():
+            unbiased = var * count / (count - 1).clamp_min(1)
+            self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+            self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
+        scale = self.weight / torch.sqrt(var + self.eps)
+        out = (v - mean.view(1, m, c, 1, 1)) * scale.view(1, m, c, 1, 1)
+        return (out + self.bias.view(1, m, c, 1, 1)).view(n, m * c, height, width)
+
+
 class ContextNet(nn.Module):
-    """M stacked context networks: (n, C, H, W) images -> (M, n, 1, H, W) context maps."""
+    """M stacked DomainBed context networks: images -> group-mean context maps.
+
+    conv5x5(C -> k) -> BN -> ReLU -> conv5x5(k -> k) -> BN -> ReLU -> conv5x5(k -> 1), padding 2.
+    """
 
     def __init__(self, num_models: int, in_channels: int, channels: int) -> None:
         super().__init__()
         self.convs = nn.ModuleList(
             [
-                EnsembleConv2d(num_models, in_channels, channels, 3, padding=1),
-                EnsembleConv2d(num_models, channels, channels, 3, padding=1),
-                EnsembleConv2d(num_models, channels, 1, 3, padding=1),
+                EnsembleConv2d(num_models, in_channels, channels, 5, padding=2),
+                EnsembleConv2d(num_models, channels, channels, 5, padding=2),
+                EnsembleConv2d(num_models, channels, 1, 5, padding=2),
             ]
         )
-        groups = 4 if channels % 4 == 0 else 1
-        self.norms = nn.ModuleList(
-            EnsembleGroupNorm(num_models, groups, channels) for _ in range(2)
-        )
+        self.norms = nn.ModuleList(EnsembleBatchNorm2d(num_models, channels) for _ in range(2))
         self.num_models = num_models
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, groups: int, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Each group's mean context map (M, groups, 1, H, W) of images (n, C, H, W) shared or
+        (M, n, C, H, W) per model, in `groups` consecutive groups; `valid` (M, n) or None.
+
+        The last convolution is linear, so the mean of its maps over a group is its map of the
+        group's mean activations: one convolution per group instead of one per image.
+        """
         h = to_grouped(x, self.num_models)
         for conv, norm in zip(self.convs[:2], self.norms, strict=True):
-            h = F.relu(norm(conv(h)))
+            h = F.relu(norm(conv(h), valid))
+        h = h.reshape(groups, -1, *h.shape[1:]).mean(dim=1)
         return from_grouped(self.convs[2](h), self.num_models)
 
 
 @register_algorithm
 class ARM(ERM):
-    """ERM on images augmented with the batch-mean context map of a learned context network."""
+    """ERM on images augmented with the group-mean context map of a context network."""
 
     HPARAMS = {
-        "arm_context_channels": HParam(16, fixed(16), "width of the context network"),
+        "arm_context_channels": HParam(
+            64, fixed(64), "width of the context network (DomainBed 64)"
+        ),
+        "arm_train_context_net": HParam(
+            False, fixed(False), "train the context network (DomainBed never does)"
+        ),
     }
     batch_dependent = True
 
@@ -70,29 +133,48 @@ class ARM(ERM):
     def build_extra_parts(self) -> None:
         channels = int(self.hparams["arm_context_channels"])
         self.context_net = ContextNet(self.num_models, self.input_shape[0], channels)
+        self.context_net.requires_grad_(self.trains_context())
+        #: the training minibatch size B, DomainBed's support size for prediction groups
+        self.register_buffer("support_size", torch.zeros(self.num_models, dtype=torch.long))
+
+    def trains_context(self) -> bool:
+        """True when the context network learns (``arm_train_context_net``)."""
+        return self.flag("arm_train_context_net")
 
     def build_optimizer(self) -> torch.optim.Optimizer:
-        """Adam over the network and the context network."""
-        return adam([*self.network.parameters(), *self.context_net.parameters()], self.hparams)
+        """Adam over the network, plus the context network when it is trained."""
+        params = list(self.network.parameters())
+        if self.trains_context():
+            params += list(self.context_net.parameters())
+        return adam(params, self.hparams)
 
-    def with_context(self, x: torch.Tensor) -> torch.Tensor:
+    def with_context(self, x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Image groups ([M,] G, n, C, H, W) plus their group-mean context map.
 
+        `valid` (M, G * n) marks the images each model's BatchNorm may use (None: all).
         Returns per-model inputs (M, G * n, C + 1, H, W).
         """
         g, n = x.shape[-5:-3]
-        ctx = self.context_net(self.flat_inputs(x))
-        ctx = ctx.reshape(self.num_models, g, n, *ctx.shape[2:]).mean(dim=2, keepdim=True)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.trains_context()):
+            ctx = self.context_net(self.flat_inputs(x), g, valid)[:, :, None]
         images = x if x.dim() == 6 else x.expand(self.num_models, *x.shape)
         joint = torch.cat([images, ctx.expand(-1, -1, n, -1, -1, -1)], dim=3)
         return joint.reshape(self.num_models, g * n, *joint.shape[3:])
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         e, b = y.shape[-2:]
-        logits = self.classifier(self.featurizer(self.with_context(x)))
+        self.support_size.fill_(b)
+        valid = None
+        if x.dim() == 5 and not bool(self.env_mask.all()):  # shared minibatches, masked models
+            valid = self.env_mask.repeat_interleave(b, dim=1)
+        logits = self.classifier(self.featurizer(self.with_context(x, valid)))
         loss = self.erm_loss(logits.view(self.num_models, e, b, -1), y)
         self.step(loss)
         return {"loss": loss.detach()}
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.featurizer(self.with_context(x[None])))
+        n = x.shape[0]
+        support = int(self.support_size[0])
+        groups = n // support if support > 0 and n % support == 0 else 1
+        grouped = x.reshape(groups, n // groups, *x.shape[1:])
+        return self.classifier(self.featurizer(self.with_context(grouped)))

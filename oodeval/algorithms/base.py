@@ -19,13 +19,24 @@ parameter and buffer must have the model axis first, and the constructor keeps t
 one model). If your update cannot handle several models or masks, set ``supports_ensemble = False``:
 the trainer then builds one instance per model with M = 1 and passes only that model's
 environments (same semantics, trained one model at a time).
+
+Random draws (meta-test splits, mixing weights, style partners, noise): an algorithm that sets
+``random_draws = True`` gets one random stream per model (a torch generator state kept in the
+``rng_state`` buffer, seeded from the global torch RNG at construction) and draws through
+`Algorithm.draw`, so model m draws the same numbers whether it is trained stacked or alone, and
+`Algorithm.stream` lets a test replay them.
+
+DomainBed parity: each built-in algorithm's default update is DomainBed's (``algorithms.py``) for
+the same weights, minibatches and random draws; where DomainBed has a known defect, the default
+keeps it (so results compare with DomainBed's published numbers), a hyperparameter of that
+algorithm corrects it, and `DomainBedDefectWarning` names that hyperparameter when the defect bites.
 """
 
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -33,6 +44,21 @@ from torch.nn import functional as F
 
 from oodeval.algorithms.hparams import HParam, fixed, log_uniform
 from oodeval.errors import OodevalError
+
+T = TypeVar("T")
+
+
+class DomainBedDefectWarning(UserWarning):
+    """DomainBed's behaviour, kept by default for comparability, is known to be wrong here.
+
+    The message names the algorithm's hyperparameter that corrects it (e.g. MLDG's
+    ``mldg_always_update`` when a model has too few environments to form a meta-test split).
+    """
+
+
+def stream_state(seed: int) -> torch.Tensor:
+    """The state of a fresh CPU torch generator seeded with `seed` (a uint8 tensor)."""
+    return torch.Generator().manual_seed(int(seed)).get_state()
 
 
 class Algorithm(nn.Module, metaclass=ABCMeta):
@@ -48,6 +74,8 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
     #: True when predictions depend on the other inputs of the batch (ARM, MTL): the trainer then
     #: predicts in chunks of the training batch size.
     batch_dependent: ClassVar[bool] = False
+    #: True when update() draws random numbers: every model then gets its own stream (`draw`).
+    random_draws: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -72,6 +100,12 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
         self.hparams = dict(hparams)
         self.model = model
         self.update_count = 0
+        #: each model's own environment slots, in slot order
+        self.own_envs = [torch.nonzero(row).flatten().tolist() for row in mask]
+        if self.random_draws:
+            # one seed per model from the global RNG (so the trainer's seed fixes every draw)
+            seeds = torch.randint(0, 2**62, (self.num_models,)).tolist()
+            self.register_buffer("rng_state", torch.stack([stream_state(s) for s in seeds]))
 
     @classmethod
     def hparam_space(cls) -> dict[str, HParam]:
@@ -81,6 +115,48 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
             if "HPARAMS" in vars(klass):
                 space.update(klass.HPARAMS)
         return space
+
+    def flag(self, key: str) -> bool:
+        """Hyperparameter `key` as a bool (True/False, or 1/0); a one-line error otherwise."""
+        value = self.hparams[key]
+        if isinstance(value, bool) or value in (0, 1):
+            return bool(value)
+        raise OodevalError(
+            f"hyperparameter {key} of {self.name} must be true or false, got {value!r}"
+        )
+
+    def stream(self, index: int) -> torch.Generator:
+        """A CPU generator at model `index`'s stream state (a copy: drawing from it does not
+        advance the model's stream; tests replay an update's draws with it)."""
+        gen = torch.Generator()
+        gen.set_state(self.rng_state[index].cpu().clone())  # set_state needs its own storage
+        return gen
+
+    def draw(self, sample: Callable[[int, torch.Generator], T]) -> list[T]:
+        """``[sample(m, g_m) for every model m]``, g_m model m's own stream, which advances.
+
+        `sample` draws on the CPU with ``generator=g_m`` (e.g. ``torch.randperm(k, generator=g)``);
+        model m's draws depend only on its own stream, never on the other models'.
+        """
+        out = []
+        for m in range(self.num_models):
+            gen = self.stream(m)
+            out.append(sample(m, gen))
+            self.rng_state[m].copy_(gen.get_state())
+        return out
+
+    def env_minibatch(
+        self, t: torch.Tensor, index: list[int], *, labels: bool = False
+    ) -> torch.Tensor:
+        """Per model m, the minibatch of environment slot ``index[m]``: (M, B, ...).
+
+        `t` is images ([M,] E, B, *input_shape) or, with ``labels=True``, labels ([M,] E, B).
+        """
+        item_dims = 0 if labels else len(self.input_shape)
+        idx = torch.as_tensor(index, dtype=torch.long, device=t.device)
+        if t.dim() == item_dims + 2:  # shared by all models
+            return t[idx]
+        return t[torch.arange(self.num_models, device=t.device), idx]
 
     def flat_inputs(self, x: torch.Tensor) -> torch.Tensor:
         """Minibatches (E, B, *s) shared -> (E * B, *s); per model (M, E, B, *s) -> (M, E*B, *s)."""

@@ -30,7 +30,7 @@ def irm_penalties(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     [[0.0]]
     """
     m, e, b, c = logits.shape
-    scale = torch.ones(m, e, 1, 1, requires_grad=True)
+    scale = torch.ones(m, e, 1, 1, dtype=logits.dtype, device=logits.device, requires_grad=True)
     grads = []
     for half in (slice(0, None, 2), slice(1, None, 2)):
         part = logits[:, :, half] * scale

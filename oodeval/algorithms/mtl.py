@@ -1,10 +1,22 @@
-"""MTL: marginal transfer learning (Blanchard et al., 2021).
+"""MTL: marginal transfer learning (Blanchard et al., 2021), as in DomainBed.
 
-The classifier sees each sample's features together with an embedding of its environment, the mean
-feature vector of the environment's minibatch smoothed across updates:
-``emb_e <- ema * mean_b f(x_b) + (1 - ema) * emb_e`` (DomainBed's convention: `mtl_ema` weights the
-*current* batch mean). At prediction time the embedding is the mean feature of the batch being
-predicted, so predictions depend on the batch (the trainer predicts in training-batch-size chunks).
+The classifier sees each sample's features f(x) concatenated with a second vector of the same width
+that is meant to be its environment's embedding: the mean feature of the environment's minibatch,
+smoothed across updates, ``emb_e <- ema * mean_b f(x_b) + (1 - ema) * emb_e`` (DomainBed's
+convention: `mtl_ema` weights the *current* batch mean; at prediction time the mean feature of the
+batch being predicted). The loss is the *sum* over the model's environments of their mean
+cross-entropies, as in DomainBed.
+
+DomainBed's defect, kept by default: its ``update_embeddings_(...).normal_()`` overwrites that
+vector in place with N(0, 1) noise before the classifier sees it, in training and in prediction, so
+the embedding never reaches the classifier (the moving averages are still kept in the
+``embeddings`` buffer). ``mtl_feed_embedding=True`` feeds the embedding instead, which is the
+algorithm of the paper (predictions then depend on the batch).
+
+Draws, default mode: in training, from each model's own stream, one ``randn(B, d)`` per environment
+in slot order (the dtype of the features); in prediction, ``randn(n, d)`` from a generator seeded
+with the model's ``predict_seed`` afresh on every call, so that ``predict(x)`` is a function of `x`
+(DomainBed draws fresh noise on every call; the distribution is the same).
 """
 
 from __future__ import annotations
@@ -12,23 +24,43 @@ from __future__ import annotations
 import torch
 
 from oodeval.algorithms.erm import ERM
-from oodeval.algorithms.hparams import HParam, choice
+from oodeval.algorithms.hparams import HParam, choice, fixed
 from oodeval.algorithms.registry import register_algorithm
 
 
 @register_algorithm
 class MTL(ERM):
-    """ERM on [features, environment embedding] with EMA-smoothed embeddings (M, E, d)."""
+    """ERM on [features, environment embedding or DomainBed's noise] (embeddings (M, E, d))."""
 
-    HPARAMS = {"mtl_ema": HParam(0.99, choice(0.5, 0.9, 0.99, 1.0), "weight of the batch mean")}
+    HPARAMS = {
+        "mtl_ema": HParam(0.99, choice(0.5, 0.9, 0.99, 1.0), "weight of the batch mean"),
+        "mtl_feed_embedding": HParam(
+            False, fixed(False), "feed the embedding, not DomainBed's N(0, 1) noise"
+        ),
+    }
     batch_dependent = True
+    random_draws = True
 
     def build_extra_parts(self) -> None:
         d = self.featurizer.n_outputs
         self.register_buffer("embeddings", torch.zeros(self.num_models, self.num_envs, d))
+        self.register_buffer("predict_seed", torch.randint(0, 2**62, (self.num_models,)))
+        self.flag("mtl_feed_embedding")  # fails early on a non-boolean value
 
     def classifier_inputs(self, n_features: int) -> int:
         return 2 * n_features
+
+    def training_noise(self, e: int, b: int, d: int, dtype: torch.dtype) -> torch.Tensor:
+        """DomainBed's noise (M, E, B, d): N(0, 1) for each model's own environments, else 0."""
+
+        def sample(m: int, gen: torch.Generator) -> list[torch.Tensor]:
+            return [torch.randn(b, d, generator=gen, dtype=dtype) for _ in self.own_envs[m]]
+
+        noise = torch.zeros(self.num_models, e, b, d, dtype=dtype)
+        for m, draws in enumerate(self.draw(sample)):
+            for env, values in zip(self.own_envs[m], draws, strict=True):
+                noise[m, env] = values
+        return noise
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         e, b = y.shape[-2:]
@@ -37,15 +69,30 @@ class MTL(ERM):
         emb = ema * feats.mean(dim=2) + (1 - ema) * self.embeddings
         with torch.no_grad():
             self.embeddings.copy_(torch.where(self.env_mask[..., None], emb, self.embeddings))
-        joint = torch.cat([feats, emb[:, :, None].expand_as(feats)], dim=-1)
+        if self.flag("mtl_feed_embedding"):
+            side = emb[:, :, None].expand_as(feats)
+        else:
+            side = self.training_noise(e, b, feats.shape[-1], feats.dtype).to(feats.device)
+        joint = torch.cat([feats, side], dim=-1)
         logits = self.classifier(joint.reshape(self.num_models, e * b, -1)).view(
             self.num_models, e, b, -1
         )
-        loss = self.erm_loss(logits, y)
+        loss = self.erm_loss(logits, y) * self.env_mask.sum(dim=1)
         self.step(loss)
         return {"loss": loss.detach()}
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         feats = self.featurizer(x)
-        emb = feats.mean(dim=1, keepdim=True).expand_as(feats)
-        return self.classifier(torch.cat([feats, emb], dim=-1))
+        if self.flag("mtl_feed_embedding"):
+            side = feats.mean(dim=1, keepdim=True).expand_as(feats)
+        else:
+            n, d = feats.shape[1:]
+            side = torch.stack(
+                [
+                    torch.randn(
+                        n, d, generator=torch.Generator().manual_seed(int(s)), dtype=feats.dtype
+                    )
+                    for s in self.predict_seed.tolist()
+                ]
+            ).to(feats.device)
+        return self.classifier(torch.cat([feats, side], dim=-1))

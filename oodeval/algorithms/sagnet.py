@@ -1,18 +1,24 @@
-"""SagNet: style-agnostic networks (Nam et al., 2021).
+"""SagNet: style-agnostic networks (Nam et al., 2021), as in DomainBed.
 
 Features are split into *content* (the per-sample normalised feature vector) and *style* (its mean
-and standard deviation over the feature axis). Two randomisation modules swap one part with a random
-partner sample of the same model's training environments:
+and unbiased variance over the feature axis). Two randomisation modules swap one part with a
+partner sample of the same model's training environments, the partners being a random
+permutation of the model's samples (each sample is some sample's partner exactly once):
 
 - style randomisation: ``z_hat * sqrt(var_mix + eps) + mu_mix`` with
   ``mu_mix = a mu + (1 - a) mu_partner`` (same for var), ``a ~ U(0, 1)`` per sample;
 - content randomisation: ``z_hat_partner * sqrt(var + eps) + mu`` (the sample keeps its style).
 
-The content network (classifier) learns from style-randomised features, a style network learns from
-content-randomised features, and the featurizer is also trained adversarially to make the style
-network's predictions uniform (weight `sag_w_adv`). The original computes these statistics per
-channel over the spatial positions of a (C, H, W) feature map, which a pooled feature vector does
-not have; here they are taken over the feature axis, so the modules also work on vector features.
+Each update takes three steps: the featurizer and content network (classifier) learn from
+style-randomised features; the style network learns from content-randomised features; the
+featurizer is trained adversarially (weight `sag_w_adv`) to make the style network's predictions
+uniform, on a fresh content randomisation. DomainBed's MNIST network pools its features to a vector
+too, so the statistics are over the feature axis there as here (the paper's ResNet variant takes
+them per channel over a feature map).
+
+Draws, from each model's own stream, per randomisation (three per update, in the order above):
+``a = rand(n, 1)`` (float32, drawn also for content randomisation, which ignores it, as DomainBed
+does) then ``randperm(n)``, n = the model's E * B samples; sample t's partner is sample perm[t].
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ EPS = 1e-5
 
 
 def feature_style(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(content, mean, var) of features (..., d) over the last axis; content is normalised."""
+    """(content, mean, unbiased var) of features (..., d) over the last axis; content normalised."""
     mean = feats.mean(dim=-1, keepdim=True)
-    var = feats.var(dim=-1, keepdim=True, unbiased=False)
+    var = feats.var(dim=-1, keepdim=True)
     return (feats - mean) / torch.sqrt(var + EPS), mean, var
 
 
@@ -62,6 +68,7 @@ class SagNet(ERM):
     """Style-agnostic network: content classifier, style classifier and adversarial featurizer."""
 
     HPARAMS = {"sag_w_adv": HParam(0.1, log_uniform(-2, 1), "weight of the adversarial style loss")}
+    random_draws = True
 
     def build_extra_parts(self) -> None:
         self.style_net = EnsembleLinear(
@@ -71,19 +78,45 @@ class SagNet(ERM):
         self.opt_c = adam(self.classifier.parameters(), self.hparams)
         self.opt_s = adam(self.style_net.parameters(), self.hparams)
 
-    def partners(self, e: int, b: int) -> torch.Tensor:
-        """A random partner per sample, drawn from the same model's training samples: (M, E*B)."""
-        valid = self.env_mask.repeat_interleave(b, dim=1).float()
-        return torch.multinomial(valid, e * b, replacement=True)
+    def randomization_draws(self, e: int, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The (partner (M, E*B), a (M, E*B, 1)) of the update's three randomisations.
+
+        Each model permutes its own samples (slots of its own environments); samples of other
+        environments are their own partners with a = 1 (they are masked out of every loss).
+        """
+        own_rows = [
+            torch.cat([torch.arange(env * b, (env + 1) * b) for env in own])
+            for own in self.own_envs
+        ]
+
+        def sample(m: int, gen: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            n = len(own_rows[m])
+            return [
+                (torch.rand(n, 1, generator=gen), torch.randperm(n, generator=gen))
+                for _ in range(3)
+            ]
+
+        draws = self.draw(sample)
+        out = []
+        for step in range(3):
+            partner = torch.arange(e * b).repeat(self.num_models, 1)
+            alpha = torch.ones(self.num_models, e * b, 1)
+            for m, rows in enumerate(own_rows):
+                a, perm = draws[m][step]
+                partner[m, rows] = rows[perm]
+                alpha[m, rows] = a
+            out.append((partner, alpha))
+        return out
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         e, b = y.shape[-2:]
         m = self.num_models
         flat = self.flat_inputs(x)
+        draws = self.randomization_draws(e, b)
         # content network on style-randomised features
-        partner = self.partners(e, b)
-        alpha = torch.rand(m, e * b, 1)
+        partner, alpha = draws[0]
         feats = self.featurizer(flat)
+        partner, alpha = partner.to(feats.device), alpha.to(feats.device, feats.dtype)
         logits_c = self.classifier(randomize_style(feats, partner, alpha)).view(m, e, b, -1)
         loss_c = self.erm_loss(logits_c, y)
         self.opt_f.zero_grad(set_to_none=True)
@@ -92,7 +125,7 @@ class SagNet(ERM):
         self.opt_f.step()
         self.opt_c.step()
         # style network on content-randomised features
-        partner = self.partners(e, b)
+        partner = draws[1][0].to(feats.device)
         logits_s = self.style_net(randomize_content(self.featurizer(flat), partner))
         logits_s = logits_s.view(m, e, b, -1)
         loss_s = self.erm_loss(logits_s, y)
@@ -100,7 +133,7 @@ class SagNet(ERM):
         loss_s.sum().backward()
         self.opt_s.step()
         # featurizer against the style network: push its predictions toward uniform
-        partner = self.partners(e, b)
+        partner = draws[2][0].to(feats.device)
         logits_adv = self.style_net(randomize_content(self.featurizer(flat), partner))
         neg_log_uniform = -F.log_softmax(logits_adv, dim=-1).mean(dim=-1).view(m, e, b).mean(2)
         loss_adv = float(self.hparams["sag_w_adv"]) * masked_mean(neg_log_uniform, self.env_mask)
