@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from oodeval.errors import OodevalError
@@ -44,7 +42,7 @@ def test_unit_rows_and_metadata_round_trip(tmp_path):
     assert unit["status"] == "done" and unit["attempts"] == 1
     got = sorted(study.results[["fold", "environment", "error", "count"]].itertuples(index=False))
     assert [tuple(r) for r in got] == sorted(ROWS)
-    assert study.counts() == {"done": 1, "failed": 0, "pending": 0, "planned": 1}
+    assert study.counts() == {"done": 1, "failed": 0, "damaged": 0, "pending": 0, "planned": 1}
 
 
 def test_done_unit_is_never_rewritten(tmp_path):
@@ -69,7 +67,7 @@ def test_failed_unit_is_replaced_and_attempts_counted(tmp_path):
 
 def test_a_duplicate_row_rolls_back_the_whole_unit(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(OodevalError, match=r"two rows share the \(fold, environment\)"):
             store.record_unit(record(), [*ROWS, ROWS[0]])
         assert store.statuses() == {}
         assert store.results_frame().empty
