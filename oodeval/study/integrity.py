@@ -6,16 +6,17 @@ as the rows. Reading a unit back, its rows are counted and hashed again (`unit_d
 whose rows do not match is *damaged*, and its numbers reach no analysis unless the caller asks to
 leave it out (``--exclude-damaged``), in which case every output says so (`StoreHealth.notes`).
 
-The checksum is SHA-256 over a canonical, type-tagged serialisation: the ``units`` row in column
-order, then the result rows and the checkpoint rows, each set sorted. Floats are written as
-`float.hex` (exact; ``-0.0`` as ``0.0``, which is what SQLite returns for it), so any change of a
-stored bit, of a value's type, or of the set of rows changes the digest.
+The checksum is SHA-256 over a canonical text: the ``repr`` of the ``units`` row (column order),
+then the ``repr`` of every result row and of every checkpoint row, each set sorted, one per line.
+``repr`` is exact and type-tagged for what SQLite returns (``1``, ``1.0`` and ``'1'`` differ; a
+float's repr is the shortest string that reads back to the same bits; strings are quoted and
+escaped), so any change of a stored bit, of a value's type, or of the set of rows changes the
+digest. (SQLite returns ``-0.0`` as ``0.0``; the writer stores ``0.0``.)
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,31 +24,6 @@ from typing import Any
 
 #: How many damaged units a one-line message names before it says "and N more".
 NAMED_IN_LINE = 3
-
-
-def canonical(value: Any) -> Any:
-    """A JSON-ready, type-tagged form of one stored value (floats exact as hex).
-
-    >>> canonical(0.25), canonical(-0.0), canonical(3), canonical("3"), canonical(None)
-    (['f', '0x1.0000000000000p-2'], ['f', '0x0.0p+0'], 3, 's:3', None)
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return ["b", value]
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return ["f", (value + 0.0).hex()]
-    if isinstance(value, str):
-        return "s:" + value
-    if isinstance(value, bytes):
-        return ["x", value.hex()]
-    raise TypeError(f"a study store holds no {type(value).__name__} values")
-
-
-def _rows(rows: Iterable[Sequence[Any]]) -> list[str]:
-    return sorted(json.dumps([canonical(v) for v in row], separators=(",", ":")) for row in rows)
 
 
 def unit_checksum(
@@ -62,20 +38,24 @@ def unit_checksum(
     test_acc, oracle_val_acc) rows, in any order.
 
     >>> a = unit_checksum(["k", 1], [("f", "e", 0.5, 10)], [])
-    >>> a == unit_checksum(["k", 1], [("f", "e", 0.5, 10)], []) and len(a)
+    >>> a == unit_checksum(("k", 1), [["f", "e", 0.5, 10]], []) and len(a)
     64
     >>> a == unit_checksum(["k", 1], [("f", "e", 0.5000000000000001, 10)], [])
     False
+    >>> a == unit_checksum(["k", 1], [("f", "e", 0.5, 10.0)], [])
+    False
     """
-    payload = json.dumps(
-        {
-            "unit": [canonical(v) for v in unit],
-            "results": _rows(results),
-            "checkpoints": _rows(checkpoints),
-        },
-        separators=(",", ":"),
+    text = "\n".join(
+        [
+            "oodeval-unit-v1",
+            repr(tuple(unit)),
+            "results",
+            *sorted(map(repr, map(tuple, results))),
+            "checkpoints",
+            *sorted(map(repr, map(tuple, checkpoints))),
+        ]
     )
-    return hashlib.sha256(b"oodeval-unit-v1\n" + payload.encode()).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def text_checksum(text: str) -> str:
@@ -109,10 +89,7 @@ def unit_damage(
         return f"{len(results)} of {n_results} result rows"
     if len(checkpoints) != n_checkpoints:
         return f"{len(checkpoints)} of {n_checkpoints} checkpoint rows"
-    try:
-        digest = unit_checksum(unit, results, checkpoints)
-    except TypeError:
-        return "a stored value has an impossible type"
+    digest = unit_checksum(unit, results, checkpoints)
     return None if digest == checksum else "rows differ from their checksum"
 
 

@@ -500,9 +500,11 @@ class ResultStore:
         or (fold, step) are refused (OodevalError) and nothing of the unit is written.
         """
         self._require_writable()
-        rows = [(str(f), str(e), float(err), int(c)) for f, e, err, c in rows]
+        # +0.0 stores -0.0 as 0.0, which is what SQLite returns for it (the checksum is exact)
+        rows = [(str(f), str(e), float(err) + 0.0, int(c)) for f, e, err, c in rows]
         checkpoints = [
-            (str(f), int(s), float(v), float(t), float(o)) for f, s, v, t, o in record.checkpoints
+            (str(f), int(s), float(v) + 0.0, float(t) + 0.0, float(o) + 0.0)
+            for f, s, v, t, o in record.checkpoints
         ]
         _refuse_duplicates(record.key, [r[:2] for r in rows], "(fold, environment)")
         _refuse_duplicates(record.key, [c[:2] for c in checkpoints], "(fold, step)")
@@ -579,27 +581,25 @@ class ResultStore:
 
     def _read_unit(self, row: tuple, *, legacy: bool) -> StoredUnit:
         unit = StoredUnit(row=row[: len(UNIT_COLUMNS)], integrity=row[len(UNIT_COLUMNS) :])
+        # the rows are decoded strictly (fast); text that is not UTF-8 makes them unreadable
+        self._conn.text_factory = str
         try:
-            unit.results = [
-                tuple(r)
-                for r in self._execute(
-                    f"SELECT {', '.join(RESULT_COLUMNS)} FROM results WHERE unit_key=? "
-                    "ORDER BY fold, environment",
-                    (unit.key,),
-                )
-            ]
+            unit.results = self._execute(
+                f"SELECT {', '.join(RESULT_COLUMNS)} FROM results WHERE unit_key=? "
+                "ORDER BY fold, environment",
+                (unit.key,),
+            ).fetchall()
             if "checkpoints" in self._tables:
-                unit.checkpoints = [
-                    tuple(r)
-                    for r in self._execute(
-                        f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM checkpoints WHERE unit_key=? "
-                        "ORDER BY fold, step",
-                        (unit.key,),
-                    )
-                ]
+                unit.checkpoints = self._execute(
+                    f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM checkpoints WHERE unit_key=? "
+                    "ORDER BY fold, step",
+                    (unit.key,),
+                ).fetchall()
         except sqlite3.DatabaseError as exc:
             unit.damage = f"its rows cannot be read: {exc}"
             return unit
+        finally:
+            self._conn.text_factory = _decode_text
         if not legacy:
             unit.damage = unit_damage(unit.row, unit.integrity, unit.results, unit.checkpoints)
             unit.verified = unit.damage is None
