@@ -448,3 +448,22 @@ def test_verify_command_exit_codes(tmp_path):
     assert "damaged: scen|ERM|seed=0: 1 of 2 checkpoint rows" in damaged.output
     missing = runner.invoke(app, ["study", "verify", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "no study in" in missing.output
+
+
+def test_a_unit_key_that_is_not_utf8_is_named_and_moved_aside(tmp_path):
+    path = two_units(tmp_path)
+    with raw(path) as conn:  # one byte of ERM's key flipped to 0xFF: no longer UTF-8
+        conn.execute(
+            "UPDATE units SET unit_key = CAST(X'7363656eff7c45524d7c736565643d30' AS TEXT) "
+            "WHERE algorithm = 'ERM'"
+        )
+    with pytest.raises(StoreDamagedError, match=re.escape("scen\\udcff|ERM|seed=0 (0 of 3")):
+        load_study(tmp_path)
+    status = CliRunner().invoke(app, ["study", "status", str(tmp_path)])
+    assert status.exit_code == 0 and status.exception is None
+    assert "damaged: scen\\udcff|ERM|seed=0: 0 of 3 result rows" in status.output
+    with ResultStore(tmp_path, create=True) as store:
+        done = store.move_damaged_aside()
+        assert list(done.units) == ["scen\\udcff|ERM|seed=0"] and done.stray_keys == 1
+        assert store.statuses() == {"scen|IRM|seed=0": "done"}
+    assert verify_store(tmp_path).clean

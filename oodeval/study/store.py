@@ -195,6 +195,7 @@ class StoredUnit:
     """
 
     row: tuple
+    rowid: int | None = None
     integrity: tuple = ()
     results: list[tuple] = field(default_factory=list)
     checkpoints: list[tuple] = field(default_factory=list)
@@ -352,7 +353,7 @@ class ResultStore:
                 timeout=30.0,
             )
         except sqlite3.Error as exc:
-            raise StoreDamagedError(f"cannot open {self.path} ({exc}); {_RESTORE}") from None
+            raise _unopenable(self.path, exc) from None
         conn.text_factory = _decode_text
         self._conn = conn
         try:
@@ -363,9 +364,7 @@ class ResultStore:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             self._columns = [r[1] for r in conn.execute("PRAGMA table_info(units)")]
         except sqlite3.DatabaseError as exc:
-            raise StoreDamagedError(
-                f"{self.path} is not a readable study store ({exc}); {_RESTORE}"
-            ) from None
+            raise _unopenable(self.path, exc) from None
         missing = {"study", "units", "results"} - tables
         if missing:
             raise StoreDamagedError(
@@ -466,7 +465,9 @@ class ResultStore:
         """
         stored = self.stored_config()
         if stored is None:
-            if self._execute("SELECT 1 FROM units LIMIT 1").fetchone() is not None:
+            with self._guard("reading the units"):
+                has_units = self._execute("SELECT 1 FROM units LIMIT 1").fetchone() is not None
+            if has_units:
                 raise StoreDamagedError(
                     f"{self.path} holds units but no study config (damaged), so its study "
                     f"cannot be told; {_RESTORE}"
@@ -536,11 +537,17 @@ class ResultStore:
             [(key, *row) for row in checkpoints],
         )
 
-    def _delete_unit(self, key: Any) -> None:
-        self._execute("DELETE FROM results WHERE unit_key=?", (key,))
+    def _delete_unit(self, key: Any, rowid: int | None = None) -> None:
+        """Delete a unit's rows; its ``units`` row by `rowid` when given (its key may be
+        damaged beyond matching), else by key."""
+        where, param = _key_match(key)
+        self._execute(f"DELETE FROM results WHERE {where}", (param,))
         if "checkpoints" in self._tables:
-            self._execute("DELETE FROM checkpoints WHERE unit_key=?", (key,))
-        self._execute("DELETE FROM units WHERE unit_key=?", (key,))
+            self._execute(f"DELETE FROM checkpoints WHERE {where}", (param,))
+        if rowid is None:
+            self._execute(f"DELETE FROM units WHERE {where}", (param,))
+        else:
+            self._execute("DELETE FROM units WHERE rowid=?", (rowid,))
 
     # -- verified reads ---------------------------------------------------------------------
     def read(self) -> StoreContents:
@@ -570,7 +577,7 @@ class ResultStore:
         columns = UNIT_COLUMNS if legacy else UNIT_COLUMNS + INTEGRITY_COLUMNS
         try:
             rows = self._execute(
-                f"SELECT {', '.join(columns)} FROM units ORDER BY unit_key"
+                f"SELECT rowid, {', '.join(columns)} FROM units ORDER BY unit_key"
             ).fetchall()
         except sqlite3.DatabaseError as exc:
             raise StoreDamagedError(
@@ -580,20 +587,22 @@ class ResultStore:
         return [self._read_unit(tuple(row), legacy=legacy) for row in rows]
 
     def _read_unit(self, row: tuple, *, legacy: bool) -> StoredUnit:
-        unit = StoredUnit(row=row[: len(UNIT_COLUMNS)], integrity=row[len(UNIT_COLUMNS) :])
+        rowid, row = row[0], row[1:]
+        unit = StoredUnit(row[: len(UNIT_COLUMNS)], rowid, row[len(UNIT_COLUMNS) :])
+        where, key = _key_match(unit.key)
         # the rows are decoded strictly (fast); text that is not UTF-8 makes them unreadable
         self._conn.text_factory = str
         try:
             unit.results = self._execute(
-                f"SELECT {', '.join(RESULT_COLUMNS)} FROM results WHERE unit_key=? "
+                f"SELECT {', '.join(RESULT_COLUMNS)} FROM results WHERE {where} "
                 "ORDER BY fold, environment",
-                (unit.key,),
+                (key,),
             ).fetchall()
             if "checkpoints" in self._tables:
                 unit.checkpoints = self._execute(
-                    f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM checkpoints WHERE unit_key=? "
+                    f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM checkpoints WHERE {where} "
                     "ORDER BY fold, step",
-                    (unit.key,),
+                    (key,),
                 ).fetchall()
         except sqlite3.DatabaseError as exc:
             unit.damage = f"its rows cannot be read: {exc}"
@@ -643,7 +652,14 @@ class ResultStore:
         integrity check from its verified units first. Returns what was done."""
         self._require_writer()
         if self.sqlite_check:
-            return self._rebuild()
+            try:
+                with self._guard("rebuilding the store"):
+                    return self._rebuild()
+            except OSError as exc:
+                raise OodevalError(
+                    f"cannot rebuild {self.path} ({exc.strerror or exc}); free disk space or "
+                    "fix the folder's permissions, then run again"
+                ) from None
         contents = self.read()
         if contents.health.problems:
             raise StoreDamagedError(f"{self.path}: {contents.health.problems[0]}; {_RESTORE}")
@@ -655,7 +671,7 @@ class ResultStore:
             with self._transaction():
                 for unit in damaged:
                     self._quarantine(unit.key, unit.damage, unit.as_json(self._unit_columns()))
-                    self._delete_unit(unit.key)
+                    self._delete_unit(unit.key, unit.rowid)
                 for key, data in stray.items():
                     self._quarantine(key, "rows of no stored unit", data)
                     self._delete_unit(key)
@@ -679,7 +695,7 @@ class ResultStore:
     def _quarantine(self, key: Any, reason: str, data: str) -> None:
         self._execute(
             "INSERT INTO quarantine(unit_key, moved, reason, data) VALUES (?, ?, ?, ?)",
-            (key, _now(), reason, data),
+            (printable(key), _now(), reason, data),
         )
 
     def _rebuild(self) -> SetAside:
@@ -717,7 +733,7 @@ class ResultStore:
                 if unit.damage is not None:
                     new.execute(
                         "INSERT INTO quarantine VALUES (?, ?, ?, ?)",
-                        (unit.key, _now(), unit.damage, unit.as_json(columns)),
+                        (printable(unit.key), _now(), unit.damage, unit.as_json(columns)),
                     )
                     continue
                 new.execute(
@@ -1113,6 +1129,25 @@ def _translate(exc: sqlite3.Error, path: Path, doing: str) -> OodevalError:
         f"{path} failed while {doing} ({text}); run `oodeval study verify "
         f"{path.parent}` to see the damage"
     )
+
+
+def _unopenable(path: Path, exc: sqlite3.Error) -> OodevalError:
+    if "unable to open" in str(exc):  # permissions, not damage
+        return OodevalError(
+            f"cannot open {path} ({exc}); the folder must be readable, and writable for SQLite's "
+            f"{STORE_NAME}-shm file beside it: fix its permissions or copy the study elsewhere"
+        )
+    return StoreDamagedError(f"{path} is not a readable study store ({exc}); {_RESTORE}")
+
+
+def _key_match(key: Any) -> tuple[str, Any]:
+    """The SQL condition and parameter finding rows stored under `key` exactly as it was read
+    (text that is not UTF-8 was decoded with surrogates; it is matched byte for byte)."""
+    if isinstance(key, str):
+        raw = key.encode("utf-8", "surrogateescape")
+        if raw.decode("utf-8", "replace") != key:
+            return "unit_key = CAST(? AS TEXT)", raw
+    return "unit_key = ?", key
 
 
 def _decode_text(data: bytes) -> str:
