@@ -13,13 +13,13 @@ Where it works: local file systems, and NFS (v4, or v3 with lockd), where Linux 
 `flock` with NFS byte-range locks shared by every client; a holder on another host that died
 keeps the lock until the NFS server's lease runs out (90 s by default on NFSv4). A file system
 without locks (``flock`` answers ENOLCK/ENOTSUP/ENOSYS, e.g. Lustre mounted without ``-o
-flock``) is refused with one line: SQLite needs working locks on such a folder too.
+flock``) is refused with one line: SQLite needs working locks on such a folder too. Without
+``fcntl`` (Windows) writers are refused; readers do not need the lock.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import socket
@@ -29,6 +29,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from oodeval.errors import OodevalError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): readers work, writers are refused in one line
+    fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = "study.lock"
 
@@ -91,6 +96,10 @@ class StudyLock:
     def acquire(self) -> StudyLock:
         if self._fd is not None:
             return self
+        if fcntl is None:
+            raise OodevalError(
+                "running a study needs POSIX file locks (Linux, macOS); run it there, or in WSL"
+            )
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
