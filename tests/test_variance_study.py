@@ -190,7 +190,7 @@ def test_checkpoints_are_written_in_the_units_transaction(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
         store.record_unit(_record(0, [("a", 2, 0.5, 0.75, 1.0), ("a", 4, 0.5, 0.5, 0.25)]), rows)
         # a duplicate (fold, step) fails inside the transaction: nothing of unit 1 is kept
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(OodevalError, match=r"two rows share the \(fold, step\)"):
             store.record_unit(_record(1, [("a", 2, 0.5, 0.5, 0.5), ("a", 2, 0.5, 0.5, 0.5)]), rows)
         assert list(store.statuses()) == ["s|ERM|seed=0"]
         assert len(store.results_frame()) == 2

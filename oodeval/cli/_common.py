@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,8 @@ def reports_errors(fn: F) -> F:
             raise fail(f"expected a file but got a folder: {exc.filename}") from None
         except PermissionError as exc:
             raise fail(f"permission denied: {exc.filename}") from None
+        except sqlite3.Error as exc:  # backstop: the study store translates what it expects
+            raise fail(f"SQLite: {exc}; `oodeval study verify DIR` checks a study folder") from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -27,9 +27,29 @@ def register(app: typer.Typer) -> None:
         percent: bool = typer.Option(
             False, "--percent", help="Results files only: values are percentages in [0, 100]."
         ),
+        exclude_damaged: bool = typer.Option(
+            False,
+            "--exclude-damaged",
+            help="Study folders only: report without the units that fail verification instead "
+            "of refusing a damaged store; the report names them.",
+        ),
     ) -> None:
         """Write an HTML report (figures embedded, no network needed) and print its path."""
-        from oodeval.report.build import write_report
+        import warnings
 
-        path = write_report(source, out, base_classes=base_classes, percent=percent)
+        from oodeval.report.build import write_report
+        from oodeval.study.store import StoreIntegrityWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", StoreIntegrityWarning)
+            path = write_report(
+                source,
+                out,
+                base_classes=base_classes,
+                percent=percent,
+                exclude_damaged=exclude_damaged,
+            )
         typer.echo(str(path.resolve()))
+        for w in caught:
+            if issubclass(w.category, StoreIntegrityWarning):
+                typer.echo(f"warning: {w.message}", err=True)

@@ -158,36 +158,91 @@ def run_command(
         typer.echo(f"report: {path.resolve()}")
 
 
+_EXCLUDE_HELP = (
+    "Compute without the units that fail verification (damaged store) instead of refusing; "
+    "every output then names the units left out."
+)
+
+
 @app.command("status")
 @reports_errors
 def status_command(
     directory: Path = typer.Argument(..., help="Study folder."),
 ) -> None:
-    """Print done/failed/pending unit counts and the failure reasons."""
-    from oodeval.study import load_study
+    """Print done/failed/damaged/pending unit counts, the failure reasons and the damaged units.
 
-    study = load_study(directory)
+    The store is verified as it is read (SQLite's quick check, each unit's row counts and
+    checksum); `oodeval study verify DIR` gives the full report.
+    """
+    from oodeval.study import load_study
+    from oodeval.study.integrity import printable
+
+    study = load_study(directory, exclude_damaged=True)
     counts = study.counts()
+    damaged = f"{counts['damaged']} damaged, " if counts["damaged"] else ""
     typer.echo(
         f"study {study.config.get('name')}: {counts['done']} done, {counts['failed']} failed, "
-        f"{counts['pending']} pending (of {counts['planned']})"
+        f"{damaged}{counts['pending']} pending (of {counts['planned']})"
     )
     failed = study.units[study.units["status"] == "failed"]
     for unit in failed.itertuples(index=False):
-        typer.echo(f"failed: {unit.unit_key}: {unit.failure}")
+        typer.echo(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
+    health = study.health
+    for key, reason in health.damaged.items():
+        typer.echo(f"damaged: {key}: {reason}")
+    if not health.sqlite_ok:
+        typer.echo(f"store: SQLite's quick check FAILED: {health.sqlite_problem()}")
+    if not health.trusted:
+        typer.echo(
+            "damaged store: analyze and report refuse it; `oodeval study run` with the same "
+            "config moves the damaged units aside and runs them again; `oodeval study verify "
+            f"{directory}` lists every problem"
+        )
+    elif health.unverified:
+        typer.echo(f"store: {health.notes()[-1]}")
+    else:
+        typer.echo(f"store: verified ({health.verified} units match their checksums)")
 
 
 @app.command("analyze")
 @reports_errors
 def analyze_command(
     directory: Path = typer.Argument(..., help="Study folder."),
+    exclude_damaged: bool = typer.Option(False, "--exclude-damaged", help=_EXCLUDE_HELP),
 ) -> None:
-    """Write Table 1/5/6 and the Figure 1/5/6/7 numbers as CSV + markdown to DIR/analysis/."""
+    """Write Table 1/5/6 and the Figure 1/5/6/7 numbers as CSV + markdown to DIR/analysis/.
+
+    A store that fails verification is refused, naming the damaged units, unless
+    --exclude-damaged is given.
+    """
+    from oodeval.study import load_study
     from oodeval.study.analysis import write_analysis
 
-    written = write_analysis(directory)
+    study = load_study(directory, exclude_damaged=exclude_damaged)
+    written = write_analysis(study)
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
+    for note in study.integrity_notes():
+        typer.echo(f"warning: {note}", err=True)
+
+
+@app.command("verify")
+@reports_errors
+def verify_command(
+    directory: Path = typer.Argument(..., help="Study folder."),
+) -> None:
+    """Check a study store without changing it; exit 0 when clean, 1 when damage is found.
+
+    Runs SQLite's full integrity check, checks the config's checksum and every unit's row counts
+    and checksum, and counts rows that belong to no unit. Exit 1 also when units carry no
+    checksum (a store of an older oodeval), 2 when DIR holds no study.
+    """
+    from oodeval.study.store import verify_store
+
+    report = verify_store(directory)
+    for line in report.lines():
+        typer.echo(line)
+    raise typer.Exit(code=0 if report.clean else 1)
 
 
 @app.command("estimate")

@@ -38,16 +38,24 @@ def source_kind(path: Path) -> str:
 
 
 def build_report(
-    source: str | Path, *, base_classes: str | None = None, percent: bool = False
+    source: str | Path,
+    *,
+    base_classes: str | None = None,
+    percent: bool = False,
+    exclude_damaged: bool = False,
 ) -> str:
-    """Return the report on `source` as one self-contained HTML string."""
+    """Return the report on `source` as one self-contained HTML string.
+
+    ``exclude_damaged`` (study folders only) reports on a damaged store without its damaged
+    units, saying so, instead of refusing it.
+    """
     path = Path(source)
     kind = source_kind(path)
     sections: list[Section]
     if kind == "study":
         from oodeval.report.study_report import study_sections
 
-        sections = study_sections(path)
+        sections = study_sections(path, exclude_damaged=exclude_damaged)
         title, subtitle = "oodeval study report", f"Study folder {path}"
     elif kind == "results":
         from oodeval.report.results_report import results_sections

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +14,7 @@ from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section, Table
 from oodeval.report.results_report import _numeric_env
 from oodeval.study.analysis import analyze
-from oodeval.study.store import ALL_FOLD, Study, load_study
+from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
 
 MEASURE_LABELS = {
     "ideal": "ideal",
@@ -61,8 +62,9 @@ def summary_section(study: Study) -> Section:
             ("folder", str(study.directory)),
             (
                 "units",
-                f"{counts['done']} done, {counts['failed']} failed, {counts['pending']} "
-                f"pending of {counts['planned']} planned",
+                f"{counts['done']} done, {counts['failed']} failed, "
+                + (f"{counts['damaged']} damaged (excluded), " if counts.get("damaged") else "")
+                + f"{counts['pending']} pending of {counts['planned']} planned",
             ),
             ("backend", str(cfg.get("backend") or "oodeval.study.trainer_backend (the default)")),
             ("data source", str(cfg.get("source", ""))),
@@ -79,6 +81,7 @@ def summary_section(study: Study) -> Section:
             ("versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "-"),
         ],
     )
+    section.notes += [f"Warning: {note}" for note in study.integrity_notes()]
     failed = study.units[study.units["status"] == "failed"]
     if not failed.empty:
         section.notes.append(
@@ -365,15 +368,21 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
     return section
 
 
-def study_sections(directory: str | Path) -> list[Section]:
-    """All sections of the report on one study folder."""
+def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> list[Section]:
+    """All sections of the report on one study folder.
+
+    A damaged store is refused (StoreDamagedError naming the damaged units) unless
+    ``exclude_damaged``; then the summary says which units were left out.
+    """
     directory = Path(directory)
     if not (directory / "results.sqlite").exists():
         raise OodevalError(
             f"{directory} holds no study (no results.sqlite); run `oodeval study run ... --out "
             f"{directory}` first, or give a results file"
         )
-    study = load_study(directory)
+    study = load_study(directory, exclude_damaged=exclude_damaged)
+    for note in study.integrity_notes():
+        warnings.warn(note, StoreIntegrityWarning, stacklevel=2)
     sections = [summary_section(study)]
     if study.counts()["done"] == 0:
         sections[0].notes.append(

@@ -442,19 +442,29 @@ def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
     }
 
 
-def write_analysis(directory: str | Path) -> dict[str, Path]:
+def write_analysis(
+    directory: Study | str | Path, *, exclude_damaged: bool = False
+) -> dict[str, Path]:
     """Compute `analyze` for the study in `directory`; write CSVs and ``analysis.md``.
 
-    Returns {name: path} of the written files (in ``directory/analysis/``).
+    Returns {name: path} of the written files (in ``directory/analysis/``). A damaged store is
+    refused unless ``exclude_damaged`` (see `load_study`); then every file starts with the
+    study's integrity notes (``# `` comment lines in the CSVs: read them with
+    ``pd.read_csv(path, comment="#")``).
     """
-    study = load_study(directory)
+    study = (
+        directory
+        if isinstance(directory, Study)
+        else load_study(directory, exclude_damaged=exclude_damaged)
+    )
     results = analyze(study)
-    out_dir = Path(directory) / "analysis"
+    out_dir = Path(study.directory) / "analysis"
     out_dir.mkdir(parents=True, exist_ok=True)
+    notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
     written = {}
     for name, frame in results.items():
         path = out_dir / f"{name}.csv"
-        frame.to_csv(path, index=False, float_format="%.6g")
+        path.write_text(notes + frame.to_csv(index=False, float_format="%.6g"), encoding="utf-8")
         written[name] = path
     path = out_dir / "analysis.md"
     path.write_text(analysis_markdown(study, results), encoding="utf-8")
@@ -468,12 +478,16 @@ def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     lines = [
         f"# Study analysis: {study.config.get('name', 'study')}",
         "",
-        f"Units: {counts['done']} done, {counts['failed']} failed, {counts['pending']} pending "
+        f"Units: {counts['done']} done, {counts['failed']} failed, "
+        + (f"{counts['damaged']} damaged (excluded), " if counts.get("damaged") else "")
+        + f"{counts['pending']} pending "
         f"(of {counts['planned']}). Source: `{study.config.get('source')}`, steps "
         f"{study.config.get('steps')}, model `{study.config.get('model')}`, precision "
         f"{(study.config.get('trainer') or {}).get('precision', 'fp32')}.",
         "",
     ]
+    for note in study.integrity_notes():
+        lines += [f"**Warning:** {note}", ""]
     digests = {v.get("oodeval_source") for v in study.units["versions"]} - {None}
     if len(digests) > 1:
         lines += [

@@ -135,8 +135,11 @@ def run_study(
     backend = import_backend(config)
     validated = validate_config(config, backend)
     tasks = plan_units(config, validated)
-    with ResultStore(directory, create=True) as store:
+    with ResultStore(directory, create=True) as store:  # the writer: holds DIR/study.lock
         store.bind_config(config.to_dict())
+        set_aside = store.move_damaged_aside()  # damaged units leave the store and run again
+        if set_aside.summary():
+            print(f"warning: {set_aside.summary()}", file=sys.stderr)
         statuses = store.statuses()
         todo = [
             t

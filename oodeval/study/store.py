@@ -1,42 +1,71 @@
-"""The SQLite results store of a study: one file, crash-safe, append-only per unit.
+"""The SQLite results store of a study: one file, one writer, crash-safe, verified on every read.
 
-Layout (``DIR/results.sqlite``):
+Layout (``DIR/results.sqlite``, schema version 2):
 
-- ``study(key, value)``: the study config as canonical JSON (``key = 'config'``) and the schema
-  version. A directory belongs to one config; resuming with another is refused.
+- ``study(key, value)``: the study config as canonical JSON (``key = 'config'``), its SHA-256
+  (``config_sha256``) and the schema version; ``migrated`` / ``rebuilt`` record upgrades and
+  repairs. A directory belongs to one config; resuming with another is refused.
 - ``units``: one row per finished unit (scenario, algorithm, seed) with its hyperparameters,
-  steps, model, ``status`` (``done`` or ``failed``), failure reason, timings, library versions and
-  start/finish times (UTC, ISO 8601).
+  steps, model, ``status`` (``done`` or ``failed``), failure reason, timings, library versions,
+  start/finish times (UTC, ISO 8601), and its integrity record: ``n_results``,
+  ``n_checkpoints`` and ``checksum`` (`oodeval.study.integrity.unit_checksum` of the units row
+  and all its rows).
 - ``results``: one row per (unit, fold, environment) with the error rate and the sample count.
   ``fold`` is the held-out given environment of a leave-one-out model, or ``all`` for the model
   trained on every given environment (evaluated on every environment of E_all).
 - ``checkpoints``: one row per (unit, fold, step): every checkpoint of each leave-one-out model
   with its training-domain validation accuracy, its accuracy on the held-out environment's "in"
   part (``test_acc``) and "out" part (``oracle_val_acc``), as fractions (see
-  `oodeval.training.CheckpointRow`). Empty for backends that do not record checkpoints; stores
-  written before this table existed get it (empty) when next opened for writing.
+  `oodeval.training.CheckpointRow`). Empty for backends that do not record checkpoints.
+- ``quarantine``: units (and stray rows) a writer moved aside because they failed verification,
+  with the reason, the time, and everything that could be read of them as JSON.
 
-A unit's rows, its checkpoints and its status are written in ONE transaction (WAL journal,
-``synchronous=FULL``), so a process killed at any moment leaves either the whole unit or none of
-it, and primary keys make a second copy of a row impossible. Only the parent process of a study
-writes.
+A unit's rows, its checkpoints, its status and its checksum are written in ONE transaction (WAL
+journal, ``synchronous=FULL``), so a process killed at any moment leaves either the whole unit or
+none of it, and primary keys make a second copy of a row impossible. One process writes: a writer
+(``ResultStore(DIR, create=True)``) holds the folder's lock (`oodeval.study.lock`) while open.
+Readers open the file read-only and never wait for the writer.
+
+Every reader runs SQLite's quick check on open, the writer its full integrity check (which also
+compares every index with its table); every read counts and hashes each unit's rows again. A
+reader refuses to hand out numbers from a store with damaged units (`load_study`), unless told to
+leave them out; a writer moves damaged units aside (`ResultStore.move_damaged_aside`) so they run
+again, and rebuilds a store that fails SQLite's check from the units that verify, keeping the
+damaged file beside it. An empty or unreadable file is refused, never started over.
+
+Stores of schema 1 (no checksums) are read as *unverified* (every output says so); the first
+writer to open one checks it with SQLite's full integrity check and then adds the checksums.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from oodeval.errors import OodevalError
+from oodeval.study.integrity import (
+    StoreHealth,
+    named,
+    printable,
+    text_checksum,
+    unit_checksum,
+    unit_damage,
+)
+from oodeval.study.lock import StudyLock
 
 STORE_NAME = "results.sqlite"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 ALL_FOLD = "all"
 
 _SCHEMA = """
@@ -60,7 +89,10 @@ CREATE TABLE IF NOT EXISTS units (
     versions TEXT NOT NULL,
     started TEXT,
     finished TEXT,
-    attempts INTEGER NOT NULL DEFAULT 1
+    attempts INTEGER NOT NULL DEFAULT 1,
+    n_results INTEGER,
+    n_checkpoints INTEGER,
+    checksum TEXT
 );
 CREATE TABLE IF NOT EXISTS results (
     unit_key TEXT NOT NULL REFERENCES units(unit_key),
@@ -79,6 +111,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     oracle_val_acc REAL NOT NULL,
     PRIMARY KEY (unit_key, fold, step)
 );
+CREATE TABLE IF NOT EXISTS quarantine (
+    unit_key TEXT,
+    moved TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    data TEXT NOT NULL
+)
 """
 
 UNIT_COLUMNS = (
@@ -99,6 +137,17 @@ UNIT_COLUMNS = (
     "finished",
     "attempts",
 )
+#: The integrity record of a unit (schema 2), after `UNIT_COLUMNS` in the ``units`` table.
+INTEGRITY_COLUMNS = ("n_results", "n_checkpoints", "checksum")
+RESULT_COLUMNS = ("fold", "environment", "error", "count")
+CHECKPOINT_COLUMNS = ("fold", "step", "train_val_acc", "test_acc", "oracle_val_acc")
+_JSON_COLUMNS = ("params", "hparams", "timings", "versions")
+
+_RESTORE = "restore it from a backup, or start the study in a new folder"
+
+
+class StoreDamagedError(OodevalError):
+    """The store (or units in it) failed SQLite's check or its checksums; the message says how."""
 
 
 def unit_key(scenario: str, algorithm: str, seed: int) -> str:
@@ -137,46 +186,277 @@ class UnitRecord:
         return unit_key(self.scenario, self.algorithm, self.seed)
 
 
+@dataclass
+class StoredUnit:
+    """One unit as read back: its ``units`` row, its rows, and the verdict on them.
+
+    ``damage`` is the reason the unit fails verification (None when it verifies or has no
+    checksum to verify); ``verified`` is True when its rows match its checksum.
+    """
+
+    row: tuple
+    rowid: int | None = None
+    integrity: tuple = ()
+    results: list[tuple] = field(default_factory=list)
+    checkpoints: list[tuple] = field(default_factory=list)
+    damage: str | None = None
+    verified: bool = False
+    decoded: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> Any:
+        return self.row[0]
+
+    def as_json(self, columns: Sequence[str]) -> str:
+        """Everything read of the unit, for the quarantine table."""
+        return json.dumps(
+            {
+                "unit": dict(zip(columns, self.row + self.integrity, strict=False)),
+                "results": [list(r) for r in self.results],
+                "checkpoints": [list(r) for r in self.checkpoints],
+            },
+            default=repr,
+        )
+
+
+@dataclass
+class StoreContents:
+    """What one verified read of a store found: the config, every unit, the health verdict."""
+
+    config: dict[str, Any] | None
+    units: list[StoredUnit]
+    health: StoreHealth
+
+    @property
+    def usable(self) -> list[StoredUnit]:
+        """Units whose numbers may be used: verified, or unverified (schema 1) but readable."""
+        return [u for u in self.units if u.damage is None]
+
+    def units_frame(self) -> pd.DataFrame:
+        """The usable units, JSON columns decoded, sorted by unit key."""
+        frame = pd.DataFrame.from_records(
+            [u.row[: len(UNIT_COLUMNS)] for u in self.usable], columns=list(UNIT_COLUMNS)
+        )
+        for column in _JSON_COLUMNS:
+            frame[column] = [u.decoded[column] for u in self.usable]
+        return frame
+
+    def results_frame(self) -> pd.DataFrame:
+        """The usable units' result rows sorted by (unit_key, fold, environment)."""
+        rows = [(u.key, *r) for u in self.usable for r in u.results]
+        return pd.DataFrame.from_records(rows, columns=["unit_key", *RESULT_COLUMNS])
+
+    def checkpoints_frame(self) -> pd.DataFrame:
+        """The checkpoint rows of usable ``done`` units with their scenario, algorithm, seed and
+        hparams (JSON text), sorted by (unit_key, fold, step)."""
+        at = {c: i for i, c in enumerate(UNIT_COLUMNS)}
+        rows = [
+            (
+                u.row[at["scenario"]],
+                u.row[at["algorithm"]],
+                u.row[at["seed"]],
+                u.row[at["hparams"]],
+                u.key,
+                *c,
+            )
+            for u in self.usable
+            if u.row[at["status"]] == "done"
+            for c in u.checkpoints
+        ]
+        columns = ["scenario", "algorithm", "seed", "hparams", "unit_key", *CHECKPOINT_COLUMNS]
+        return pd.DataFrame.from_records(rows, columns=columns)
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """What `ResultStore.move_damaged_aside` did: units moved to the quarantine table (with the
+    reason), keys of stray rows moved there, and the damaged file kept after a rebuild."""
+
+    units: dict[str, str] = field(default_factory=dict)
+    stray_keys: int = 0
+    damaged_copy: Path | None = None
+
+    def summary(self) -> str | None:
+        """One line for the user, or None when nothing was done."""
+        parts = []
+        if self.damaged_copy is not None:
+            parts.append(
+                f"the store failed SQLite's integrity check and was rebuilt from the units that "
+                f"verify; the damaged file is kept as {self.damaged_copy.name}"
+            )
+        if self.units:
+            parts.append(
+                f"{len(self.units)} damaged unit(s) moved aside to run again: {named(self.units)}"
+            )
+        if self.stray_keys:
+            parts.append(f"rows of {self.stray_keys} unknown unit key(s) moved aside")
+        return "; ".join(parts) or None
+
+
 class ResultStore:
-    """Read/write access to ``DIR/results.sqlite``; the writer of a running study.
+    """Access to ``DIR/results.sqlite``: a read-only reader, or the one writer of a study.
 
     Parameters
     ----------
     directory : the study folder (created when ``create=True``).
-    create : create the folder and the tables when missing; otherwise a missing store is an error.
+    create : open as the writer: take the folder's lock (`oodeval.study.lock`; another writer
+        is refused at once), create the folder and the store when missing, and bring a schema 1
+        store up to date. Otherwise the store is opened read-only and a missing one is an error.
+    full_check : run SQLite's full ``integrity_check`` instead of its ``quick_check`` on open
+        (a writer always does).
     """
 
-    def __init__(self, directory: str | Path, *, create: bool = False) -> None:
+    def __init__(
+        self, directory: str | Path, *, create: bool = False, full_check: bool = False
+    ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / STORE_NAME
-        if not self.path.is_file():
-            if not create:
-                raise OodevalError(
-                    f"no study in {self.directory} ({STORE_NAME} missing); "
-                    "start one with `oodeval study run`"
-                )
-            self.directory.mkdir(parents=True, exist_ok=True)
+        self.writer = create
+        self.sqlite_check: list[str] = []
+        self.check_kind = "integrity check" if full_check or create else "quick check"
+        self._conn: sqlite3.Connection | None = None
+        self._lock: StudyLock | None = None
+        if self.path.exists() and not self.path.is_file():
+            raise OodevalError(f"{self.path} is not a file; the study store must be one")
+        if not self.path.exists() and not create:
+            raise OodevalError(
+                f"no study in {self.directory} ({STORE_NAME} missing); "
+                "start one with `oodeval study run`"
+            )
         try:
-            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
             if create:
-                self._conn.executescript(_SCHEMA)
-            tables = {
-                row[0]
-                for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._lock = StudyLock(self.directory).acquire()
+                if not self.path.exists():
+                    _create_store(self.path)
+            self._open()
+            if create:
+                self._upgrade()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ----------------------------------------------------------------------------
+    def _open(self) -> None:
+        if self.path.stat().st_size == 0:
+            raise StoreDamagedError(
+                f"{self.path} is empty (0 bytes): it holds no study and is never started over "
+                f"silently; restore it from a backup, or delete it to run the study again in "
+                f"{self.directory}"
+            )
+        mode = "rw" if self.writer else "ro"
+        try:
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode={mode}",
+                uri=True,
+                isolation_level=None,
+                timeout=30.0,
+            )
+        except sqlite3.Error as exc:
+            raise _unopenable(self.path, exc) from None
+        conn.text_factory = _decode_text
+        self._conn = conn
+        try:
+            if self.writer:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute("PRAGMA foreign_keys=ON")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            self._columns = [r[1] for r in conn.execute("PRAGMA table_info(units)")]
         except sqlite3.DatabaseError as exc:
-            raise OodevalError(f"{self.path} is not a readable study store: {exc}") from None
-        if not {"study", "units", "results"} <= tables:
-            raise OodevalError(f"{self.path} is not an oodeval study store (tables missing)")
+            raise _unopenable(self.path, exc) from None
+        missing = {"study", "units", "results"} - tables
+        if missing:
+            raise StoreDamagedError(
+                f"{self.path} is not an oodeval study store (tables missing: "
+                f"{', '.join(sorted(missing))}); {_RESTORE}"
+            )
+        self._tables = tables
+        pragma = "integrity_check" if self.check_kind == "integrity check" else "quick_check"
+        self.sqlite_check = _sqlite_check(conn, pragma)
+
+    @property
+    def has_checksums(self) -> bool:
+        """False for a schema 1 store (written before units carried checksums)."""
+        return "checksum" in self._columns
+
+    def _upgrade(self) -> None:
+        """Writer only: add missing tables, and checksums to a schema 1 store that passes
+        SQLite's full integrity check. A damaged store is left alone until it is rebuilt."""
+        if self.sqlite_check:
+            if not self.has_checksums:
+                raise StoreDamagedError(
+                    f"{self.path} fails SQLite's integrity check ({self.sqlite_check[0]}) and was "
+                    "written by an oodeval without checksums, so none of its units can be "
+                    f"verified or salvaged; {_RESTORE}"
+                )
+            return
+        if self.has_checksums and {"checkpoints", "quarantine"} <= self._tables:
+            return
+        with self._guard("upgrading"), self._transaction():
+            for statement in _SCHEMA.split(";"):
+                self._execute(statement)
+            if not self.has_checksums:
+                self._migrate()
+        self._tables = self._tables | {"checkpoints", "quarantine"}
+        self._columns = [r[1] for r in self._execute("PRAGMA table_info(units)")]
+
+    def _migrate(self) -> None:
+        """Add the integrity record to every unit of a schema 1 store; `_upgrade` calls it only
+        after SQLite's full integrity check passed (the writer runs it on open)."""
+        units = self._read_units(legacy=True)
+        for column in INTEGRITY_COLUMNS:
+            kind = "TEXT" if column == "checksum" else "INTEGER"
+            self._execute(f"ALTER TABLE units ADD COLUMN {column} {kind}")
+        for unit in units:
+            if unit.damage is None:  # unreadable JSON keeps no checksum: damaged from now on
+                self._execute(
+                    "UPDATE units SET n_results=?, n_checkpoints=?, checksum=? WHERE unit_key=?",
+                    (
+                        len(unit.results),
+                        len(unit.checkpoints),
+                        unit_checksum(unit.row, unit.results, unit.checkpoints),
+                        unit.key,
+                    ),
+                )
+        study = self._study_rows()
+        if "config" in study:
+            self._set_study("config_sha256", text_checksum(study["config"]))
+        self._set_study("schema", SCHEMA_VERSION)
+        self._set_study(
+            "migrated",
+            json.dumps(
+                {"at": _now(), "from_schema": study.get("schema", "1"), "units": len(units)}
+            ),
+        )
 
     # -- the config -----------------------------------------------------------------------
     def stored_config(self) -> dict[str, Any] | None:
-        """The config the store was created with, or None for a fresh store."""
-        row = self._conn.execute("SELECT value FROM study WHERE key='config'").fetchone()
-        return None if row is None else json.loads(row[0])
+        """The config the store was created with (checked against its checksum), or None for a
+        fresh store. Raises StoreDamagedError when it is damaged or missing beside units."""
+        with self._guard("reading the study config"):
+            config, problem = self._config()
+        if problem:
+            raise StoreDamagedError(f"{self.path}: {problem}; {_RESTORE}")
+        return config
+
+    def _config(self) -> tuple[dict[str, Any] | None, str | None]:
+        study = self._study_rows()
+        text = study.get("config")
+        if text is None:
+            return None, None
+        expected = study.get("config_sha256")
+        if (expected is None and self.has_checksums) or (
+            expected is not None and expected != text_checksum(text)
+        ):
+            return None, "its study config does not match its checksum (damaged)"
+        try:
+            config = json.loads(text)
+        except ValueError:
+            return None, "its study config is not readable JSON (damaged)"
+        if not isinstance(config, dict):
+            return None, "its study config is not a table (damaged)"
+        return config, None
 
     def bind_config(self, config: Mapping[str, Any]) -> None:
         """Record `config` in a fresh store, or check that it equals the stored one.
@@ -185,11 +465,18 @@ class ResultStore:
         """
         stored = self.stored_config()
         if stored is None:
-            with self._transaction():
-                self._conn.execute(
-                    "INSERT INTO study(key, value) VALUES ('config', ?), ('schema', ?)",
-                    (json.dumps(dict(config), sort_keys=True), SCHEMA_VERSION),
+            with self._guard("reading the units"):
+                has_units = self._execute("SELECT 1 FROM units LIMIT 1").fetchone() is not None
+            if has_units:
+                raise StoreDamagedError(
+                    f"{self.path} holds units but no study config (damaged), so its study "
+                    f"cannot be told; {_RESTORE}"
                 )
+            text = json.dumps(dict(config), sort_keys=True)
+            with self._guard("recording the config"), self._transaction():
+                self._set_study("config", text)
+                self._set_study("config_sha256", text_checksum(text))
+                self._set_study("schema", SCHEMA_VERSION)
             return
         fresh = json.loads(json.dumps(dict(config), sort_keys=True))
         differing = sorted(k for k in set(stored) | set(fresh) if stored.get(k) != fresh.get(k))
@@ -201,99 +488,336 @@ class ResultStore:
 
     # -- units --------------------------------------------------------------------------------
     def statuses(self) -> dict[str, str]:
-        """{unit_key: status} of every recorded unit."""
-        return dict(self._conn.execute("SELECT unit_key, status FROM units").fetchall())
+        """{unit_key: status} of every recorded unit (as stored; see `read` for verification)."""
+        with self._guard("reading unit statuses"):
+            return dict(self._execute("SELECT unit_key, status FROM units").fetchall())
 
     def record_unit(self, record: UnitRecord, rows: Iterable[Sequence[Any]] = ()) -> None:
-        """Write a unit's status, its result rows (fold, environment, error, count) and its
-        checkpoint records (``record.checkpoints``) atomically.
+        """Write a unit's status, its result rows (fold, environment, error, count), its
+        checkpoint records (``record.checkpoints``) and its checksum atomically.
 
         A unit already ``done`` is never rewritten (its rows stay as they are); a ``failed`` unit
-        is replaced, with its attempt count increased.
+        is replaced, with its attempt count increased. Two rows with the same (fold, environment)
+        or (fold, step) are refused (OodevalError) and nothing of the unit is written.
         """
-        rows = [(str(f), str(e), float(err), int(c)) for f, e, err, c in rows]
+        self._require_writable()
+        # +0.0 stores -0.0 as 0.0, which is what SQLite returns for it (the checksum is exact)
+        rows = [(str(f), str(e), float(err) + 0.0, int(c)) for f, e, err, c in rows]
         checkpoints = [
-            (str(f), int(s), float(v), float(t), float(o)) for f, s, v, t, o in record.checkpoints
+            (str(f), int(s), float(v) + 0.0, float(t) + 0.0, float(o) + 0.0)
+            for f, s, v, t, o in record.checkpoints
         ]
+        _refuse_duplicates(record.key, [r[:2] for r in rows], "(fold, environment)")
+        _refuse_duplicates(record.key, [c[:2] for c in checkpoints], "(fold, step)")
         key = record.key
-        with self._transaction():
-            prior = self._conn.execute(
+        with self._guard(f"recording unit {key}"), self._transaction():
+            prior = self._execute(
                 "SELECT status, attempts FROM units WHERE unit_key=?", (key,)
             ).fetchone()
             if prior is not None and prior[0] == "done":
                 return
             attempts = 1 if prior is None else int(prior[1]) + 1
-            self._conn.execute("DELETE FROM results WHERE unit_key=?", (key,))
-            self._conn.execute("DELETE FROM checkpoints WHERE unit_key=?", (key,))
-            self._conn.execute("DELETE FROM units WHERE unit_key=?", (key,))
-            self._conn.execute(
-                f"INSERT INTO units({', '.join(UNIT_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(UNIT_COLUMNS))})",
-                (
-                    key,
-                    record.scenario,
-                    record.family,
-                    _json(record.params),
-                    record.algorithm,
-                    int(record.seed),
-                    _json(record.hparams),
-                    int(record.steps),
-                    record.model,
-                    record.status,
-                    record.failure,
-                    _json(record.timings or {}),
-                    _json(record.versions or {}),
-                    record.started,
-                    record.finished,
-                    attempts,
-                ),
+            self._delete_unit(key)
+            values = _unit_values(record, attempts)
+            columns = UNIT_COLUMNS + INTEGRITY_COLUMNS
+            self._execute(
+                f"INSERT INTO units({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                (*values, len(rows), len(checkpoints), unit_checksum(values, rows, checkpoints)),
             )
-            self._conn.executemany(
-                "INSERT INTO results(unit_key, fold, environment, error, count) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(key, *row) for row in rows],
-            )
-            self._conn.executemany(
-                "INSERT INTO checkpoints(unit_key, fold, step, train_val_acc, test_acc, "
-                "oracle_val_acc) VALUES (?, ?, ?, ?, ?, ?)",
-                [(key, *row) for row in checkpoints],
-            )
+            self._insert_rows(key, rows, checkpoints)
+
+    def _insert_rows(self, key: Any, rows: Sequence[Sequence], checkpoints: Sequence[Sequence]):
+        self._conn.executemany(
+            f"INSERT INTO results(unit_key, {', '.join(RESULT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)",
+            [(key, *row) for row in rows],
+        )
+        self._conn.executemany(
+            f"INSERT INTO checkpoints(unit_key, {', '.join(CHECKPOINT_COLUMNS)}) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [(key, *row) for row in checkpoints],
+        )
+
+    def _delete_unit(self, key: Any, rowid: int | None = None) -> None:
+        """Delete a unit's rows; its ``units`` row by `rowid` when given (its key may be
+        damaged beyond matching), else by key."""
+        where, param = _key_match(key)
+        self._execute(f"DELETE FROM results WHERE {where}", (param,))
+        if "checkpoints" in self._tables:
+            self._execute(f"DELETE FROM checkpoints WHERE {where}", (param,))
+        if rowid is None:
+            self._execute(f"DELETE FROM units WHERE {where}", (param,))
+        else:
+            self._execute("DELETE FROM units WHERE rowid=?", (rowid,))
+
+    # -- verified reads ---------------------------------------------------------------------
+    def read(self) -> StoreContents:
+        """Read every unit and verify it: counts and checksum of its rows (see the module doc).
+
+        Raises StoreDamagedError only when nothing can be salvaged (the units or study table
+        cannot be read); damaged units and a failed SQLite check are reported in ``health``.
+        """
+        health = StoreHealth(
+            self.path, sqlite_check=list(self.sqlite_check), check_kind=self.check_kind
+        )
+        with self._guard("reading the study config"):
+            config, problem = self._config()
+        if problem:
+            health.problems.append(problem)
+        units = self._read_units(legacy=not self.has_checksums)
+        for unit in units:
+            if unit.damage is not None:
+                health.damaged[printable(unit.key)] = unit.damage
+            elif unit.verified:
+                health.verified += 1
+            else:
+                health.unverified.append(printable(unit.key))
+        return StoreContents(config, units, health)
+
+    def _read_units(self, *, legacy: bool) -> list[StoredUnit]:
+        columns = UNIT_COLUMNS if legacy else UNIT_COLUMNS + INTEGRITY_COLUMNS
+        try:
+            rows = self._execute(
+                f"SELECT rowid, {', '.join(columns)} FROM units ORDER BY unit_key"
+            ).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreDamagedError(
+                f"{self.path}: the units table cannot be read ({exc}), so no unit can be "
+                f"salvaged; {_RESTORE}"
+            ) from None
+        return [self._read_unit(tuple(row), legacy=legacy) for row in rows]
+
+    def _read_unit(self, row: tuple, *, legacy: bool) -> StoredUnit:
+        rowid, row = row[0], row[1:]
+        unit = StoredUnit(row[: len(UNIT_COLUMNS)], rowid, row[len(UNIT_COLUMNS) :])
+        where, key = _key_match(unit.key)
+        # the rows are decoded strictly (fast); text that is not UTF-8 makes them unreadable
+        self._conn.text_factory = str
+        try:
+            unit.results = self._execute(
+                f"SELECT {', '.join(RESULT_COLUMNS)} FROM results WHERE {where} "
+                "ORDER BY fold, environment",
+                (key,),
+            ).fetchall()
+            if "checkpoints" in self._tables:
+                unit.checkpoints = self._execute(
+                    f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM checkpoints WHERE {where} "
+                    "ORDER BY fold, step",
+                    (key,),
+                ).fetchall()
+        except sqlite3.DatabaseError as exc:
+            unit.damage = f"its rows cannot be read: {exc}"
+            return unit
+        finally:
+            self._conn.text_factory = _decode_text
+        if not legacy:
+            unit.damage = unit_damage(unit.row, unit.integrity, unit.results, unit.checkpoints)
+            unit.verified = unit.damage is None
+        if unit.damage is None:
+            at = {c: i for i, c in enumerate(UNIT_COLUMNS)}
+            try:
+                unit.decoded = {c: json.loads(unit.row[at[c]]) for c in _JSON_COLUMNS}
+            except (TypeError, ValueError):
+                unit.damage, unit.verified = "its metadata is not readable JSON", False
+        return unit
+
+    def _trusted(self) -> StoreContents:
+        contents = self.read()
+        if not contents.health.trusted:
+            raise StoreDamagedError(contents.health.refusal(option=None))
+        for note in contents.health.notes():
+            warnings.warn(note, StoreIntegrityWarning, stacklevel=3)
+        return contents
 
     def units_frame(self) -> pd.DataFrame:
-        """The ``units`` table, JSON columns decoded, sorted by unit key."""
-        frame = pd.read_sql_query("SELECT * FROM units ORDER BY unit_key", self._conn)
-        for column in ("params", "hparams", "timings", "versions"):
-            frame[column] = frame[column].map(json.loads)
-        return frame
+        """The ``units`` table (verified), JSON columns decoded, sorted by unit key.
+
+        Raises StoreDamagedError when the store or a unit in it fails verification.
+        """
+        return self._trusted().units_frame()
 
     def results_frame(self) -> pd.DataFrame:
-        """The ``results`` table sorted by (unit_key, fold, environment)."""
-        return pd.read_sql_query(
-            "SELECT * FROM results ORDER BY unit_key, fold, environment", self._conn
-        )
+        """The ``results`` table (verified) sorted by (unit_key, fold, environment)."""
+        return self._trusted().results_frame()
 
     def checkpoints_frame(self) -> pd.DataFrame:
-        """The ``checkpoints`` table of ``done`` units joined with their scenario, algorithm, seed
-        and hparams (JSON text), sorted by (unit_key, fold, step); empty when the store has none
-        (or predates the table)."""
-        columns = ["scenario", "algorithm", "seed", "hparams", "unit_key", "fold", "step"]
-        columns += ["train_val_acc", "test_acc", "oracle_val_acc"]
-        if not self._has_table("checkpoints"):
-            return pd.DataFrame(columns=columns)
-        return pd.read_sql_query(
-            "SELECT u.scenario, u.algorithm, u.seed, u.hparams, c.unit_key, c.fold, c.step, "
-            "c.train_val_acc, c.test_acc, c.oracle_val_acc FROM checkpoints c "
-            "JOIN units u ON u.unit_key = c.unit_key WHERE u.status = 'done' "
-            "ORDER BY c.unit_key, c.fold, c.step",
-            self._conn,
+        """The ``checkpoints`` table of ``done`` units (verified) joined with their scenario,
+        algorithm, seed and hparams (JSON text), sorted by (unit_key, fold, step); empty when
+        the store has none (or predates the table)."""
+        return self._trusted().checkpoints_frame()
+
+    # -- repairs (writer) -------------------------------------------------------------------
+    def move_damaged_aside(self) -> SetAside:
+        """Move every unit that fails verification (and rows of no stored unit) to the
+        ``quarantine`` table, so a run stores them again; rebuild a store that fails SQLite's
+        integrity check from its verified units first. Returns what was done."""
+        self._require_writer()
+        if self.sqlite_check:
+            try:
+                with self._guard("rebuilding the store"):
+                    return self._rebuild()
+            except OSError as exc:
+                raise OodevalError(
+                    f"cannot rebuild {self.path} ({exc.strerror or exc}); free disk space or "
+                    "fix the folder's permissions, then run again"
+                ) from None
+        contents = self.read()
+        if contents.health.problems:
+            raise StoreDamagedError(f"{self.path}: {contents.health.problems[0]}; {_RESTORE}")
+        damaged = [u for u in contents.units if u.damage is not None]
+        with self._guard("moving damaged units aside"):
+            stray = self._stray_rows({u.key for u in contents.units})
+            if not damaged and not stray:
+                return SetAside()
+            with self._transaction():
+                for unit in damaged:
+                    self._quarantine(unit.key, unit.damage, unit.as_json(self._unit_columns()))
+                    self._delete_unit(unit.key, unit.rowid)
+                for key, data in stray.items():
+                    self._quarantine(key, "rows of no stored unit", data)
+                    self._delete_unit(key)
+        return SetAside({printable(u.key): u.damage for u in damaged}, len(stray))
+
+    def _stray_rows(self, known: set) -> dict[Any, str]:
+        stray: dict[Any, dict[str, list]] = {}
+        for table in ("results", "checkpoints"):
+            if table not in self._tables:
+                continue
+            columns = RESULT_COLUMNS if table == "results" else CHECKPOINT_COLUMNS
+            query = (
+                f"SELECT unit_key, {', '.join(columns)} FROM {table} WHERE unit_key NOT IN "
+                "(SELECT unit_key FROM units)"
+            )
+            for key, *row in self._execute(query):
+                if key not in known:
+                    stray.setdefault(key, {"results": [], "checkpoints": []})[table].append(row)
+        return {k: json.dumps({"unit": None, **v}, default=repr) for k, v in stray.items()}
+
+    def _quarantine(self, key: Any, reason: str, data: str) -> None:
+        self._execute(
+            "INSERT INTO quarantine(unit_key, moved, reason, data) VALUES (?, ?, ?, ?)",
+            (printable(key), _now(), reason, data),
         )
 
-    def _has_table(self, name: str) -> bool:
-        query = "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?"
-        return self._conn.execute(query, (name,)).fetchone() is not None
+    def _rebuild(self) -> SetAside:
+        """A store failing SQLite's integrity check is rebuilt: its config and the units that verify
+        are copied into a new file, which then replaces it; the damaged file is kept beside it
+        as ``results.sqlite.damaged-<time>``."""
+        config = self.stored_config()
+        if config is None:
+            raise StoreDamagedError(
+                f"{self.path} fails SQLite's integrity check and holds no study config; {_RESTORE}"
+            )
+        contents = self.read()
+        study = self._study_rows()
+        kept_quarantine = _quiet(lambda: self._execute("SELECT * FROM quarantine").fetchall(), [])
+        aside = _unused(self.directory / f"{STORE_NAME}.damaged-{_stamp()}")
+        record = {
+            "at": _now(),
+            "damaged_copy": aside.name,
+            "sqlite": self.sqlite_check[:5],
+            "kept": len(contents.usable),
+            "damaged": len(contents.health.damaged),
+        }
+        history = _json_list(study.get("rebuilt")) + [record]
+        tmp = self.directory / f"{STORE_NAME}.rebuild"
+        tmp.unlink(missing_ok=True)
+        new = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            new.executescript(_SCHEMA)
+            new.execute("BEGIN IMMEDIATE")
+            study.update(rebuilt=json.dumps(history), schema=SCHEMA_VERSION)
+            new.executemany("INSERT INTO study(key, value) VALUES (?, ?)", list(study.items()))
+            new.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?)", kept_quarantine)
+            columns = self._unit_columns()
+            for unit in contents.units:
+                if unit.damage is not None:
+                    new.execute(
+                        "INSERT INTO quarantine VALUES (?, ?, ?, ?)",
+                        (printable(unit.key), _now(), unit.damage, unit.as_json(columns)),
+                    )
+                    continue
+                new.execute(
+                    f"INSERT INTO units({', '.join(columns)}) VALUES "
+                    f"({', '.join('?' * len(columns))})",
+                    unit.row + unit.integrity,
+                )
+                new.executemany(
+                    "INSERT INTO results VALUES (?, ?, ?, ?, ?)",
+                    [(unit.key, *r) for r in unit.results],
+                )
+                new.executemany(
+                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)",
+                    [(unit.key, *c) for c in unit.checkpoints],
+                )
+            new.execute("COMMIT")
+        finally:
+            new.close()
+        self._swap_in(tmp, aside)
+        return SetAside(dict(contents.health.damaged), 0, aside)
+
+    def _swap_in(self, rebuilt: Path, aside: Path) -> None:
+        """Replace the damaged store by `rebuilt`, keeping the damaged file (and its WAL) as
+        `aside`. The store path is never missing: a crash leaves either file in place."""
+        _fsync(rebuilt)
+        self._conn.close()
+        self._conn = None
+        _link_or_copy(self.path, aside)
+        wal = self.path.with_name(STORE_NAME + "-wal")
+        if wal.exists():
+            _link_or_copy(wal, aside.with_name(aside.name + "-wal"))
+            wal.unlink()  # a WAL of the damaged file must never be replayed onto the new one
+        self.path.with_name(STORE_NAME + "-shm").unlink(missing_ok=True)
+        os.replace(rebuilt, self.path)
+        _fsync(self.directory)
+        self._open()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _unit_columns(self) -> tuple[str, ...]:
+        return UNIT_COLUMNS + (INTEGRITY_COLUMNS if self.has_checksums else ())
+
+    def _study_rows(self) -> dict[str, Any]:
+        try:
+            return dict(self._execute("SELECT key, value FROM study").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise StoreDamagedError(
+                f"{self.path}: the study table cannot be read ({exc}); {_RESTORE}"
+            ) from None
+
+    def _set_study(self, key: str, value: str) -> None:
+        self._execute("INSERT OR REPLACE INTO study(key, value) VALUES (?, ?)", (key, value))
+
+    def _require_writer(self) -> None:
+        if not self.writer:
+            raise OodevalError(f"{self.path} is open read-only; open it with create=True to write")
+
+    def _require_writable(self) -> None:
+        self._require_writer()
+        if self.sqlite_check:
+            raise StoreDamagedError(
+                f"{self.path} fails SQLite's integrity check; call move_damaged_aside() (as "
+                "`oodeval study run` does) before writing to it"
+            )
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        if self._conn is None:
+            raise OodevalError(f"{self.path} is closed")
+        return self._conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """Turn a SQLite exception into one clear OodevalError line."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path, doing) from None
 
     def close(self) -> None:
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> ResultStore:
         return self
@@ -303,6 +827,11 @@ class ResultStore:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
+
+
+class StoreIntegrityWarning(UserWarning):
+    """Numbers were computed from a store whose units are not all verified (damaged units left
+    out on request, or units without checksums); the message is one of `Study.integrity_notes`."""
 
 
 class _Transaction:
@@ -322,15 +851,18 @@ class _Transaction:
 class Study:
     """A stored study, loaded: its config, units and results as DataFrames.
 
-    ``units`` has one row per recorded unit (see the ``units`` table; ``params``, ``hparams``,
-    ``timings`` and ``versions`` decoded to dicts); ``results`` one row per (unit_key, fold,
-    environment) with ``error`` and ``count``.
+    ``units`` has one row per recorded unit that verifies (see the ``units`` table; ``params``,
+    ``hparams``, ``timings`` and ``versions`` decoded to dicts); ``results`` one row per
+    (unit_key, fold, environment) with ``error`` and ``count``. ``health`` is what verifying the
+    store found; when damaged units were excluded (``load_study(..., exclude_damaged=True)``)
+    they are in ``health.damaged`` and in no frame.
     """
 
     directory: Path
     config: dict[str, Any]
     units: pd.DataFrame
     results: pd.DataFrame
+    health: StoreHealth | None = None
 
     @property
     def planned(self) -> int:
@@ -339,24 +871,320 @@ class Study:
         return len(c["scenarios"]) * len(c["algorithms"]) * len(c["seeds"])
 
     def counts(self) -> dict[str, int]:
-        """{"done", "failed", "pending", "planned"} unit counts."""
+        """{"done", "failed", "damaged", "pending", "planned"} unit counts."""
         done = int((self.units["status"] == "done").sum())
         failed = int((self.units["status"] == "failed").sum())
+        damaged = len(self.health.damaged) if self.health is not None else 0
         return {
             "done": done,
             "failed": failed,
-            "pending": max(self.planned - done - failed, 0),
+            "damaged": damaged,
+            "pending": max(self.planned - done - failed - damaged, 0),
             "planned": self.planned,
         }
 
+    def integrity_notes(self) -> list[str]:
+        """What every output computed from this study must say about the store's integrity
+        (damaged units left out, units without checksums); empty for a verified store."""
+        return self.health.notes() if self.health is not None else []
 
-def load_study(directory: str | Path) -> Study:
-    """Read a study folder written by `oodeval study run` (or `oodeval.study.run_study`)."""
+
+def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study:
+    """Read and verify a study folder written by `oodeval study run` (or `run_study`).
+
+    Raises StoreDamagedError (naming the damaged units) when the store fails SQLite's quick check
+    or a unit fails verification; with ``exclude_damaged=True`` the damaged units are left out
+    instead and `Study.integrity_notes` says so. A damaged config is always refused.
+    """
     with ResultStore(directory) as store:
-        config = store.stored_config()
-        if config is None:
-            raise OodevalError(f"{store.path} has no study config; was the run interrupted early?")
-        return Study(Path(directory), config, store.units_frame(), store.results_frame())
+        contents = store.read()
+    health = contents.health
+    if health.problems or (not health.trusted and not exclude_damaged):
+        raise StoreDamagedError(health.refusal(None if health.problems else "--exclude-damaged"))
+    if contents.config is None:
+        raise OodevalError(f"{store.path} has no study config; was the run interrupted early?")
+    health.excluded = exclude_damaged
+    return Study(
+        Path(directory), contents.config, contents.units_frame(), contents.results_frame(), health
+    )
+
+
+@dataclass
+class StoreVerification:
+    """`verify_store`'s findings: health, plus what only a full check looks at."""
+
+    path: Path
+    health: StoreHealth | None = None
+    unreadable: str | None = None
+    schema: str | None = None
+    stray_rows: int | None = 0
+    quarantined: int = 0
+    history: list[str] = field(default_factory=list)
+    damaged_copies: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """Everything verified: SQLite's full check passes and every unit has a checksum that
+        matches, no row belongs to no unit."""
+        h = self.health
+        return h is not None and h.trusted and not h.unverified and self.stray_rows == 0
+
+    def lines(self) -> list[str]:
+        """The report `oodeval study verify` prints."""
+        out = [f"store: {self.path}" + (f" (schema {self.schema})" if self.schema else "")]
+        if self.health is None:
+            return [*out, f"unreadable: {self.unreadable}", "verdict: DAMAGED (unreadable)"]
+        h = self.health
+        out.append(f"SQLite {h.check_kind}: {'ok' if h.sqlite_ok else 'FAILED'}")
+        out += [f"  {printable(m)}" for m in h.sqlite_check[:10]]
+        if len(h.sqlite_check) > 10:
+            out.append(f"  ... and {len(h.sqlite_check) - 10} more messages")
+        out.append("config: " + ("; ".join(h.problems) if h.problems else "ok"))
+        total = h.verified + len(h.damaged) + len(h.unverified)
+        out.append(
+            f"units: {total} stored: {h.verified} verified, {len(h.damaged)} damaged, "
+            f"{len(h.unverified)} without checksum"
+        )
+        out += [f"damaged: {k}: {v}" for k, v in h.damaged.items()]
+        if self.stray_rows is None:
+            out.append("stray rows: cannot be counted (the tables cannot be read in full)")
+        elif self.stray_rows:
+            out.append(f"stray rows: {self.stray_rows} result/checkpoint rows of no stored unit")
+        if self.quarantined:
+            out.append(f"quarantine: {self.quarantined} unit(s) set aside earlier")
+        out += [f"history: {line}" for line in self.history]
+        out += [f"damaged copy kept: {name}" for name in self.damaged_copies]
+        out.append(f"verdict: {self._verdict()}")
+        return out
+
+    def _verdict(self) -> str:
+        h = self.health
+        assert h is not None
+        if self.clean:
+            return "clean"
+        if h.problems:
+            return f"DAMAGED; {_RESTORE}"
+        if not h.trusted or self.stray_rows:
+            return (
+                "DAMAGED; `oodeval study run` with the same config moves the damaged units "
+                "aside (rebuilding the file when SQLite's check fails) and runs them again"
+            )
+        return (
+            "UNVERIFIED: units without checksums (stored by an older oodeval); `oodeval "
+            "study run` with the same config checks the file and adds them"
+        )
+
+
+def verify_store(directory: str | Path) -> StoreVerification:
+    """Verify a study store without writing to it: SQLite's full integrity check, the config's
+    checksum, every unit's row counts and checksum, stray rows. A missing store is an
+    OodevalError; an unreadable one is a finding (``unreadable``)."""
+    path = Path(directory) / STORE_NAME
+    report = StoreVerification(path)
+    report.damaged_copies = sorted(
+        p.name
+        for p in Path(directory).glob(f"{STORE_NAME}.damaged-*")
+        if not p.name.endswith(("-wal", "-shm"))
+    )
+    try:
+        store = ResultStore(directory, full_check=True)
+    except StoreDamagedError as exc:
+        report.unreadable = str(exc)
+        return report
+    with store:
+        try:
+            report.health = store.read().health
+        except StoreDamagedError as exc:
+            report.unreadable = str(exc)
+            return report
+        study = _quiet(store._study_rows, {})
+        report.schema = study.get("schema", "1")
+        report.history = _history(study)
+        report.stray_rows = _quiet(lambda: _count_stray(store), None)
+        if "quarantine" in store._tables:
+            report.quarantined = _quiet(
+                lambda: store._execute("SELECT COUNT(*) FROM quarantine").fetchone()[0], 0
+            )
+    return report
+
+
+def _count_stray(store: ResultStore) -> int:
+    total = 0
+    for table in ("results", "checkpoints"):
+        if table in store._tables:
+            total += store._execute(
+                f"SELECT COUNT(*) FROM {table} WHERE unit_key NOT IN (SELECT unit_key FROM units)"
+            ).fetchone()[0]
+    return int(total)
+
+
+def _history(study: Mapping[str, Any]) -> list[str]:
+    lines = []
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        if "migrated" in study:
+            m = json.loads(study["migrated"])
+            lines.append(
+                f"checksums added on {m['at']} to {m['units']} unit(s) of a schema "
+                f"{m['from_schema']} store (they guard against damage since then)"
+            )
+    for r in _json_list(study.get("rebuilt")):
+        with contextlib.suppress(TypeError, KeyError):
+            lines.append(
+                f"rebuilt on {r['at']} after SQLite's check failed: {r['kept']} unit(s) "
+                f"kept, {r['damaged']} moved aside; damaged file: {r['damaged_copy']}"
+            )
+    return lines
+
+
+def _quiet(fn: Any, default: Any) -> Any:
+    try:
+        return fn()
+    except (sqlite3.DatabaseError, OodevalError):
+        return default
+
+
+def _json_list(text: Any) -> list:
+    try:
+        value = json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _unit_values(record: UnitRecord, attempts: int) -> tuple:
+    """The ``units`` row of `record` (UNIT_COLUMNS order), each value of its column's type, so
+    what SQLite returns equals what was hashed."""
+    return (
+        record.key,
+        str(record.scenario),
+        str(record.family),
+        _json(record.params),
+        str(record.algorithm),
+        int(record.seed),
+        _json(record.hparams),
+        int(record.steps),
+        str(record.model),
+        str(record.status),
+        None if record.failure is None else str(record.failure),
+        _json(record.timings or {}),
+        _json(record.versions or {}),
+        None if record.started is None else str(record.started),
+        None if record.finished is None else str(record.finished),
+        int(attempts),
+    )
+
+
+def _refuse_duplicates(key: str, pairs: Sequence[tuple], what: str) -> None:
+    seen: set[tuple] = set()
+    for pair in pairs:
+        if pair in seen:
+            raise OodevalError(
+                f"unit {key}: two rows share the {what} {pair}; the backend must return each once"
+            )
+        seen.add(pair)
+
+
+def _create_store(path: Path) -> None:
+    """Create an empty store with its tables under a temporary name and move it into place, so
+    `path` never exists without its schema (a 0-byte store is always damage)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.executescript(_SCHEMA)
+        conn.execute("INSERT INTO study(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+    finally:
+        conn.close()
+    _fsync(tmp)
+    os.replace(tmp, path)
+    _fsync(path.parent)
+
+
+def _sqlite_check(conn: sqlite3.Connection, pragma: str) -> list[str]:
+    """SQLite's ``quick_check`` / ``integrity_check`` messages; empty when it says ok."""
+    try:
+        rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
+    if rows == ["ok"]:
+        return []
+    # one row may hold several messages, one a line; '*** in database main ***' is a heading
+    lines = [line.strip() for row in rows for line in row.splitlines()]
+    return [line for line in lines if line and not line.startswith("***")]
+
+
+def _translate(exc: sqlite3.Error, path: Path, doing: str) -> OodevalError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+        return OodevalError(
+            f"{path} stayed locked by another program for 30 s while {doing} ({text}); close "
+            "other programs that have it open (an sqlite3 shell, a viewer) and run again"
+        )
+    if "full" in text or "I/O" in text or "readonly" in text:
+        return OodevalError(
+            f"cannot write {path} while {doing} ({text}); free disk space or fix the folder's "
+            "permissions, then run again (finished units are kept)"
+        )
+    return StoreDamagedError(
+        f"{path} failed while {doing} ({text}); run `oodeval study verify "
+        f"{path.parent}` to see the damage"
+    )
+
+
+def _unopenable(path: Path, exc: sqlite3.Error) -> OodevalError:
+    if "unable to open" in str(exc):  # permissions, not damage
+        return OodevalError(
+            f"cannot open {path} ({exc}); the folder must be readable, and writable for SQLite's "
+            f"{STORE_NAME}-shm file beside it: fix its permissions or copy the study elsewhere"
+        )
+    return StoreDamagedError(f"{path} is not a readable study store ({exc}); {_RESTORE}")
+
+
+def _key_match(key: Any) -> tuple[str, Any]:
+    """The SQL condition and parameter finding rows stored under `key` exactly as it was read
+    (text that is not UTF-8 was decoded with surrogates; it is matched byte for byte)."""
+    if isinstance(key, str):
+        raw = key.encode("utf-8", "surrogateescape")
+        if raw.decode("utf-8", "replace") != key:
+            return "unit_key = CAST(? AS TEXT)", raw
+    return "unit_key = ?", key
+
+
+def _decode_text(data: bytes) -> str:
+    # damaged text must stay data: undecodable bytes are kept as surrogates, and the checksum
+    # (not a decoding error) tells the unit is damaged
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _unused(path: Path) -> Path:
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _json(value: Any) -> str:

@@ -1,0 +1,201 @@
+"""Integrity of a study store: per-unit checksums, verdicts, and what a damaged store may yield.
+
+Every unit stored by `oodeval.study.store.ResultStore` carries the number of its result rows, the
+number of its checkpoint rows and `unit_checksum` of its content, written in the same transaction
+as the rows. Reading a unit back, its rows are counted and hashed again (`unit_damage`): a unit
+whose rows do not match is *damaged*, and its numbers reach no analysis unless the caller asks to
+leave it out (``--exclude-damaged``), in which case every output says so (`StoreHealth.notes`).
+
+The checksum is SHA-256 over a canonical text: the ``repr`` of the ``units`` row (column order),
+then the ``repr`` of every result row and of every checkpoint row, each set sorted, one per line.
+``repr`` is exact and type-tagged for what SQLite returns (``1``, ``1.0`` and ``'1'`` differ; a
+float's repr is the shortest string that reads back to the same bits; strings are quoted and
+escaped), so any change of a stored bit, of a value's type, or of the set of rows changes the
+digest. (SQLite returns ``-0.0`` as ``0.0``; the writer stores ``0.0``.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: How many damaged units a one-line message names before it says "and N more".
+NAMED_IN_LINE = 3
+
+
+def unit_checksum(
+    unit: Sequence[Any],
+    results: Iterable[Sequence[Any]],
+    checkpoints: Iterable[Sequence[Any]],
+) -> str:
+    """SHA-256 (hex) of a unit's canonical content.
+
+    `unit` is the ``units`` row (`oodeval.study.store.UNIT_COLUMNS` order), `results` the
+    (fold, environment, error, count) rows and `checkpoints` the (fold, step, train_val_acc,
+    test_acc, oracle_val_acc) rows, in any order.
+
+    >>> a = unit_checksum(["k", 1], [("f", "e", 0.5, 10)], [])
+    >>> a == unit_checksum(("k", 1), [["f", "e", 0.5, 10]], []) and len(a)
+    64
+    >>> a == unit_checksum(["k", 1], [("f", "e", 0.5000000000000001, 10)], [])
+    False
+    >>> a == unit_checksum(["k", 1], [("f", "e", 0.5, 10.0)], [])
+    False
+    """
+    text = "\n".join(
+        [
+            "oodeval-unit-v1",
+            repr(tuple(unit)),
+            "results",
+            *sorted(map(repr, map(tuple, results))),
+            "checkpoints",
+            *sorted(map(repr, map(tuple, checkpoints))),
+        ]
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def text_checksum(text: str) -> str:
+    """SHA-256 (hex) of a stored text (the study config)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def unit_damage(
+    unit: Sequence[Any],
+    expected: tuple[Any, Any, Any],
+    results: Sequence[Sequence[Any]],
+    checkpoints: Sequence[Sequence[Any]],
+) -> str | None:
+    """Why a unit read back does not match what was written, or None when it verifies.
+
+    `expected` is the stored (n_results, n_checkpoints, checksum).
+
+    >>> row = ["k", 1]
+    >>> ok = (1, 0, unit_checksum(row, [("f", "e", 0.5, 10)], []))
+    >>> unit_damage(row, ok, [("f", "e", 0.5, 10)], []) is None
+    True
+    >>> unit_damage(row, ok, [], [])
+    '0 of 1 result rows'
+    >>> unit_damage(row, ok, [("f", "e", 0.25, 10)], [])
+    'rows differ from their checksum'
+    """
+    n_results, n_checkpoints, checksum = expected
+    if not isinstance(checksum, str) or not isinstance(n_results, int):
+        return "its checksum record is missing or unreadable"
+    if len(results) != n_results:
+        return f"{len(results)} of {n_results} result rows"
+    if len(checkpoints) != n_checkpoints:
+        return f"{len(checkpoints)} of {n_checkpoints} checkpoint rows"
+    digest = unit_checksum(unit, results, checkpoints)
+    return None if digest == checksum else "rows differ from their checksum"
+
+
+def printable(text: object) -> str:
+    r"""`text` as a string any terminal can print (undecodable bytes shown as escapes).
+
+    >>> printable("e=0.1\udcff")
+    'e=0.1\\udcff'
+    """
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def named(items: dict[str, str], limit: int = NAMED_IN_LINE) -> str:
+    """'a (why); b (why) and 2 more' for the first `limit` of `items` ({name: reason}).
+
+    >>> named({"a": "x", "b": "y", "c": "z"}, limit=2)
+    'a (x); b (y) and 1 more'
+    """
+    shown = [f"{printable(k)} ({v})" for k, v in list(items.items())[:limit]]
+    rest = len(items) - len(shown)
+    return "; ".join(shown) + (f" and {rest} more" if rest > 0 else "")
+
+
+@dataclass
+class StoreHealth:
+    """What opening and verifying a study store found.
+
+    ``problems`` holds damage to the store as a whole (its config); ``sqlite_check`` SQLite's
+    quick (or, for ``verify``, full) integrity check messages, empty when it passed; ``damaged``
+    maps each unit that fails verification to the reason; ``unverified`` lists units stored
+    without a checksum (by an oodeval before checksums); ``verified`` counts the units that
+    match their checksums; ``excluded`` is True when damaged units were left out on request.
+    """
+
+    path: Path
+    problems: list[str] = field(default_factory=list)
+    sqlite_check: list[str] = field(default_factory=list)
+    check_kind: str = "quick check"
+    damaged: dict[str, str] = field(default_factory=dict)
+    unverified: list[str] = field(default_factory=list)
+    verified: int = 0
+    excluded: bool = False
+
+    @property
+    def sqlite_ok(self) -> bool:
+        return not self.sqlite_check
+
+    @property
+    def trusted(self) -> bool:
+        """True when SQLite's check passes and no unit is damaged (unverified units aside)."""
+        return self.sqlite_ok and not self.damaged and not self.problems
+
+    def sqlite_problem(self) -> str:
+        """SQLite's first complaint and how many follow ('' when its check passed)."""
+        if self.sqlite_ok:
+            return ""
+        first = " ".join(self.sqlite_check[0].split())[:160]
+        more = len(self.sqlite_check) - 1
+        return first + (f" and {more} more messages" if more > 0 else "")
+
+    def refusal(self, option: str | None = "--exclude-damaged") -> str:
+        """The one-line refusal of a command that computes numbers from a damaged store."""
+        what = list(self.problems)
+        if not self.sqlite_ok:
+            what.append(f"SQLite's {self.check_kind} fails ({self.sqlite_problem()})")
+        total = self.verified + len(self.damaged) + len(self.unverified)
+        if self.damaged:
+            what.append(
+                f"{len(self.damaged)} of {total} units fail verification: {named(self.damaged)}"
+            )
+        verify = f"`oodeval study verify {self.path.parent}` lists every problem"
+        if self.problems:  # the study itself cannot be told: nothing to re-run
+            return (
+                f"{self.path} is damaged: {'; '.join(what)}; no number is computed from it. "
+                f"Restore it from a backup, or start the study in a new folder; {verify}"
+            )
+        fix = (
+            "rebuild the store from the units that verify (the damaged file is kept beside it) "
+            "and run the others again"
+            if not self.sqlite_ok
+            else "move the damaged units aside and run them again"
+        )
+        skip = f", or pass {option} to compute without them" if option else ""
+        return (
+            f"{self.path} is damaged: {'; '.join(what)}; no number is computed from it. Run "
+            f"`oodeval study run` with the same config to {fix}{skip}; {verify}"
+        )
+
+    def notes(self) -> list[str]:
+        """Sentences every output computed from this store must carry (empty when clean)."""
+        out = []
+        if self.excluded and self.damaged:
+            total = self.verified + len(self.damaged) + len(self.unverified)
+            out.append(
+                f"{len(self.damaged)} of {total} stored units are damaged and excluded from every "
+                f"number (--exclude-damaged): {named(self.damaged, limit=10)}."
+            )
+        if self.excluded and not self.sqlite_ok:
+            out.append(
+                f"The store fails SQLite's {self.check_kind} ({self.sqlite_problem()}); the "
+                "numbers come only from units whose rows match their checksums, and units whose "
+                "records were lost count as pending."
+            )
+        if self.unverified:
+            out.append(
+                f"{len(self.unverified)} unit(s) were stored by an oodeval without checksums and "
+                "are not verified; running `oodeval study run` with the same config adds them."
+            )
+        return out
