@@ -48,6 +48,12 @@ log_tail() {  # the end of a daemon's log, for error messages
     return 0
 }
 
+last_error() {  # the last error or fatal line of a daemon's log, and where the log is
+    local line
+    line="$(grep -h -i -E "error|fatal" "$ROOT/log/$1".{log,out} 2>/dev/null | tail -n 1)"
+    echo "${line:-no error logged} (log: $ROOT/log/$1.log)"
+}
+
 wait_for() {  # wait_for SECONDS DESCRIPTION DAEMON COMMAND...: poll COMMAND until it succeeds
     local seconds="$1" what="$2" daemon="$3"
     shift 3
@@ -55,7 +61,7 @@ wait_for() {  # wait_for SECONDS DESCRIPTION DAEMON COMMAND...: poll COMMAND unt
     until "$@" >/dev/null 2>&1; do
         if [ -n "$daemon" ] && ! alive "$daemon"; then
             log_tail "$daemon"
-            die "$daemon exited while waiting for $what (log: $ROOT/log/$daemon.log)"
+            die "$daemon exited while waiting for $what: $(last_error "$daemon")"
         fi
         if [ "$SECONDS" -ge "$deadline" ]; then
             [ -n "$daemon" ] && log_tail "$daemon"
@@ -186,35 +192,33 @@ start_mariadb() {
             || { tail -n 20 "$ROOT/log/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
     fi
     # no grant tables: a throw-away database reachable on the loopback interface only
-    mariadbd --no-defaults --datadir="$ROOT/db" --user=root --bind-address=127.0.0.1 \
+    launch mariadbd --no-defaults --datadir="$ROOT/db" --user=root --bind-address=127.0.0.1 \
         --port="$DB_PORT" --socket="$ROOT/run/mariadb.sock" --pid-file="$ROOT/run/mariadbd.pid" \
         --log-error="$ROOT/log/mariadbd.log" --skip-grant-tables --skip-name-resolve \
-        --innodb-use-native-aio=0 --innodb-buffer-pool-size=32M --performance-schema=OFF \
-        >/dev/null 2>&1 &
-    echo $! >"$ROOT/run/mariadbd.pid"
-    disown
+        --innodb-use-native-aio=0 --innodb-buffer-pool-size=32M --performance-schema=OFF
     wait_for 60 "MariaDB on 127.0.0.1:$DB_PORT" mariadbd \
         mariadb-admin --no-defaults --socket="$ROOT/run/mariadb.sock" ping
 }
 
+launch() {  # launch DAEMON ARGS...: DAEMON in the foreground of a session of its own
+    setsid "$@" </dev/null >>"$ROOT/log/$1.out" 2>&1 &
+    echo $! >"$ROOT/run/$1.pid"
+    disown
+}
+
 start_slurm_daemons() {
     if ! alive slurmdbd; then
-        slurmdbd || { log_tail slurmdbd; die "slurmdbd did not start"; }
-        wait_for 30 "slurmdbd's pid file" "" test -s "$ROOT/run/slurmdbd.pid"
+        launch slurmdbd -D
         wait_for 60 "slurmdbd to answer" slurmdbd sacctmgr -n list cluster
     fi
     if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
         sacctmgr -i -Q add cluster "$CLUSTER" >/dev/null
     fi
     if ! alive slurmctld; then
-        slurmctld || { log_tail slurmctld; die "slurmctld did not start"; }
-        wait_for 30 "slurmctld's pid file" "" test -s "$ROOT/run/slurmctld.pid"
+        launch slurmctld -D
         wait_for 60 "slurmctld to answer" slurmctld scontrol ping
     fi
-    if ! alive slurmd; then
-        slurmd || { log_tail slurmd; die "slurmd did not start"; }
-        wait_for 30 "slurmd's pid file" "" test -s "$ROOT/run/slurmd.pid"
-    fi
+    alive slurmd || launch slurmd -D
 }
 
 node_idle() {
@@ -242,6 +246,8 @@ cmd_start() {
     [ "$(id -u)" = 0 ] || die "needs root (the daemons run as root; munged as the munge user)"
     mkdir -p "$ROOT"
     install_packages
+    # a start that fails stops the daemons it started; their logs stay in $ROOT/log
+    trap '[ $? -eq 0 ] || stop_daemons' EXIT
     local started=$SECONDS
     [ -f "$SLURM_CONF" ] || write_config
     start_munge
@@ -251,7 +257,7 @@ cmd_start() {
     scontrol update nodename="$(hostname -s)" state=resume >/dev/null 2>&1 || true
     local deadline=$((SECONDS + TIMEOUT))
     until node_idle; do
-        if ! alive slurmd; then log_tail slurmd; die "slurmd exited (log: $ROOT/log/slurmd.log)"; fi
+        if ! alive slurmd; then log_tail slurmd; die "slurmd exited: $(last_error slurmd)"; fi
         if [ "$SECONDS" -ge "$deadline" ]; then
             say "sinfo: $(sinfo -h -N -o '%N %t %E' 2>&1)"
             log_tail slurmctld
@@ -277,6 +283,13 @@ stop_daemon() {  # stop_daemon NAME: SIGTERM, then SIGKILL after 15 s
     kill -9 "$pid" 2>/dev/null || true
 }
 
+stop_daemons() {
+    local daemon
+    for daemon in slurmd slurmctld slurmdbd mariadbd munged; do
+        stop_daemon "$daemon"
+    done
+}
+
 cmd_stop() {
     [ -d "$ROOT" ] || { say "not running (no $ROOT)"; return 0; }
     if alive slurmctld && alive slurmd; then
@@ -287,10 +300,7 @@ cmd_stop() {
             sleep 0.5
         done
     fi
-    local daemon
-    for daemon in slurmd slurmctld slurmdbd mariadbd munged; do
-        stop_daemon "$daemon"
-    done
+    stop_daemons
     rm -rf "$ROOT"
     say "stopped"
 }
