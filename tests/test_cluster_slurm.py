@@ -323,3 +323,32 @@ def test_scancelled_job_is_failed_with_slurms_reason_and_retry_failed_reruns_it(
         units_out.drop(columns="attempts"), units_ref.drop(columns="attempts")
     )
     pd.testing.assert_frame_equal(results_out, results_ref, check_exact=True)
+
+
+def test_a_real_trainer_unit_on_slurm_equals_the_local_executors(tmp_path, slurm_env):
+    pytest.importorskip("oodeval.training")
+    config = tmp_path / "study.toml"
+    config.write_text(
+        """
+name = "slurm-trainer"
+source = "digits"
+algorithms = ["ERM", "VREx"]
+seeds = [3]
+steps = 12
+scenarios = [{ family = "sr-cmnist", ratio = "3:1", scale = 1 }]
+[trainer]
+eval_every = 6
+batch_size = 16
+[hparams.VREx]
+vrex_penalty_anneal_iters = 4
+""",
+        encoding="utf-8",
+    )
+    out = tmp_path / "slurm"
+    stdout = _run_cli(_cli(config, out), _driver_env(slurm_env))
+    assert "2 units: 0 already stored, 2 run (2 done, 0 failed)" in stdout
+    # one CPU per job, so one torch thread: the numbers of the local executor exactly
+    reference = tmp_path / "local"
+    run_study(load_config(config), reference, workers=1, progress=False)
+    assert_same_store(out, reference)
+    assert {"torch"} <= set(load_study(out).units["versions"].iloc[0])
