@@ -80,16 +80,17 @@ install_packages() {
     command -v mariadbd >/dev/null || missing+=(mariadb-server)
     [ "${#missing[@]}" -eq 0 ] && return 0
     if [ -n "${OODEVAL_SLURM_NO_INSTALL:-}" ]; then
-        die "not installed: ${missing[*]} (\`bash scripts/slurm_cluster.sh start\` as root installs them)"
+        die "not installed: ${missing[*]} (as root, scripts/slurm_cluster.sh start installs them)"
     fi
     [ "$(id -u)" = 0 ] || die "needs root to install ${missing[*]} (apt-get) and run the daemons"
     command -v apt-get >/dev/null || die "no apt-get: install ${PACKAGES[*]} by hand"
     say "installing ${missing[*]} (apt-get)"
-    apt-get update -qq >/dev/null
+    apt-get update -qq >"$ROOT/apt.log" 2>&1 \
+        || { tail -n 20 "$ROOT/apt.log" >&2; die "apt-get update failed"; }
     # invoke-rc.d is refused on a machine without an init system; the packages' own services are
     # not used anyway (this script starts its own daemons)
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
-        >"$ROOT.apt.log" 2>&1 || { tail -n 20 "$ROOT.apt.log" >&2; die "apt-get install failed"; }
+        >"$ROOT/apt.log" 2>&1 || { tail -n 20 "$ROOT/apt.log" >&2; die "apt-get install failed"; }
 }
 
 node_line() {  # this machine as slurmd sees it: NodeName=... CPUs=... RealMemory=...
