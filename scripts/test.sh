@@ -11,5 +11,19 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+# A real one-node Slurm cluster for the tests marked `slurm` (scripts/slurm_cluster.sh installs
+# Debian's packages and starts the daemons; stopped on exit unless it ran before). Where it cannot start, those tests
+# are skipped with the reason; once it runs, OODEVAL_REQUIRE_SLURM=1 makes them fail, not skip.
+slurm_start=$SECONDS
+slurm_was_up=""
+bash scripts/slurm_cluster.sh status 2>/dev/null && slurm_was_up=1
+if slurm_env="$(bash scripts/slurm_cluster.sh start)"; then
+    eval "$slurm_env"
+    export OODEVAL_REQUIRE_SLURM=1
+    [ -n "$slurm_was_up" ] || trap 'bash scripts/slurm_cluster.sh stop' EXIT
+    echo "test.sh: Slurm cluster ready in $((SECONDS - slurm_start)) s; the slurm tests run" >&2
+else
+    echo "test.sh: NO SLURM CLUSTER (reason above): the tests marked slurm will be SKIPPED" >&2
+fi
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@"

@@ -74,6 +74,13 @@ def run_command(
         rich_help_panel="Ray",
         help="CPUs each unit reserves on Ray (default 1).",
     ),
+    ray_max_retries: int | None = typer.Option(
+        None,
+        "--ray-max-retries",
+        min=0,
+        rich_help_panel="Ray",
+        help="Times Ray re-runs a unit whose worker or node died, on any live node (default 0).",
+    ),
     slurm_partition: str | None = typer.Option(
         None, "--slurm-partition", rich_help_panel="Slurm", help="Slurm partition."
     ),
@@ -112,7 +119,11 @@ def run_command(
     from oodeval.study.executors import make_executor
 
     options = {
-        "ray": {"--ray-address": ray_address, "--ray-unit-cpus": ray_unit_cpus},
+        "ray": {
+            "--ray-address": ray_address,
+            "--ray-unit-cpus": ray_unit_cpus,
+            "--ray-max-retries": ray_max_retries,
+        },
         "slurm": {
             "--slurm-partition": slurm_partition,
             "--slurm-time": slurm_time,
@@ -133,6 +144,7 @@ def run_command(
         workers=workers,
         address=ray_address,
         cpus_per_unit=ray_unit_cpus if executor == "ray" else slurm_cpus,
+        max_retries=ray_max_retries,
         partition=slurm_partition,
         time_minutes=slurm_time,
         mem_gb=slurm_mem,
