@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import oodeval.algorithms as alg
-import oodeval.training.protocol as protocol
+import oodeval.training.loo as loo
 from oodeval.algorithms.networks import (
     EnsembleConv2d,
     EnsembleLinear,
@@ -135,7 +135,7 @@ def test_bf16_is_deterministic_and_close_to_but_not_float32():
 
 
 def test_bf16_without_native_support_warns(monkeypatch):
-    monkeypatch.setattr(protocol, "native_bf16", lambda: False)
+    monkeypatch.setattr(loo, "native_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="without native bfloat16"):
         run_unit(TinyScenario(n=24), "ERM", seed=0, steps=1, batch_size=4, precision="bf16")
     with warnings.catch_warnings():
@@ -153,7 +153,7 @@ def test_native_bf16_reads_the_cpu_flags():
     assert native_bf16() == (" avx512_bf16" in flags or " amx_bf16" in flags)
 
 
-@pytest.mark.parametrize("module", ["oodeval.algorithms.networks", "oodeval.training.protocol"])
+@pytest.mark.parametrize("module", ["oodeval.algorithms.networks", "oodeval.training.loo"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

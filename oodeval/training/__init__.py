@@ -2,7 +2,7 @@
 
 A unit is (algorithm, seed, scenario): N leave-one-out models plus one model on all given
 environments, selected by training-domain validation and tested on the held-out environment /
-on every environment of E_all (see `oodeval.training.protocol`). Typical use::
+on every environment of E_all (see `oodeval.training.loo`). Typical use::
 
     from oodeval.environments import build_scenario
     from oodeval.algorithms import sample_hparams
@@ -19,7 +19,7 @@ on every environment of E_all (see `oodeval.training.protocol`). Typical use::
 
 from oodeval.algorithms.networks import PRECISIONS, native_bf16
 from oodeval.training.parallel import UnitSpec, run_units, worker_pool
-from oodeval.training.protocol import (
+from oodeval.training.loo import (
     FULL_FOLD,
     SELECTIONS,
     CheckpointRow,

@@ -17,7 +17,7 @@ from typing import Any
 
 from oodeval.environments.base import Scenario
 from oodeval.errors import OodevalError
-from oodeval.training.protocol import UnitResult, run_unit
+from oodeval.training.loo import UnitResult, run_unit
 
 
 @dataclass(frozen=True)
