@@ -154,3 +154,47 @@ def _wait_until_gone(pid: int, *, seconds: float) -> None:
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     raise AssertionError(f"process {pid} was still alive {seconds} s after its driver died")
+
+
+def _oodeval_imports(path) -> list[tuple[str, list[str]]]:
+    """(module, imported names) of every ``from oodeval... import`` / ``import oodeval...`` in
+    the file at `path`, function-level imports included."""
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("oodeval"):
+            out.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("oodeval")]
+    return out
+
+
+def test_unit_execution_imports_point_one_way_and_share_no_private_names():
+    """pool <- training; pool <- study.worker <- study.executors <- study.runner; never back."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "oodeval"
+    forbidden = {
+        "pool.py": ("oodeval.study", "oodeval.training"),
+        "study/worker.py": ("oodeval.study.executors", "oodeval.study.runner"),
+        "study/executors.py": ("oodeval.study.runner",),
+    }
+    files = [package / "pool.py", *sorted((package / "training").glob("*.py"))]
+    files += [package / "study" / n for n in ("worker.py", "executors.py", "runner.py")]
+    for path in files:
+        name = path.relative_to(package).as_posix()
+        for module, names in _oodeval_imports(path):
+            banned = forbidden.get(name, ("oodeval.study",) if name.startswith("training") else ())
+            assert not module.startswith(banned), f"{name} imports {module}"
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            assert not private, f"{name} imports private {private} from {module}"
+    # the study side (and the pool) load without torch
+    code = (
+        "import sys, oodeval.pool, oodeval.study.runner, oodeval.study.executors;"
+        "print('torch' in sys.modules)"
+    )
+    answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert answer.stdout.strip() == "False", answer.stderr

@@ -20,14 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oodeval.study.config import StudyConfig, import_backend, resolve_source, validate_config
+from oodeval.study.executors import Executor, make_executor
 from oodeval.study.store import ResultStore, UnitRecord, unit_key
 from oodeval.study.worker import UnitOutcome, UnitTask
-
-if TYPE_CHECKING:
-    from oodeval.study.executors import Executor
 
 
 @dataclass(frozen=True)
@@ -100,8 +98,6 @@ def run_study(
         `oodeval.study.executors.Executor`; units stream back to this process, which alone
         writes the store, so resuming works the same on every executor.
     """
-    from oodeval.study.executors import make_executor
-
     start = time.perf_counter()
     units_executor = make_executor(executor, workers=workers)
     units_executor.check()
