@@ -1,4 +1,4 @@
-"""Protocol tests of the leave-one-environment-out trainer on tiny scenarios."""
+"""Tests of the leave-one-environment-out trainer on tiny scenarios."""
 
 from __future__ import annotations
 

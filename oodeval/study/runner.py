@@ -97,6 +97,9 @@ def run_study(
     executor : where units run: ``"local"`` (default), ``"ray"``, ``"slurm"``, or an
         `oodeval.study.executors.Executor`; units stream back to this process, which alone
         writes the store, so resuming works the same on every executor.
+
+    Raises `StudyInterrupted` (a `KeyboardInterrupt`) on Ctrl-C, once the units in flight are
+    abandoned and the store is closed.
     """
     start = time.perf_counter()
     units_executor = make_executor(executor, workers=workers)

@@ -1,4 +1,4 @@
-"""The leave-one-environment-out protocol of one unit (algorithm, seed, scenario).
+"""The leave-one-environment-out trainer of one unit (algorithm, seed, scenario).
 
 For N given environments the unit trains N + 1 models: model k on E_given without e_k (the LOO
 models of Section 3 of the worst+gap paper) and one model on all of E_given. Model k is tested on
@@ -265,7 +265,7 @@ class _Data:
 
     x: torch.Tensor
     y: torch.Tensor
-    sizes: torch.Tensor  # float64, so that uniform draws scale to row indices exactly as before
+    sizes: torch.Tensor  # float64: a uniform draw in [0, 1) times a size is a row index
     offsets: torch.Tensor
     val: list[tuple[torch.Tensor, torch.Tensor]]
     #: the "in" part of each given environment (its training rows), for the checkpoint records
