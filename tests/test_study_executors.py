@@ -287,20 +287,24 @@ def test_make_executor_maps_names_and_options():
 
 def test_a_worker_uses_as_many_threads_as_its_unit_reserves(monkeypatch):
     torch = requires_module("torch")
-    from oodeval.study import executors
+    from oodeval.pool import THREAD_VARS
+    from oodeval.study import worker
 
-    for var in executors._THREAD_VARS:
+    for var in THREAD_VARS:
         monkeypatch.setenv(var, "1")
-    monkeypatch.setattr(executors, "_PREPARED", {})
+    monkeypatch.setattr(worker, "_STATE", {})
     config_json = tiny_config().to_json()
     threads = torch.get_num_threads()
     try:
-        executors._prepare_worker(config_json, 3)
-        assert {os.environ[var] for var in executors._THREAD_VARS} == {"3"}
+        worker.setup_worker(config_json, worker.WorkerSettings(threads=3))
+        assert {os.environ[var] for var in THREAD_VARS} == {"3"}
         assert torch.get_num_threads() == 3
-        executors._prepare_worker(config_json, 1)  # same process, another executor's setting
-        assert {os.environ[var] for var in executors._THREAD_VARS} == {"1"}
+        backend = worker._STATE["backend"]
+        # same process, another executor's setting: the set-up is kept, the threads change
+        worker.setup_worker(config_json, worker.WorkerSettings(threads=1))
+        assert {os.environ[var] for var in THREAD_VARS} == {"1"}
         assert torch.get_num_threads() == 1
+        assert worker._STATE["backend"] is backend
     finally:
         torch.set_num_threads(threads)
 

@@ -1,4 +1,4 @@
-"""Protocol tests of the leave-one-environment-out trainer on tiny scenarios."""
+"""Tests of the leave-one-environment-out trainer on tiny scenarios."""
 
 from __future__ import annotations
 
@@ -416,3 +416,19 @@ def test_real_sr_cmnist_unit():
     assert [r.count for r in res.rows[len(given) :]] == [len(e) for e in sc.evaluation()]
     assert all(0.0 <= r.error <= 1.0 and not math.isnan(r.error) for r in res.rows)
     assert res.scenario_name == sc.name
+
+
+def test_trainer_options_are_the_study_configs_trainer_keys_and_checked_once():
+    from dataclasses import fields
+
+    from oodeval.study.config import PRECISIONS, TRAINER_KEYS
+    from oodeval.training import TrainerOptions
+
+    assert tuple(f.name for f in fields(TrainerOptions)) == TRAINER_KEYS
+    assert TrainerOptions().precision == PRECISIONS[0]
+    with pytest.raises(OodevalError, match=r"unknown trainer option\(s\) \['batchsize'\]"):
+        run_unit(TinyScenario(n=24), "ERM", seed=0, steps=1, batchsize=4)
+    with pytest.raises(OodevalError, match="batch_size must be >= 1"):
+        train_models(TinyScenario(n=24), "ERM", seed=0, steps=1, batch_size=0)
+    with pytest.raises(OodevalError, match="unknown selection 'best'"):
+        TrainerOptions(selection="best")

@@ -115,7 +115,7 @@ def run_command(
     local worker processes, or with --executor ray / slurm on a Ray cluster or as Slurm jobs;
     this process alone writes the store, so resuming works the same everywhere.
     """
-    from oodeval.study import run_study
+    from oodeval.study import StudyInterrupted, run_study
     from oodeval.study.executors import make_executor
 
     options = {
@@ -151,13 +151,20 @@ def run_command(
         units_per_job=slurm_units_per_job,
         cluster=slurm_cluster,
     )
-    summary = run_study(
-        _config(config, preset_name, precision),
-        out,
-        retry_failed=retry_failed,
-        progress=progress,
-        executor=chosen,
-    )
+    try:
+        summary = run_study(
+            _config(config, preset_name, precision),
+            out,
+            retry_failed=retry_failed,
+            progress=progress,
+            executor=chosen,
+        )
+    except StudyInterrupted as exc:  # the units in flight were abandoned; one line, exit 130
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(code=130) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted before the study started; the store is unchanged", err=True)
+        raise typer.Exit(code=130) from None
     typer.echo(
         f"{summary.planned} units: {summary.skipped} already stored, {summary.ran} run "
         f"({summary.done} done, {summary.failed} failed) in {summary.wall_seconds:.1f} s; "

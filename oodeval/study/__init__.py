@@ -8,7 +8,7 @@
 
 from oodeval.study.config import StudyConfig, config_from_dict, load_config, validate_config
 from oodeval.study.presets import preset, preset_names
-from oodeval.study.runner import RunSummary, run_study
+from oodeval.study.runner import RunSummary, StudyInterrupted, run_study
 from oodeval.study.store import ResultStore, Study, load_study, unit_key
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "RunSummary",
     "Study",
     "StudyConfig",
+    "StudyInterrupted",
     "config_from_dict",
     "load_config",
     "load_study",

@@ -111,6 +111,46 @@ def estimate_study(
     config = prepare_config(config)
     validated = validate_config(config, import_backend(config))
     n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction)
+    with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
+        folder = Path(directory) if directory is not None else Path(tmp)
+        t0 = time.perf_counter()
+        run_study(sample, folder, workers=workers, progress=progress)
+        if mix is not None:
+            run_study(mix, folder / "other-algorithms", workers=workers, progress=progress)
+        wall = time.perf_counter() - t0
+        units = load_study(folder).units.assign(role="sample")
+        if mix is not None:
+            extra = load_study(folder / "other-algorithms").units.assign(role="mix")
+            units = pd.concat([units, extra], ignore_index=True)
+    name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}
+    samples = _sample_times(units, name_to_n, steps_fraction)
+    mix_factor = _mix_factor(samples, int(min(n_by_scenario)))
+    per_n = _per_n(samples, n_by_scenario, len(config.algorithms) * len(config.seeds), mix_factor)
+    total = sum(
+        float(s) * int(u)
+        for s, u in zip(per_n["unit_seconds"], per_n["units_in_study"], strict=True)
+    )
+    return Estimate(
+        samples=samples,
+        per_n=per_n,
+        workers=workers,
+        steps_fraction=steps_fraction,
+        sample_wall_seconds=wall,
+        projected_seconds=total / workers,
+        failed=int((units["status"] == "failed").sum()),
+        mix_factor=mix_factor,
+    )
+
+
+def _sample_configs(
+    config: StudyConfig,
+    n_by_scenario: list[int],
+    algorithms: tuple[str, ...] | None,
+    steps_fraction: float,
+) -> tuple[StudyConfig, StudyConfig | None]:
+    """The sample study (smallest, middle and largest N; the sampled algorithms; one seed) and
+    the study timing every other algorithm once at the smallest N (None when there are none)."""
     distinct = sorted(set(n_by_scenario))
     sampled_n = sorted({distinct[0], distinct[len(distinct) // 2], distinct[-1]})
     representatives = [n_by_scenario.index(n) for n in sampled_n]
@@ -132,26 +172,22 @@ def estimate_study(
         steps=max(1, round(config.steps * steps_fraction)),
     )
     others = [a for a in config.algorithms if a not in algorithms]
-    mix = None
-    if others:
-        mix = sample.replace(
-            name=f"{config.name}-estimate-algorithms",
-            scenarios=[sample.to_dict()["scenarios"][0]],  # the smallest N
-            algorithms=others,
-            hparams={a: h for a, h in config.hparams.items() if a in others},
-        )
-    with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
-        folder = Path(directory) if directory is not None else Path(tmp)
-        t0 = time.perf_counter()
-        run_study(sample, folder, workers=workers, progress=progress)
-        if mix is not None:
-            run_study(mix, folder / "other-algorithms", workers=workers, progress=progress)
-        wall = time.perf_counter() - t0
-        units = load_study(folder).units.assign(role="sample")
-        if mix is not None:
-            extra = load_study(folder / "other-algorithms").units.assign(role="mix")
-            units = pd.concat([units, extra], ignore_index=True)
-    name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}
+    if not others:
+        return sample, None
+    mix = sample.replace(
+        name=f"{config.name}-estimate-algorithms",
+        scenarios=[sample.to_dict()["scenarios"][0]],  # the smallest N
+        algorithms=others,
+        hparams={a: h for a, h in config.hparams.items() if a in others},
+    )
+    return sample, mix
+
+
+def _sample_times(
+    units: pd.DataFrame, name_to_n: dict[str, int], steps_fraction: float
+) -> pd.DataFrame:
+    """Per done unit: scenario, n_given, algorithm, role, measured seconds and the seconds it
+    would take with all the steps (the training time scaled by 1 / steps_fraction)."""
     done = units[units["status"] == "done"]
     if not (done["role"] == "sample").any():
         reasons = "; ".join(units["failure"].astype(str).head(3))
@@ -170,34 +206,28 @@ def estimate_study(
     )
     train = samples["train_seconds"].fillna(samples["wall_seconds"])
     samples["full_steps_seconds"] = samples["wall_seconds"] + train * (1.0 / steps_fraction - 1.0)
+    return samples
+
+
+def _per_n(
+    samples: pd.DataFrame, n_by_scenario: list[int], units_per_scenario: int, mix_factor: float
+) -> pd.DataFrame:
+    """Predicted seconds per unit (measured, else fitted) and the study's units for each N."""
     main = samples[samples["role"] == "sample"]
     measured = main.groupby("n_given")["full_steps_seconds"].mean()
     predict = _fit(measured.index.to_numpy(float), measured.to_numpy(float))
-    mix_factor = _mix_factor(samples, int(min(n_by_scenario)))
-    per_n_rows = []
-    total = 0.0
-    for n in distinct:
+    rows = []
+    for n in sorted(set(n_by_scenario)):
         seconds = (float(measured[n]) if n in measured.index else predict(n)) * mix_factor
-        units_here = n_by_scenario.count(n) * len(config.algorithms) * len(config.seeds)
-        per_n_rows.append(
+        rows.append(
             {
                 "n_given": n,
                 "unit_seconds": seconds,
-                "units_in_study": units_here,
+                "units_in_study": n_by_scenario.count(n) * units_per_scenario,
                 "measured": n in measured.index,
             }
         )
-        total += seconds * units_here
-    return Estimate(
-        samples=samples,
-        per_n=pd.DataFrame(per_n_rows),
-        workers=workers,
-        steps_fraction=steps_fraction,
-        sample_wall_seconds=wall,
-        projected_seconds=total / workers,
-        failed=int((units["status"] == "failed").sum()),
-        mix_factor=mix_factor,
-    )
+    return pd.DataFrame(rows)
 
 
 def _mix_factor(samples: pd.DataFrame, n_min: int) -> float:

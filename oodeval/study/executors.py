@@ -21,46 +21,44 @@ are run again with ``retry_failed=True`` (``--retry-failed``).
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import importlib
 import logging
 import os
 import shutil
 import socket
-import sys
 import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
 from oodeval.errors import OodevalError
+from oodeval.pool import WorkerPool
 from oodeval.study.config import StudyConfig
-from oodeval.study.runner import (
-    _THREAD_VARS,
+from oodeval.study.worker import (
+    WORKER_DIED,
+    UnitOutcome,
     UnitTask,
-    _execute,
-    _failure,
-    _init_worker,
-    _record,
-    _run_task,
+    WorkerSettings,
+    failed_outcome,
+    run_task,
+    run_tasks,
+    setup_worker,
 )
-from oodeval.study.store import UnitRecord
 
 #: Executor names accepted by `make_executor`, `run_study` and ``oodeval study run --executor``.
 EXECUTORS = ("local", "ray", "slurm")
 #: submitit clusters: a real Slurm cluster, local processes, or in the driver process.
 SLURM_CLUSTERS = ("slurm", "local", "debug")
 
-#: What an executor yields: a finished unit's record and its (fold, environment, error, count) rows.
-UnitStream = Iterator[tuple[UnitRecord, list[tuple[str, str, float, int]]]]
-
-_DIED = (
-    "worker process died while this unit ran (out of memory or killed); retry with --retry-failed"
-)
+#: What an executor yields: each finished unit's task and outcome.
+UnitStream = Iterator[tuple[UnitTask, UnitOutcome]]
 
 
 class Executor(ABC):
@@ -70,7 +68,11 @@ class Executor(ABC):
 
     @abstractmethod
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
-        """Yield ``(record, rows)`` for every task, in completion order.
+        """Yield ``(task, outcome)`` for every task, in completion order.
+
+        The driver may stop reading at any moment (Ctrl-C, an error while it stores a unit): it
+        then closes the stream, and the executor stops what it started for the units still
+        running, abandoning them.
 
         Parameters
         ----------
@@ -101,9 +103,75 @@ class LocalExecutor(Executor):
     name: ClassVar[str] = "local"
 
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
-        if not tasks:
-            return
-        yield from _execute(config, list(tasks), max(1, int(self.workers or os.cpu_count() or 1)))
+        """Run the tasks in a pool of worker processes (see `_stream`).
+
+        When a worker process dies (the pool breaks), the units that were in flight are suspects:
+        each is re-run alone in a fresh one-worker pool, so only a unit that kills its worker by
+        itself is recorded as failed; the others complete normally.
+        """
+        workers = max(1, int(self.workers or os.cpu_count() or 1))
+        pending = deque(tasks)
+        suspects: deque[UnitTask] = deque()
+        config_json = config.to_json()
+        while pending or suspects:
+            if suspects:
+                task = suspects.popleft()
+                yield task, self._run_alone(config_json, task)
+                continue
+            with _pool(config_json, min(workers, len(pending))) as pool:
+                yield from self._stream(pool, pending, suspects, window=2 * workers)
+
+    @staticmethod
+    def _stream(
+        pool: WorkerPool, pending: deque[UnitTask], suspects: deque[UnitTask], *, window: int
+    ) -> UnitStream:
+        """Feed `pending` to `pool` (at most `window` in flight) and yield units as they finish.
+
+        When the pool breaks, the units that were in flight go to `suspects` and the rest stay in
+        `pending`.
+        """
+        inflight: dict[cf.Future, UnitTask] = {}
+        broken = False
+        while (pending and not broken) or inflight:
+            while not broken and pending and len(inflight) < window:
+                task = pending.popleft()
+                try:
+                    inflight[pool.submit(run_task, task)] = task
+                except BrokenProcessPool:
+                    pending.appendleft(task)
+                    broken = True
+            if not inflight:
+                break
+            finished, _ = cf.wait(inflight, return_when=cf.FIRST_COMPLETED)
+            for future in finished:
+                task = inflight.pop(future)
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    suspects.append(task)
+                    continue
+                yield task, outcome
+
+    @staticmethod
+    def _run_alone(config_json: str, task: UnitTask) -> UnitOutcome:
+        with _pool(config_json, 1) as pool:
+            try:
+                return pool.submit(run_task, task).result()
+            except BrokenProcessPool:
+                return failed_outcome(task, WORKER_DIED)
+
+
+def _pool(config_json: str, workers: int) -> WorkerPool:
+    """`workers` processes set up for the config, one thread each."""
+    settings = WorkerSettings(threads=1)
+    return WorkerPool(
+        workers,
+        threads=settings.threads,
+        initializer=setup_worker,
+        initargs=(config_json,),
+        per_worker=[settings] * workers,
+    )
 
 
 @dataclass(frozen=True)
@@ -155,22 +223,22 @@ class RayExecutor(Executor):
         started = self._connect(ray)
         refs: dict[Any, UnitTask] = {}
         try:
-            remote = ray.remote(_ray_unit).options(
+            remote = ray.remote(run_tasks).options(
                 num_cpus=float(self.cpus_per_unit), max_retries=int(self.max_retries)
             )
             config_ref = ray.put(config.to_json())
-            threads = _threads(self.cpus_per_unit)
-            refs = {remote.remote(config_ref, threads, task): task for task in tasks}
+            settings = _settings(self.cpus_per_unit)
+            refs = {remote.remote(config_ref, settings, [task]): task for task in tasks}
             waiting = list(refs)
             while waiting:
                 ready, waiting = ray.wait(waiting, num_returns=1)
                 for ref in ready:
                     task = refs.pop(ref)
                     try:
-                        outcome = ray.get(ref)
+                        (outcome,) = ray.get(ref)
                     except ray.exceptions.RayError as exc:
-                        outcome = _failure(task, _ray_reason(ray, exc))
-                    yield _record(task, outcome), outcome.get("rows", [])
+                        outcome = failed_outcome(task, _ray_reason(ray, exc))
+                    yield task, outcome
         finally:
             for ref in refs:  # the driver stops early: do not leave its units running
                 try:
@@ -274,7 +342,7 @@ class SlurmExecutor(Executor):
         )
         executor.update_parameters(**self._parameters(config))
         config_json = config.to_json()
-        threads = _threads(self.cpus_per_unit)
+        settings = _settings(self.cpus_per_unit)
         size = int(self.units_per_job)
         queue = deque(list(tasks[i : i + size]) for i in range(0, len(tasks), size))
         window = len(queue) if self.cluster == "slurm" else self._local_window()
@@ -285,7 +353,7 @@ class SlurmExecutor(Executor):
                 if chunks:
                     with executor.batch() if len(chunks) > 1 else contextlib.nullcontext():
                         jobs = [
-                            executor.submit(_submitit_units, config_json, threads, chunk)
+                            executor.submit(run_tasks, config_json, settings, chunk)
                             for chunk in chunks
                         ]
                     inflight.update(zip(jobs, chunks, strict=True))
@@ -301,9 +369,8 @@ class SlurmExecutor(Executor):
                         if len(chunk) > 1:  # which unit ended the job? each one alone tells
                             queue.extendleft([task] for task in reversed(chunk))
                             continue
-                        outcomes = [_failure(chunk[0], _job_reason(job, exc))]
-                    for task, outcome in zip(chunk, outcomes, strict=True):
-                        yield _record(task, outcome), outcome.get("rows", [])
+                        outcomes = [failed_outcome(chunk[0], _job_reason(job, exc))]
+                    yield from zip(chunk, outcomes, strict=True)
         finally:
             for job in inflight:  # the driver stops early: do not leave its jobs running
                 try:
@@ -409,13 +476,14 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         ) from None
 
 
-def _threads(cpus: float) -> int:
-    return max(1, int(cpus))
+def _settings(cpus: float) -> WorkerSettings:
+    """A worker reserving `cpus` CPUs runs as many threads (their whole part, at least 1)."""
+    return WorkerSettings(threads=max(1, int(cpus)))
 
 
 def _ray_reason(ray: ModuleType, exc: Exception) -> str:
     if isinstance(exc, ray.exceptions.WorkerCrashedError | ray.exceptions.NodeDiedError):
-        return _DIED
+        return WORKER_DIED
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"Ray could not run this unit ({type(exc).__name__}: {first}); retry with --retry-failed"
 
@@ -429,31 +497,3 @@ def _job_reason(job: Any, exc: Exception) -> str:
         f"job {job.job_id} ended without a result ({type(exc).__name__}, state {state}); "
         f"its log: {job.paths.stderr}; retry with --retry-failed"
     )
-
-
-# -- worker side ------------------------------------------------------------------------------
-_PREPARED: dict[str, str] = {}
-
-
-def _prepare_worker(config_json: str, threads: int) -> None:
-    """`_init_worker` once per worker process and config, then ``threads`` torch/BLAS threads."""
-    if _PREPARED.get("config") != config_json:
-        _init_worker(config_json)
-        _PREPARED["config"] = config_json
-    for var in _THREAD_VARS:  # read by torch when the backend imports it
-        os.environ[var] = str(threads)
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-
-
-def _ray_unit(config_json: str, threads: int, task: UnitTask) -> dict[str, Any]:
-    """One unit as a Ray task: the worker process is set up on its first unit of this config."""
-    _prepare_worker(config_json, threads)
-    return _run_task(task)
-
-
-def _submitit_units(config_json: str, threads: int, tasks: list[UnitTask]) -> list[dict[str, Any]]:
-    """The units of one submitit job, one after another in the job's process."""
-    _prepare_worker(config_json, threads)
-    return [_run_task(task) for task in tasks]

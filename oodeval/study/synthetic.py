@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -149,6 +150,7 @@ def run_unit(
     model: str = "mlp",
     fail_algorithms: Sequence[str] = (),
     crash_algorithms: Sequence[str] = (),
+    warn_algorithms: Sequence[str] = (),
     sleep: float = 0.0,
     slow_algorithms: Mapping[str, float] | None = None,
     **trainer: Any,
@@ -156,8 +158,9 @@ def run_unit(
     """Simulated leave-one-out errors and all-environment errors of one unit (see module doc).
 
     Test hooks: algorithms in ``fail_algorithms`` raise `SyntheticFailure`; those in
-    ``crash_algorithms`` end the worker process abruptly; ``sleep`` delays every unit (seconds),
-    ``slow_algorithms`` ({name: seconds}) delays that algorithm's units further.
+    ``crash_algorithms`` end the worker process abruptly; those in ``warn_algorithms`` raise a
+    `UserWarning` naming the algorithm; ``sleep`` delays every unit (seconds), ``slow_algorithms``
+    ({name: seconds}) delays that algorithm's units further.
     """
     start = time.perf_counter()
     _check(algorithm)
@@ -166,6 +169,8 @@ def run_unit(
         raise SyntheticFailure(f"synthetic failure of {algorithm} (seed {seed}, fail_algorithms)")
     if algorithm in crash_algorithms:
         os._exit(3)  # simulates a worker killed mid-unit (e.g. by the out-of-memory killer)
+    if algorithm in warn_algorithms:
+        warnings.warn(f"synthetic warning of {algorithm} (warn_algorithms)", UserWarning, 2)
     delay = float(sleep) + float((slow_algorithms or {}).get(algorithm, 0.0))
     if delay:
         time.sleep(delay)

@@ -2,7 +2,7 @@
 
 A unit is (algorithm, seed, scenario): N leave-one-out models plus one model on all given
 environments, selected by training-domain validation and tested on the held-out environment /
-on every environment of E_all (see `oodeval.training.protocol`). Typical use::
+on every environment of E_all (see `oodeval.training.loo`). Typical use::
 
     from oodeval.environments import build_scenario
     from oodeval.algorithms import sample_hparams
@@ -14,23 +14,26 @@ on every environment of E_all (see `oodeval.training.protocol`). Typical use::
     res.loo_errors(), res.all_errors(), res.measures()       # worst+gap, average, ideal, ...
     res = run_unit(sc, "IRM", seed=0, steps=5000, precision="bf16")  # mixed precision
 
-`run_units` runs many units in worker processes (one per core, one torch thread each).
+The trainer's options (selection, eval_every, holdout_fraction, batch_size, precision) are the
+fields of `TrainerOptions`. `run_units` runs many units in worker processes (one per core, one
+torch thread each; `oodeval.pool.WorkerPool`).
 """
 
 from oodeval.algorithms.networks import PRECISIONS, native_bf16
-from oodeval.training.parallel import UnitSpec, run_units, worker_pool
-from oodeval.training.protocol import (
+from oodeval.training.loo import (
     FULL_FOLD,
     SELECTIONS,
     CheckpointRow,
     ResultRow,
     TrainedUnit,
+    TrainerOptions,
     TrainingDiverged,
     UnitResult,
     predict_labels,
     run_unit,
     train_models,
 )
+from oodeval.training.parallel import UnitSpec, run_units, worker_pool
 
 __all__ = [
     "CheckpointRow",
@@ -39,6 +42,7 @@ __all__ = [
     "SELECTIONS",
     "ResultRow",
     "TrainedUnit",
+    "TrainerOptions",
     "TrainingDiverged",
     "UnitResult",
     "UnitSpec",

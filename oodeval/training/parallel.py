@@ -2,22 +2,22 @@
 
 Units are independent, so a pool of ``workers`` processes (default: the number of CPU cores) each
 training one unit at a time with ``torch.set_num_threads(threads_per_worker)`` keeps every core
-busy without thread oversubscription. Results come back in the order of the specs.
+busy without thread oversubscription. Results come back in the order of the specs. The pool is
+`oodeval.pool.WorkerPool`: its workers die with the driver, and Ctrl-C stops them at once.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from oodeval.environments.base import Scenario
 from oodeval.errors import OodevalError
-from oodeval.training.protocol import UnitResult, run_unit
+from oodeval.pool import WorkerPool
+from oodeval.training.loo import UnitResult, run_unit
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,6 @@ class UnitSpec:
     seed: int
     steps: int
     options: dict[str, Any] = field(default_factory=dict)
-
-
-def _init_worker(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
 
 
 def _run(spec: UnitSpec) -> UnitResult:
@@ -66,18 +60,13 @@ def _check_counts(workers: int, threads_per_worker: int) -> None:
         )
 
 
-def worker_pool(workers: int | None = None, *, threads_per_worker: int = 1) -> ProcessPoolExecutor:
+def worker_pool(workers: int | None = None, *, threads_per_worker: int = 1) -> WorkerPool:
     """A pool of `workers` spawned processes (default: one per core), each on
     `threads_per_worker` torch threads, to pass to several `run_units` calls (close it after, e.g.
     ``with worker_pool() as pool:``); starting processes and importing torch happens once."""
     workers = (os.cpu_count() or 1) if workers is None else workers
     _check_counts(workers, threads_per_worker)
-    return ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(threads_per_worker,),
-    )
+    return WorkerPool(workers, threads=threads_per_worker, preload=("torch",))
 
 
 def run_units(
@@ -85,7 +74,7 @@ def run_units(
     *,
     workers: int | None = None,
     threads_per_worker: int = 1,
-    pool: ProcessPoolExecutor | None = None,
+    pool: WorkerPool | None = None,
 ) -> Iterator[UnitResult]:
     """Yield the `UnitResult` of every spec, in order, computed by `workers` processes.
 

@@ -1,4 +1,4 @@
-"""The leave-one-environment-out protocol of one unit (algorithm, seed, scenario).
+"""The leave-one-environment-out trainer of one unit (algorithm, seed, scenario).
 
 For N given environments the unit trains N + 1 models: model k on E_given without e_k (the LOO
 models of Section 3 of the worst+gap paper) and one model on all of E_given. Model k is tested on
@@ -47,8 +47,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -201,37 +201,130 @@ class _Run:
         return xb[index], yb[index]
 
 
-def _check_options(
-    steps: int,
-    selection: str,
-    holdout_fraction: float,
-    batch_size: int,
-    eval_every: int | None,
-    precision: str,
-) -> None:
+@dataclass(frozen=True)
+class TrainerOptions:
+    """How the trainer trains and selects a unit's models; checked when made.
+
+    These are the keyword options of `run_unit` and `train_models` and the keys of a study
+    config's ``[trainer]`` table (`oodeval.study.config.TRAINER_KEYS`).
+
+    Attributes
+    ----------
+    selection : ``"training_domain"`` (DomainBed's training-domain validation) or ``"last"``.
+    eval_every : validation period for model selection (default 100, DomainBed's MNIST checkpoint
+        period); the last step is always a checkpoint.
+    holdout_fraction : fraction of each given environment held out for validation (not trained on).
+    batch_size : minibatch size per environment; also the prediction chunk of batch-dependent
+        algorithms.
+    precision : ``"fp32"`` or ``"bf16"``: arithmetic of the networks' matrix products, in training
+        and testing (module docstring).
+    """
+
+    selection: str = "training_domain"
+    eval_every: int | None = None
+    holdout_fraction: float = 0.2
+    batch_size: int = 64
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.selection not in SELECTIONS:
+            raise OodevalError(
+                f"unknown selection {self.selection!r}; choose one of {', '.join(SELECTIONS)}"
+            )
+        fraction = self.holdout_fraction
+        allowed = 0 <= fraction < 1 if self.selection == "last" else 0 < fraction < 1
+        if not allowed:
+            raise OodevalError(
+                f"holdout_fraction must be in (0, 1) for training-domain validation (in [0, 1) "
+                f"for selection='last'), got {fraction}"
+            )
+        if self.batch_size < 1:
+            raise OodevalError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.eval_every is not None and self.eval_every < 1:
+            raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")
+        compute_dtype(self.precision)  # unknown names fail here, before any data is prepared
+
+    @classmethod
+    def from_keywords(cls, options: Mapping[str, Any]) -> TrainerOptions:
+        """The options named in `options` (the others at their defaults); unknown names fail.
+
+        >>> TrainerOptions.from_keywords({"batch_size": 16}).batch_size
+        16
+        """
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise OodevalError(f"unknown trainer option(s) {unknown}; the trainer takes {names}")
+        return cls(**options)
+
+
+@dataclass
+class _Data:
+    """A unit's data as tensors: the training parts of the N given environments, concatenated
+    (environment k's rows at ``offsets[k]:offsets[k] + sizes[k]``), and their validation parts."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    sizes: torch.Tensor  # float64: a uniform draw in [0, 1) times a size is a row index
+    offsets: torch.Tensor
+    val: list[tuple[torch.Tensor, torch.Tensor]]
+    #: the "in" part of each given environment (its training rows), for the checkpoint records
+    held_in: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
+    def minibatches(
+        self, generator: torch.Generator, batch_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step's minibatches (N, B, ...): B rows drawn with replacement per environment."""
+        sizes = self.sizes
+        draw = torch.rand(len(sizes), batch_size, generator=generator, dtype=torch.float64)
+        idx = self.offsets[:, None] + (draw * sizes[:, None]).long().clamp_max(
+            sizes.long()[:, None] - 1
+        )
+        return self.x[idx], self.y[idx]
+
+
+class _Selection:
+    """Training-domain validation: the best checkpoint so far of every model of every run.
+
+    A model keeps a checkpoint whose mean validation accuracy beats its best (first best on ties);
+    the best parameters of a run's models are kept in one state dict, model by model.
+    """
+
+    def __init__(self, runs: list[_Run]) -> None:
+        self.accuracy = [torch.full((len(r.models),), -math.inf, dtype=torch.float64) for r in runs]
+        self.step = [[0] * len(r.models) for r in runs]
+        self.state: list[dict[str, torch.Tensor] | None] = [None] * len(runs)
+
+    def update(self, r: int, run: _Run, accuracy: torch.Tensor, step: int) -> None:
+        """Keep run `r`'s models whose `accuracy` at `step` beats their best."""
+        improved = accuracy > self.accuracy[r]
+        if not bool(improved.any()):
+            return
+        state = run.algorithm.state_dict()
+        best = self.state[r]
+        if best is None:
+            self.state[r] = {k: v.detach().clone() for k, v in state.items()}
+        else:
+            for k, v in state.items():
+                best[k][improved] = v[improved]
+        self.accuracy[r] = torch.where(improved, accuracy, self.accuracy[r])
+        for i in torch.nonzero(improved).flatten().tolist():
+            self.step[r][i] = step
+
+
+def _check_run(steps: int, options: TrainerOptions) -> None:
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise OodevalError(f"steps must be a positive integer, got {steps!r}")
-    if selection not in SELECTIONS:
-        raise OodevalError(
-            f"unknown selection {selection!r}; choose one of {', '.join(SELECTIONS)}"
-        )
-    allowed = 0 <= holdout_fraction < 1 if selection == "last" else 0 < holdout_fraction < 1
-    if not allowed:
-        raise OodevalError(
-            f"holdout_fraction must be in (0, 1) for training-domain validation (in [0, 1) for "
-            f"selection='last'), got {holdout_fraction}"
-        )
-    if batch_size < 1:
-        raise OodevalError(f"batch_size must be >= 1, got {batch_size}")
-    if eval_every is not None and eval_every < 1:
-        raise OodevalError(f"eval_every must be >= 1, got {eval_every}")
-    compute_dtype(precision)  # unknown names fail here, before any data is prepared
-    if precision == "bf16" and not native_bf16():
+    if options.precision == "bf16" and not native_bf16():
         warnings.warn(
             "precision='bf16' on a CPU without native bfloat16 (avx512_bf16 / amx_bf16): the "
             "products are emulated and slower than fp32; use precision='fp32' here",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=4,  # the caller of run_unit / train_models
         )
 
 
@@ -297,38 +390,57 @@ def _fit(
     steps: int,
     hparams: dict | None,
     model: str,
-    selection: str,
-    eval_every: int | None,
-    holdout_fraction: float,
-    batch_size: int,
-    precision: str,
+    options: TrainerOptions,
     progress: Callable[[int, int], None] | None,
 ) -> TrainedUnit:
-    _check_options(steps, selection, holdout_fraction, batch_size, eval_every, precision)
+    """Train and select the unit's N LOO models and its full model (`train_models`)."""
+    _check_run(steps, options)
     cls = get_algorithm(algorithm)
     hp = resolve_hparams(algorithm, hparams)
     n = len(given)
     if n < 2:
         raise OodevalError(f"leave-one-out training needs >= 2 given environments, got {n}")
     folds = [e.name for e in given] + [FULL_FOLD]
-    parts = [env.split(holdout_fraction, seed) for env in given]
+    data = _prepare(scenario, given, seed, options)
+    timings = {"train": 0.0, "selection_eval": 0.0}
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]), compute_precision(options.precision):
+        torch.manual_seed(seed)
+        runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
+        best, records = _train(
+            runs, data, folds, algorithm, seed=seed, steps=steps, options=options,
+            progress=progress, timings=timings,
+        )  # fmt: skip
+        models, selected, accuracy = _selected_models(runs, best, steps, options.selection)
+    timings["train"] = time.perf_counter() - start - timings["selection_eval"]
+    records.sort(key=lambda c: (folds.index(c.fold), c.step))
+    return TrainedUnit(
+        algorithm, folds, models, selected, accuracy, hp, timings, records, options.precision
+    )
+
+
+def _prepare(
+    scenario: Scenario, given: Sequence[Environment], seed: int, options: TrainerOptions
+) -> _Data:
+    """Split each given environment (seeded holdout) and gather the parts as tensors; check them."""
+    parts = [env.split(options.holdout_fraction, seed) for env in given]
     for env, (train, val) in zip(given, parts, strict=True):
-        if len(train) == 0 or (selection == "training_domain" and len(val) == 0):
+        if len(train) == 0 or (options.selection == "training_domain" and len(val) == 0):
             raise OodevalError(
                 f"environment {env.name!r} ({len(env)} rows) leaves an empty training or "
-                f"validation part with holdout_fraction={holdout_fraction}; give it more data"
+                f"validation part with holdout_fraction={options.holdout_fraction}; give it "
+                "more data"
             )
     train_x = torch.from_numpy(np.concatenate([t.images for t, _ in parts]).astype(np.float32))
     train_y = torch.from_numpy(np.concatenate([t.labels for t, _ in parts]).astype(np.int64))
-    if precision != "fp32":  # the first product rounds them anyway: gather half the bytes
-        train_x = train_x.to(compute_dtype(precision))
+    if options.precision != "fp32":  # the first product rounds them anyway: gather half the bytes
+        train_x = train_x.to(compute_dtype(options.precision))
     sizes = torch.tensor([len(t) for t, _ in parts], dtype=torch.float64)
     offsets = torch.cumsum(sizes, 0).long() - sizes.long()
     val = [
         (torch.from_numpy(v.images.astype(np.float32)), torch.from_numpy(v.labels))
         for _, v in parts
     ]
-    # the "in" part of each given environment (its training rows), for the checkpoint records
     held_in = [
         (train_x[o : o + s], train_y[o : o + s])
         for o, s in zip(offsets.tolist(), sizes.long().tolist(), strict=True)
@@ -344,84 +456,93 @@ def _fit(
             f"labels must lie in [0, {scenario.num_classes}) for scenario {scenario.name!r}, got "
             f"[{int(train_y.min())}, {int(train_y.max())}]"
         )
-    m = n + 1
-    every = min(eval_every or DEFAULT_EVAL_EVERY, steps)
-    timings = {"train": 0.0, "selection_eval": 0.0}
-    start = time.perf_counter()
+    return _Data(train_x, train_y, sizes, offsets, val, held_in)
 
-    with torch.random.fork_rng(devices=[]), compute_precision(precision):
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
 
-        def new(envs: torch.Tensor, models: list[int]) -> _Run:
-            own = torch.ones(envs.shape, dtype=torch.bool)
-            algo = cls(input_shape, scenario.num_classes, own, hp, model=model)
-            return _Run(algo, envs, models)
+def _new_runs(
+    cls: type[Algorithm], hp: dict, model: str, input_shape: tuple, num_classes: int, n: int
+) -> list[_Run]:
+    """The algorithm instances of a unit, initialised in this order from torch's global RNG: the
+    N LOO models stacked in one (one instance each without ensemble support), the full model."""
 
-        loo = torch.stack([torch.cat([torch.arange(k), torch.arange(k + 1, n)]) for k in range(n)])
-        if cls.supports_ensemble:
-            runs = [new(loo, list(range(n))), new(torch.arange(n)[None], [n])]
-        else:
-            runs = [new(loo[k : k + 1], [k]) for k in range(n)] + [new(torch.arange(n)[None], [n])]
-        best_acc = [torch.full((len(r.models),), -math.inf, dtype=torch.float64) for r in runs]
-        best_step = [[0] * len(r.models) for r in runs]
-        best_state = [None] * len(runs)
-        records: list[CheckpointRow] = []
-        for step in range(1, steps + 1):
-            draw = torch.rand(n, batch_size, generator=gen, dtype=torch.float64) * sizes[:, None]
-            idx = offsets[:, None] + draw.long().clamp_max(sizes.long()[:, None] - 1)
-            xb, yb = train_x[idx], train_y[idx]
-            for run in runs:
-                run.algorithm.train()
-                losses = run.algorithm.update(*run.minibatches(xb, yb))
-                loss = losses["loss"]
-                bad = ~torch.isfinite(loss)
-                if bool(bad.any()):
-                    row = int(torch.nonzero(bad)[0])
-                    raise TrainingDiverged(
-                        algorithm, folds[run.models[row]], step, float(loss[row])
-                    )
-            if selection == "training_domain" and (step % every == 0 or step == steps):
-                t0 = time.perf_counter()
-                for r, run in enumerate(runs):
-                    matrix = _accuracy_matrix(run, val, torch.unique(run.envs).tolist(), batch_size)
-                    acc = matrix.gather(1, run.envs).mean(dim=1)
-                    records += _checkpoint_rows(
-                        run, matrix, acc, val, held_in, folds, step, batch_size
-                    )
-                    improved = acc > best_acc[r]
-                    if bool(improved.any()):
-                        state = run.algorithm.state_dict()
-                        if best_state[r] is None:
-                            best_state[r] = {k: v.detach().clone() for k, v in state.items()}
-                        else:
-                            for k, v in state.items():
-                                best_state[r][k][improved] = v[improved]
-                        best_acc[r] = torch.where(improved, acc, best_acc[r])
-                        for i in torch.nonzero(improved).flatten().tolist():
-                            best_step[r][i] = step
-                timings["selection_eval"] += time.perf_counter() - t0
-            if progress is not None:
-                progress(step, steps)
+    def new(envs: torch.Tensor, models: list[int]) -> _Run:
+        own = torch.ones(envs.shape, dtype=torch.bool)
+        return _Run(cls(input_shape, num_classes, own, hp, model=model), envs, models)
 
-        models: list[Algorithm | None] = [None] * m
-        selected = [steps] * m
-        accuracy = [math.nan] * m
-        for r, run in enumerate(runs):
-            if best_state[r] is not None:
-                run.algorithm.load_state_dict(best_state[r])
-            for i, k in enumerate(run.models):
-                one = (
-                    run.algorithm.select_models(i) if len(run.models) > 1 else run.algorithm.eval()
+    loo = torch.stack([torch.cat([torch.arange(k), torch.arange(k + 1, n)]) for k in range(n)])
+    if cls.supports_ensemble:
+        runs = [new(loo, list(range(n)))]
+    else:
+        runs = [new(loo[k : k + 1], [k]) for k in range(n)]
+    return runs + [new(torch.arange(n)[None], [n])]
+
+
+def _train(
+    runs: list[_Run],
+    data: _Data,
+    folds: list[str],
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    options: TrainerOptions,
+    progress: Callable[[int, int], None] | None,
+    timings: dict[str, float],
+) -> tuple[_Selection, list[CheckpointRow]]:
+    """The training loop: `steps` updates of every run, checkpoints every ``eval_every`` steps.
+
+    Returns the selection (best checkpoints) and every checkpoint's records; adds the time spent
+    evaluating checkpoints to ``timings["selection_eval"]``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    every = min(options.eval_every or DEFAULT_EVAL_EVERY, steps)
+    best = _Selection(runs)
+    records: list[CheckpointRow] = []
+    for step in range(1, steps + 1):
+        xb, yb = data.minibatches(generator, options.batch_size)
+        for run in runs:
+            run.algorithm.train()
+            loss = run.algorithm.update(*run.minibatches(xb, yb))["loss"]
+            bad = ~torch.isfinite(loss)
+            if bool(bad.any()):
+                row = int(torch.nonzero(bad)[0])
+                raise TrainingDiverged(algorithm, folds[run.models[row]], step, float(loss[row]))
+        if options.selection == "training_domain" and (step % every == 0 or step == steps):
+            t0 = time.perf_counter()
+            for r, run in enumerate(runs):
+                envs = torch.unique(run.envs).tolist()
+                matrix = _accuracy_matrix(run, data.val, envs, options.batch_size)
+                accuracy = matrix.gather(1, run.envs).mean(dim=1)
+                records += _checkpoint_rows(
+                    run, matrix, accuracy, data.val, data.held_in, folds, step, options.batch_size
                 )
-                models[k] = one
-                if selection == "training_domain":
-                    selected[k], accuracy[k] = best_step[r][i], float(best_acc[r][i])
-    timings["train"] = time.perf_counter() - start - timings["selection_eval"]
-    records.sort(key=lambda c: (folds.index(c.fold), c.step))
-    return TrainedUnit(
-        algorithm, folds, models, selected, accuracy, hp, timings, records, precision
-    )
+                best.update(r, run, accuracy, step)
+            timings["selection_eval"] += time.perf_counter() - t0
+        if progress is not None:
+            progress(step, steps)
+    return best, records
+
+
+def _selected_models(
+    runs: list[_Run], best: _Selection, steps: int, selection: str
+) -> tuple[list[Algorithm], list[int], list[float]]:
+    """Each unit model (N LOO models, then the full one) at its selected checkpoint, in eval mode,
+    with its selected step and validation accuracy (the last step and NaN for ``"last"``)."""
+    m = sum(len(run.models) for run in runs)
+    models: list[Algorithm | None] = [None] * m
+    selected = [steps] * m
+    accuracy = [math.nan] * m
+    for r, run in enumerate(runs):
+        state = best.state[r]
+        if state is not None:
+            run.algorithm.load_state_dict(state)
+        for i, k in enumerate(run.models):
+            models[k] = (
+                run.algorithm.select_models(i) if len(run.models) > 1 else run.algorithm.eval()
+            )
+            if selection == "training_domain":
+                selected[k], accuracy[k] = best.step[r][i], float(best.accuracy[r][i])
+    return models, selected, accuracy
 
 
 def _accuracy_matrix(
@@ -480,12 +601,8 @@ def train_models(
     steps: int,
     hparams: dict | None = None,
     model: str = "mlp",
-    selection: str = "training_domain",
-    eval_every: int | None = None,
-    holdout_fraction: float = 0.2,
-    batch_size: int = 64,
-    precision: str = "fp32",
     progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> TrainedUnit:
     """Train and select a unit's N LOO models and its full model (see `run_unit`), untested."""
     return _fit(
@@ -496,11 +613,7 @@ def train_models(
         steps=steps,
         hparams=hparams,
         model=model,
-        selection=selection,
-        eval_every=eval_every,
-        holdout_fraction=holdout_fraction,
-        batch_size=batch_size,
-        precision=precision,
+        options=TrainerOptions.from_keywords(options),
         progress=progress,
     )
 
@@ -513,12 +626,8 @@ def run_unit(
     steps: int,
     hparams: dict | None = None,
     model: str = "mlp",
-    selection: str = "training_domain",
-    eval_every: int | None = None,
-    holdout_fraction: float = 0.2,
-    batch_size: int = 64,
-    precision: str = "fp32",
     progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> UnitResult:
     """Train one unit's N + 1 models and test them: LOO model k on e_k, the full model on E_all.
 
@@ -532,20 +641,14 @@ def run_unit(
         Fixes the holdout split, the initialisation, the minibatches and the algorithm's own
         randomness: the same seed gives identical errors.
     steps : int
-        Training updates (each update sees `batch_size` rows of every training environment).
+        Training updates (each update sees ``batch_size`` rows of every training environment).
     hparams : dict, optional
         Overrides of the algorithm's defaults (`oodeval.algorithms.default_hparams`).
     model : "mlp" or "cnn"
-    selection : "training_domain" or "last"
-    eval_every : int, optional
-        Validation period for model selection (default 100, DomainBed's MNIST checkpoint period).
-    holdout_fraction : float
-        Fraction of each given environment held out for validation (not trained on).
-    batch_size : int
-        Minibatch size per environment; also the prediction chunk of batch-dependent algorithms.
-    precision : "fp32" or "bf16"
-        Arithmetic of the networks' matrix products, in training and testing (module docstring).
     progress : callable(step, steps), optional
+    **options
+        The trainer's options, fields of `TrainerOptions`: selection, eval_every,
+        holdout_fraction, batch_size, precision.
 
     Returns
     -------
@@ -556,6 +659,7 @@ def run_unit(
     Raises `TrainingDiverged` when a loss becomes NaN or infinite.
     """
     start = time.perf_counter()
+    trainer = TrainerOptions.from_keywords(options)
     given = scenario.given()
     trained = _fit(
         scenario,
@@ -565,20 +669,17 @@ def run_unit(
         steps=steps,
         hparams=hparams,
         model=model,
-        selection=selection,
-        eval_every=eval_every,
-        holdout_fraction=holdout_fraction,
-        batch_size=batch_size,
-        precision=precision,
+        options=trainer,
         progress=progress,
     )
     t0 = time.perf_counter()
+    context = trainer.batch_size
     with compute_precision(trained.precision):
         rows = [
-            ResultRow(env.name, env.name, _error(trained.models[k], env, batch_size), len(env))
+            ResultRow(env.name, env.name, _error(trained.models[k], env, context), len(env))
             for k, env in enumerate(given)
         ]
-        rows += _full_model_rows(trained.models[-1], scenario, batch_size)
+        rows += _full_model_rows(trained.models[-1], scenario, context)
     timings = dict(trained.timings)
     timings["test_eval"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
