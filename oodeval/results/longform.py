@@ -68,6 +68,29 @@ class LongResults:
     full: np.ndarray | None
     value_column: str
 
+    def errors_table(self) -> dict[str, np.ndarray]:
+        """The errors as the long-form table of `oodeval.measures.meta_tables`, labels coded.
+
+        Columns seed, algorithm, split, environment, error; seed, algorithm and environment hold
+        integer positions in `seeds`, `algorithms` and the split's environments (integer labels
+        group fastest). Rows seed by seed, algorithm by algorithm, the loo rows (given
+        environments in order) before the all rows.
+        """
+        parts = [("loo", self.loo)]
+        if self.full is not None:
+            parts.append(("all", self.full))
+        columns: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("seed", "algorithm", "split", "environment", "error")
+        }
+        for split, cube in parts:
+            s, a, e = (i.ravel() for i in np.indices(cube.shape))
+            columns["seed"].append(s)
+            columns["algorithm"].append(a)
+            columns["split"].append(np.full(cube.size, split))
+            columns["environment"].append(e)
+            columns["error"].append(cube.ravel())
+        return {k: np.concatenate(v) for k, v in columns.items()}
+
 
 def _read_json_lines(text: str, name: str) -> pd.DataFrame:
     records: list[dict[str, str]] = []
