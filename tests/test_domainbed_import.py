@@ -23,18 +23,9 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.results.domainbed import (
-    SELECTION_METHODS,
-    SweepWarning,
-    checkpoint_table,
-    domain_measures_table,
-    long_form,
-    read_sweep,
-    results_table,
-    select,
-    select_training_domain,
-    selection_method,
-)
+from oodeval.results.domainbed import domain_measures_table, long_form, results_table, select
+from oodeval.results.selection import SELECTION_METHODS, select_training_domain, selection_method
+from oodeval.results.sweep import SweepWarning, checkpoint_table, read_sweep
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SWEEP = SHARED / "fixtures" / "domainbed-vlcs-sweep"

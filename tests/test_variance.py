@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.results.domainbed import CHECKPOINT_COLUMNS, checkpoint_table, read_sweep
+from oodeval.results.selection import CHECKPOINT_COLUMNS
+from oodeval.results.sweep import checkpoint_table, read_sweep
 from oodeval.results.variance import (
     VarianceWarning,
     average_over_environments,
@@ -287,7 +288,14 @@ def test_cli_bad_sources_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr and "no DomainBed runs" in proc.stderr
 
 
-@pytest.mark.parametrize("module", ["oodeval.results.domainbed", "oodeval.results.variance"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "oodeval.results.domainbed",
+        "oodeval.results.selection",
+        "oodeval.results.variance",
+    ],
+)
 def test_docstring_examples_run(module):
     # Doctests are not collected by the default pytest run: pin them here so they cannot rot.
     result = doctest.testmod(
