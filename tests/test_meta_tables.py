@@ -11,16 +11,7 @@ from scipy import stats
 
 from oodeval.errors import OodevalError
 from oodeval.measures import REGISTRY, measure_label, undefined_measures
-from oodeval.measures.meta_tables import (
-    baseline_vs_best,
-    correlation_summary,
-    degradation_summary,
-    distance_to_ideal,
-    ideal_correlations,
-    seed_means,
-    selections,
-    unit_measures,
-)
+from oodeval.measures import meta_tables as mt
 from oodeval.study.config import DEFAULT_MEASURES, KNOWN_MEASURES, NEEDS_THREE_ENVS
 
 ALGOS = ["ERM", "IRM", "VREx", "GroupDRO", "Mixup"]
@@ -71,7 +62,7 @@ def brute_units(errors: pd.DataFrame) -> dict[tuple, dict[str, float]]:
 
 @pytest.fixture(scope="module")
 def units():
-    return pd.DataFrame(unit_measures(long_errors()))
+    return pd.DataFrame(mt.unit_measures(long_errors()))
 
 
 def test_unit_measures_match_the_formulas_for_every_unit(units):
@@ -86,7 +77,7 @@ def test_unit_measures_match_the_formulas_for_every_unit(units):
 
 def test_units_come_in_order_of_first_appearance_and_keep_label_types():
     errors = long_errors(shuffle=False)
-    table = unit_measures(errors, ["average"])
+    table = mt.unit_measures(errors, ["average"])
     keys = list(zip(table["scenario"], table["seed"], table["algorithm"], strict=True))
     rows = zip(errors.scenario, errors.seed, errors.algorithm, strict=True)
     assert keys == list(dict.fromkeys(rows))
@@ -101,12 +92,12 @@ def test_without_scenario_seed_or_all_rows():
         "environment": ["e1", "e2", "e3"] * 2,
         "error": [0.1, 0.2, 0.4, 0.3, 0.3, 0.3],
     }
-    table = unit_measures(errors, ["worst_plus_gap"])
+    table = mt.unit_measures(errors, ["worst_plus_gap"])
     assert table["scenario"].tolist() == ["", ""] and table["seed"].tolist() == ["", ""]
     assert "ideal" not in table
     # A: 0.4 + 0.3 / 1; B: 0.3 + 0
     assert table["worst_plus_gap"].round(12).tolist() == [0.7, 0.3]
-    sel = selections(table, ["worst_plus_gap"])
+    sel = mt.selections(table, ["worst_plus_gap"])
     assert sel["selected"].tolist() == ["B"] and "degradation" not in sel
 
 
@@ -127,19 +118,19 @@ def test_without_scenario_seed_or_all_rows():
 )
 def test_bad_errors_are_one_clear_error(change, message):
     with pytest.raises(OodevalError, match=message):
-        unit_measures(change(long_errors(shuffle=False)))
+        mt.unit_measures(change(long_errors(shuffle=False)))
 
 
 def test_unknown_measure_and_too_few_environments_are_refused():
     with pytest.raises(OodevalError, match="unknown measure"):
-        unit_measures(long_errors(), ["worst+gap"])
+        mt.unit_measures(long_errors(), ["worst+gap"])
     two = {"algorithm": ["A", "A"], "split": ["loo", "loo"], "environment": ["e1", "e2"]}
     with pytest.raises(OodevalError, match=r"N=2"):
-        unit_measures({**two, "error": [0.1, 0.2]}, ["worst_plus_gap"])
+        mt.unit_measures({**two, "error": [0.1, 0.2]}, ["worst_plus_gap"])
 
 
 def test_ideal_correlations_are_scipys_per_scenario_and_seed(units):
-    corr = pd.DataFrame(ideal_correlations(units, ["worst_plus_gap", "average"]))
+    corr = pd.DataFrame(mt.ideal_correlations(units, ["worst_plus_gap", "average"]))
     assert len(corr) == len(GIVEN) * len(SEEDS) * 2
     for row in corr.itertuples(index=False):
         part = units[(units["scenario"] == row.scenario) & (units["seed"] == row.seed)]
@@ -153,15 +144,15 @@ def test_ideal_correlations_are_scipys_per_scenario_and_seed(units):
 
 
 def test_bootstrap_columns_follow_bootstrap_correlation_ci(units):
-    corr = ideal_correlations(units, ["average"], bootstrap=50, bootstrap_seed=4)
+    corr = mt.ideal_correlations(units, ["average"], bootstrap=50, bootstrap_seed=4)
     assert {"spearman_low", "spearman_high", "kendall_low", "kendall_high", "n_valid"} <= set(corr)
     assert np.all(corr["spearman_low"] <= corr["spearman_high"])
     assert np.all((corr["n_valid"] > 0) & (corr["n_valid"] <= 50))
 
 
 def test_correlation_summary_is_mean_and_sample_std_over_seeds(units):
-    corr = pd.DataFrame(ideal_correlations(units, ["worst_plus_gap"]))
-    summary = pd.DataFrame(correlation_summary(corr))
+    corr = pd.DataFrame(mt.ideal_correlations(units, ["worst_plus_gap"]))
+    summary = pd.DataFrame(mt.correlation_summary(corr))
     for row in summary.itertuples(index=False):
         rhos = corr.loc[corr["scenario"] == row.scenario, "spearman"].to_numpy()
         taus = corr.loc[corr["scenario"] == row.scenario, "kendall"].to_numpy()
@@ -180,7 +171,7 @@ def brute_selection(scores: dict[str, float]) -> tuple[str, tuple[str, ...]]:
 
 def test_selections_and_degradation_by_brute_force(units):
     measures = ["ideal", "worst_plus_gap", "average"]
-    sel = pd.DataFrame(selections(units, measures))
+    sel = pd.DataFrame(mt.selections(units, measures))
     for row in sel.itertuples(index=False):
         part = units[(units["scenario"] == row.scenario) & (units["seed"] == row.seed)]
         ideal = dict(zip(part["algorithm"], part["ideal"], strict=True))
@@ -190,7 +181,7 @@ def test_selections_and_degradation_by_brute_force(units):
         assert row.ideal_of_selected == ideal[name]
         assert row.degradation == pytest.approx(abs(ideal[best] - ideal[name]), abs=0)
         assert row.matches_ideal == (name == best)
-    summary = pd.DataFrame(degradation_summary(sel))
+    summary = pd.DataFrame(mt.degradation_summary(sel))
     for row in summary.itertuples(index=False):
         values = sel.loc[
             (sel["scenario"] == row.scenario) & (sel["measure"] == row.measure), "degradation"
@@ -209,14 +200,14 @@ def test_ties_go_to_the_first_sorted_name_and_are_all_listed():
         "average": [0.3 - 0.1, 0.5, 0.4 - 0.2],  # 0.2 both, up to floating-point noise
         "ideal": [0.5, 0.4, 0.6],
     }
-    row = selections(units, ["average"])
+    row = mt.selections(units, ["average"])
     assert row["selected"][0] == "IRM" and row["tied"][0] == ("IRM", "VREx")
     assert row["degradation"][0] == pytest.approx(0.2, abs=1e-12)
 
 
 def test_seed_means_average_only_algorithms_with_every_seed(units):
     partial = units[~((units["algorithm"] == "IRM") & (units["seed"] == 2))]
-    means = pd.DataFrame(seed_means(partial, ["average"]))
+    means = pd.DataFrame(mt.seed_means(partial, ["average"]))
     assert set(means["seed"]) == {"mean"} and "IRM" not in set(means["algorithm"])
     want = partial.groupby(["scenario", "algorithm"])[["average", "ideal"]].mean()
     for row in means.itertuples(index=False):
@@ -227,7 +218,7 @@ def test_seed_means_average_only_algorithms_with_every_seed(units):
 def test_distance_to_ideal_matches_pandas_groupby(units):
     frame = units.assign(scale=units["scenario"].map(SCALE), family="toy")
     table = pd.DataFrame(
-        distance_to_ideal(frame, ["average"], size="scale", group=("family",))
+        mt.distance_to_ideal(frame, ["average"], size="scale", group=("family",))
     ).set_index(["algorithm", "scale"])
     diff = frame.assign(d=(frame["ideal"] - frame["average"]).abs())
     overall = diff.groupby("scale")["d"].mean()
@@ -245,7 +236,7 @@ def test_distance_to_ideal_matches_pandas_groupby(units):
 
 
 def test_baseline_vs_best_by_brute_force(units):
-    table = pd.DataFrame(baseline_vs_best(units, ["ideal", "average"]))
+    table = pd.DataFrame(mt.baseline_vs_best(units, ["ideal", "average"]))
     for row in table.itertuples(index=False):
         scen = units[units["scenario"] == row.scenario]
         best, _ = brute_selection(scen.groupby("algorithm")["ideal"].mean().to_dict())
@@ -253,7 +244,7 @@ def test_baseline_vs_best_by_brute_force(units):
         erm = scen.loc[scen["algorithm"] == "ERM", row.measure]
         assert row.baseline_mean == pytest.approx(erm.mean(), abs=1e-15)
         assert row.baseline_std == pytest.approx(erm.std(ddof=1), abs=1e-15)
-    assert baseline_vs_best(units, ["average"], baseline="Oracle")["scenario"].size == 0
+    assert mt.baseline_vs_best(units, ["average"], baseline="Oracle")["scenario"].size == 0
 
 
 @settings(max_examples=25, deadline=None)
@@ -266,12 +257,12 @@ def test_row_order_changes_no_number(rnd):
     measures = ["worst_plus_gap", "average"]
     results = []
     for frame in (errors, errors.iloc[order]):
-        units = pd.DataFrame(unit_measures(frame, measures)).sort_values(
+        units = pd.DataFrame(mt.unit_measures(frame, measures)).sort_values(
             ["scenario", "seed", "algorithm"], ignore_index=True
         )
         # seeds in the same order for both, so the means over seeds add in the same order
-        summary = correlation_summary(ideal_correlations(units, measures))
-        chosen = selections(units, ["ideal", *measures])
+        summary = mt.correlation_summary(mt.ideal_correlations(units, measures))
+        chosen = mt.selections(units, ["ideal", *measures])
         results.append((units, summary, chosen))
     (u1, c1, s1), (u2, c2, s2) = results
     pd.testing.assert_frame_equal(u1, u2, check_exact=True)
