@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.measures._validation import as_float_array
 from oodeval.measures.domain import REGISTRY, check_measures, domain_measures
 from oodeval.measures.meta import (
     bootstrap_correlation_ci,
@@ -257,7 +258,8 @@ def unit_measures(errors: Mapping[str, Any], measures: Sequence[str] | None = No
             f"unknown split {_python(split[np.argmax(unknown)])!r}; split must be 'loo' or 'all'"
         )
     env = _column(errors, "environment")
-    error = _column(errors, "error")
+    # NaN, infinities and the range [0, 1] are checked by the measures themselves
+    error = as_float_array(_column(errors, "error"), "error", check_finite=False)
     key_columns = {k: _column(errors, k) for k in UNIT_KEYS if k in errors or k == "algorithm"}
     unit = _codes(*key_columns.values())
     n_units = int(unit.max()) + 1
