@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import doctest
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -297,3 +299,9 @@ def test_every_registry_measure_is_lower_is_better_on_a_dominated_row():
         if name in ("gap", "gap_only"):
             continue  # a shift leaves the spread unchanged
         assert spec.function(a + 0.1) > spec.function(a), name
+
+
+def test_docstring_examples_run():
+    # Pinned here until doctests are collected by the default run, so they cannot rot.
+    result = doctest.testmod(mt, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
