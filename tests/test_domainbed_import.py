@@ -23,18 +23,14 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.results.domainbed import (
+from oodeval.results.domainbed import domain_measures_table, long_form, results_table, select
+from oodeval.results.selection import (
+    CHECKPOINT_COLUMNS,
     SELECTION_METHODS,
-    SweepWarning,
-    checkpoint_table,
-    domain_measures_table,
-    long_form,
-    read_sweep,
-    results_table,
-    select,
     select_training_domain,
     selection_method,
 )
+from oodeval.results.sweep import SweepWarning, checkpoint_table, read_sweep
 
 ENVS = ["C", "L", "S", "V"]
 
@@ -182,18 +178,7 @@ def test_training_domain_selection_is_argmax_over_checkpoints_then_hparams() -> 
         ("D", "A", 0, 0, 1, 0, 0.99, 0.80, 0.1),
         ("D", "A", 0, 0, 1, 1, 0.98, 0.80, 0.1),  # tie with step 0: the earliest step wins
     ]
-    cols = [
-        "dataset",
-        "algorithm",
-        "environment",
-        "trial",
-        "hparams",
-        "step",
-        "test_acc",
-        "train_val_acc",
-        "oracle_val_acc",
-    ]
-    chosen = select_training_domain(pd.DataFrame(rows, columns=cols))
+    chosen = select_training_domain(pd.DataFrame(rows, columns=list(CHECKPOINT_COLUMNS)))
     assert chosen[["hparams", "step", "test_acc"]].values.tolist() == [[0, 1, 0.60]]
 
 

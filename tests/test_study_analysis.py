@@ -9,15 +9,15 @@ from scipy import stats
 
 from oodeval.errors import OodevalError
 from oodeval.study.analysis import (
+    ablation_correlations,
     analyze,
-    figure1,
-    figure6,
-    figure7,
+    baseline_vs_ideal_best,
+    correlation_vs_paper,
+    correlation_with_ideal,
+    degradation_by_scenario,
+    distance_to_ideal_by_scale,
     markdown_table,
-    table1,
-    table1_vs_paper,
-    table5,
-    table6,
+    selected_algorithms,
     unit_measures,
     write_analysis,
 )
@@ -146,9 +146,9 @@ def test_unit_measures_match_hand_computation_and_skip_failed(stored):
         np.testing.assert_allclose(merged[column], merged[f"{column}_want"], rtol=0, atol=1e-12)
 
 
-def test_table1_matches_scipy_per_seed_then_mean_and_std(stored):
+def test_correlation_with_ideal_matches_scipy_per_seed_then_mean_and_std(stored):
     directory, errors = stored
-    t1 = table1(unit_measures(load_study(directory))).set_index("scenario")
+    t1 = correlation_with_ideal(unit_measures(load_study(directory))).set_index("scenario")
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         for measure in ("worst_plus_gap", "average"):
@@ -165,11 +165,13 @@ def test_table1_matches_scipy_per_seed_then_mean_and_std(stored):
         assert row["n_seeds"] == 2 and row["n_algorithms"] == 4
 
 
-def test_table5_family_row_is_mean_of_scenario_means(stored):
+def test_ablation_family_row_is_mean_of_scenario_means(stored):
     directory, errors = stored
     frame = unit_measures(load_study(directory))
-    t5 = table5(frame).set_index("scenario")
-    t1 = table1(frame, ("worst_only", "gap_only", "worst_plus_gap")).set_index("scenario")
+    t5 = ablation_correlations(frame).set_index("scenario")
+    t1 = correlation_with_ideal(frame, ("worst_only", "gap_only", "worst_plus_gap")).set_index(
+        "scenario"
+    )
     for measure in ("worst_only", "gap_only", "worst_plus_gap"):
         per_scenario = [t1.loc[s, f"rho_{measure}_mean"] for s in SCENARIOS]
         assert t5.loc["toy (mean)", f"rho_{measure}"] == pytest.approx(np.mean(per_scenario))
@@ -178,9 +180,9 @@ def test_table5_family_row_is_mean_of_scenario_means(stored):
         )
 
 
-def test_table6_selects_argmin_per_seed_and_on_the_seed_average(stored):
+def test_selected_algorithms_argmin_per_seed_and_on_the_seed_average(stored):
     directory, errors = stored
-    t6 = table6(unit_measures(load_study(directory)))
+    t6 = selected_algorithms(unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         scen = want[want["scenario"] == scenario]
@@ -199,9 +201,9 @@ def test_table6_selects_argmin_per_seed_and_on_the_seed_average(stored):
             assert got == averaged.idxmin()
 
 
-def test_figure6_degradation_by_hand(stored):
+def test_degradation_by_scenario_by_hand(stored):
     directory, errors = stored
-    f6 = figure6(unit_measures(load_study(directory)))
+    f6 = degradation_by_scenario(unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         for measure in ("worst_plus_gap", "average"):
@@ -215,9 +217,9 @@ def test_figure6_degradation_by_hand(stored):
             assert row["degradation_std"] == pytest.approx(np.std(values, ddof=1))
 
 
-def test_figure7_normalises_mean_abs_difference_to_scale_one(stored):
+def test_distance_to_ideal_normalises_to_scale_one(stored):
     directory, errors = stored
-    f7 = figure7(unit_measures(load_study(directory)))
+    f7 = distance_to_ideal_by_scale(unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for measure in ("worst_plus_gap", "average"):
         diff = (want["ideal"] - want[measure]).abs()
@@ -237,9 +239,9 @@ def test_figure7_normalises_mean_abs_difference_to_scale_one(stored):
         assert erm.loc[2, "normalized"] == pytest.approx(erm_diff[2] / erm_diff[1])
 
 
-def test_figure1_erm_against_the_ideal_best(stored):
+def test_baseline_vs_ideal_best_erm(stored):
     directory, errors = stored
-    f1 = figure1(unit_measures(load_study(directory)))
+    f1 = baseline_vs_ideal_best(unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         scen = want[want["scenario"] == scenario]
@@ -268,7 +270,7 @@ def test_write_analysis_writes_csvs_and_markdown(stored):
     assert set(analyze(directory)) >= {"table1", "table5", "table6", "figure7"}
 
 
-def test_table1_vs_paper_pairs_sr_cmnist_rows():
+def test_correlation_vs_paper_pairs_sr_cmnist_rows():
     table = pd.DataFrame(
         {
             "scenario": ["sr-cmnist/ratio=5:1/scale=1"],
@@ -281,7 +283,7 @@ def test_table1_vs_paper_pairs_sr_cmnist_rows():
             "tau_average_mean": [0.0],
         }
     )
-    row = table1_vs_paper(table).iloc[0]
+    row = correlation_vs_paper(table).iloc[0]
     assert (row["paper_rho_worst_plus_gap"], row["paper_rho_average"]) == (0.600, -0.458)
     assert (row["paper_tau_worst_plus_gap"], row["paper_tau_average"]) == (0.465, -0.377)
 

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.results.domainbed import CHECKPOINT_COLUMNS, checkpoint_table, read_sweep
+from oodeval.results.selection import CHECKPOINT_COLUMNS
+from oodeval.results.sweep import checkpoint_table, read_sweep
 from oodeval.results.variance import (
     VarianceWarning,
     average_over_environments,

@@ -13,17 +13,15 @@ import typer
 from oodeval.cli._common import check_output_path, echo_output, reports_errors
 from oodeval.errors import OodevalError
 from oodeval.results.domainbed import (
-    SELECTION_METHODS,
-    Sweep,
     domain_measures_table,
     environment_names,
     long_form,
-    read_sweep,
     results_table,
     select,
-    selection_method,
     selection_requirement,
 )
+from oodeval.results.selection import SELECTION_METHODS, selection_method
+from oodeval.results.sweep import Sweep, read_sweep
 
 app = typer.Typer(
     help="Import results from other tools and score them with oodeval's measures.",

@@ -11,7 +11,8 @@ import typer
 from oodeval.cli._common import check_output_path, echo_output, reports_errors
 from oodeval.cli.importers import check_format, frame_as_text, heading, render_table
 from oodeval.errors import OodevalError
-from oodeval.results.domainbed import ENVIRONMENT_NAMES, ORACLE_CHECKPOINTS
+from oodeval.results.domainbed import ENVIRONMENT_NAMES
+from oodeval.results.selection import ORACLE_CHECKPOINTS
 from oodeval.results.variance import average_over_environments, read_checkpoints, variance_table
 
 

@@ -4,14 +4,20 @@
   Table 5 ablations, ideal) and NICO++ Eq. 5 / WILDS-style per-domain summaries.
 - `oodeval.measures.meta`: meta-evaluation across algorithms (rank correlation with the ideal
   measure, selection, degradation, seed statistics, bootstrap intervals).
+- `oodeval.measures.meta_tables`: the same meta-evaluation over long-form tables of errors
+  (per unit, per seed, over seeds), the one layer `oodeval measures`, `oodeval study analyze`
+  and the reports share.
 - `oodeval.measures.openworld`: the OpenworldAUC suite (OpenworldAUC, AUROC, the curve, scores
   from model outputs).
 """
 
 from oodeval.measures.domain import (
     MEASURES,
+    REGISTRY,
+    MeasureSpec,
     average,
     best,
+    check_measures,
     domain_average,
     domain_measures,
     domain_overall,
@@ -19,7 +25,9 @@ from oodeval.measures.domain import (
     gap,
     gap_only,
     ideal,
+    measure_label,
     per_domain_summary,
+    undefined_measures,
     worst,
     worst_only,
     worst_plus_gap,
@@ -32,15 +40,32 @@ from oodeval.measures.meta import (
     select_algorithm,
     selection_degradation,
 )
+from oodeval.measures.meta_tables import (
+    baseline_vs_best,
+    correlation_summary,
+    degradation_summary,
+    distance_to_ideal,
+    ideal_correlations,
+    seed_means,
+    selections,
+    unit_measures,
+)
 from oodeval.measures.openworld import auroc, openworld_auc, openworld_curve, openworld_scores
 
 __all__ = [
     "MEASURES",
+    "REGISTRY",
+    "MeasureSpec",
     "Selection",
     "auroc",
     "average",
+    "baseline_vs_best",
     "best",
     "bootstrap_correlation_ci",
+    "check_measures",
+    "correlation_summary",
+    "degradation_summary",
+    "distance_to_ideal",
     "domain_average",
     "domain_measures",
     "domain_overall",
@@ -48,14 +73,20 @@ __all__ = [
     "gap",
     "gap_only",
     "ideal",
+    "ideal_correlations",
     "mean_std",
+    "measure_label",
     "openworld_auc",
     "openworld_curve",
     "openworld_scores",
     "per_domain_summary",
     "rank_correlation",
+    "seed_means",
     "select_algorithm",
     "selection_degradation",
+    "selections",
+    "undefined_measures",
+    "unit_measures",
     "worst",
     "worst_only",
     "worst_plus_gap",

@@ -14,6 +14,7 @@ for every measure in `MEASURES`. Accuracies or percentages are accepted with ``a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,8 +24,11 @@ from oodeval.measures._validation import as_float_array, to_errors
 
 __all__ = [
     "MEASURES",
+    "REGISTRY",
+    "MeasureSpec",
     "average",
     "best",
+    "check_measures",
     "domain_average",
     "domain_measures",
     "domain_overall",
@@ -32,7 +36,9 @@ __all__ = [
     "gap",
     "gap_only",
     "ideal",
+    "measure_label",
     "per_domain_summary",
+    "undefined_measures",
     "worst",
     "worst_only",
     "worst_plus_gap",
@@ -259,16 +265,74 @@ def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> 
     return _scalar_or_array(e.worst)
 
 
-MEASURES: dict[str, Callable[..., float | np.ndarray]] = {
-    "average": average,
-    "worst": worst,
-    "best": best,
-    "gap": gap,
-    "worst_plus_gap": worst_plus_gap,
-    "worst_only": worst_only,
-    "gap_only": gap_only,
+@dataclass(frozen=True)
+class MeasureSpec:
+    """One measure of the registry: what to call, what it needs, and how reports name it."""
+
+    name: str
+    function: Callable[..., float | np.ndarray]
+    label: str
+    """How tables and figures print it ("worst+gap")."""
+    min_envs: int = 1
+    """Fewest environments its formula is defined for (Eq. 6 divides by N - 2: 3)."""
+    split: str = "loo"
+    """Errors it reads: ``loo`` (each LOO model on its held-out given environment) or ``all``
+    (the model trained on all given environments, on every environment of E_all)."""
+
+
+REGISTRY: dict[str, MeasureSpec] = {
+    spec.name: spec
+    for spec in (
+        MeasureSpec("average", average, "average"),
+        MeasureSpec("worst", worst, "worst"),
+        MeasureSpec("best", best, "best"),
+        MeasureSpec("gap", gap, "gap"),
+        MeasureSpec("worst_plus_gap", worst_plus_gap, "worst+gap", min_envs=3),
+        MeasureSpec("worst_only", worst_only, "worst only"),
+        MeasureSpec("gap_only", gap_only, "gap only", min_envs=3),
+        MeasureSpec("ideal", ideal, "ideal", split="all"),
+    )
 }
-"""Name -> measure function; lower is better for all of them."""
+"""Every measure by name: the one list the analyses, the CLI and the reports read."""
+
+MEASURES: dict[str, Callable[..., float | np.ndarray]] = {
+    name: spec.function for name, spec in REGISTRY.items() if spec.split == "loo"
+}
+"""Name -> measure function of the LOO measures; lower is better for all of them."""
+
+
+def measure_label(name: str) -> str:
+    """How reports print measure `name` (the name itself when it is not in `REGISTRY`).
+
+    >>> measure_label("worst_plus_gap"), measure_label("my_measure")
+    ('worst+gap', 'my_measure')
+    """
+    spec = REGISTRY.get(name)
+    return spec.label if spec is not None else name
+
+
+def check_measures(names: Sequence[str] | None = None) -> list[str]:
+    """`names` as a list of LOO measures of `MEASURES` (default: all of them), or OodevalError.
+
+    >>> check_measures(["average", "gap"])
+    ['average', 'gap']
+    """
+    names = list(MEASURES) if names is None else list(names)
+    unknown = [n for n in names if n not in MEASURES]
+    if unknown:
+        raise OodevalError(
+            f"unknown measure(s) {', '.join(unknown)}; choose from {', '.join(MEASURES)}"
+        )
+    return names
+
+
+def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:
+    """The measures of `names` whose formula needs more than `n_envs` environments.
+
+    >>> undefined_measures(["average", "worst_plus_gap", "gap_only"], 2)
+    ['worst_plus_gap', 'gap_only']
+    """
+    return [n for n in names if REGISTRY[n].min_envs > n_envs]
 
 
 def domain_measures(
@@ -296,12 +360,7 @@ def domain_measures(
     {'average': 0.25, 'worst': 0.4, 'best': 0.1, 'gap': 0.3, 'worst_plus_gap': 0.55,
      'worst_only': 0.4, 'gap_only': 0.15}
     """
-    names = list(MEASURES) if names is None else list(names)
-    unknown = [n for n in names if n not in MEASURES]
-    if unknown:
-        raise OodevalError(
-            f"unknown measure(s) {', '.join(unknown)}; choose from {', '.join(MEASURES)}"
-        )
+    names = check_measures(names)
     e = _as_errors(errors, accuracy=accuracy, percent=percent)
     hi, lo = e.worst, e.best
     values: dict[str, np.ndarray] = {}

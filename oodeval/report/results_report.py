@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from oodeval.measures.domain import REGISTRY, measure_label, undefined_measures
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
 from oodeval.report.page import Section, Table
 from oodeval.results.longform import LongResults, read_results
@@ -19,8 +20,8 @@ def measure_ranks(results: LongResults) -> pd.DataFrame:
 
     Ranks use the 'min' method, so tied algorithms share the better rank.
     """
-    n_given = len(results.given_environments)
-    names = [m for m in RANKED if m != "worst_plus_gap" or n_given >= 3]
+    undefined = undefined_measures(RANKED, len(results.given_environments))
+    names = [m for m in RANKED if m not in undefined]
     tables = score_results(results, measures=names)
     cols = names + (["ideal"] if "ideal" in tables.measures.columns else [])
     mean = tables.measures.groupby("algorithm", sort=False)[cols].mean()
@@ -42,7 +43,8 @@ def environment_errors(results: LongResults, split: str) -> pd.DataFrame:
     return frame
 
 
-def _numeric_env(name: str) -> float | None:
+def numeric_environment(name: str) -> float | None:
+    """The number an environment's name stands for ("0.25" or "e=0.25" -> 0.25), else None."""
     text = name.split("=", 1)[1] if "=" in name else name
     try:
         return float(text)
@@ -74,16 +76,17 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
         ],
     )
     sections = [overview]
-    if len(results.given_environments) < 3:
+    if undefined_measures(["worst_plus_gap"], len(results.given_environments)):
         overview.notes.append(
-            f"worst+gap (Eq. 6) needs at least 3 given environments; this file has "
-            f"{len(results.given_environments)}, so only average, worst and gap are shown."
+            f"worst+gap (Eq. 6) needs at least {REGISTRY['worst_plus_gap'].min_envs} given "
+            f"environments; this file has {len(results.given_environments)}, so only average, "
+            "worst and gap are shown."
         )
     ranks = measure_ranks(results)
     measure_cols = [c for c in ranks.columns if c != "algorithm" and not c.startswith("rank_")]
     table = ranks[["algorithm"]].copy()
     for c in measure_cols:
-        table[c.replace("_", " ")] = [
+        table[measure_label(c)] = [
             f"{v:.3f} ({r})" for v, r in zip(ranks[c], ranks[f"rank_{c}"], strict=True)
         ]
     measures = Section(
@@ -166,12 +169,12 @@ def _environment_section(results: LongResults) -> Section:
             "environments, and so the ideal measure, are not available."
         )
         return section
-    positions = [_numeric_env(c) for c in full.columns]
+    positions = [numeric_environment(c) for c in full.columns]
     if all(p is not None for p in positions) and len(positions) > 2:
         tidy = full.reset_index().melt(
             id_vars="algorithm", var_name="environment", value_name="error"
         )
-        tidy["position"] = [_numeric_env(e) for e in tidy["environment"]]
+        tidy["position"] = [numeric_environment(e) for e in tidy["environment"]]
         section.figures.append(_env_curve(tidy))
     else:
         section.figures.append(
@@ -205,4 +208,4 @@ def _env_curve(tidy: pd.DataFrame) -> Figure:
     )
 
 
-__all__ = ["environment_errors", "measure_ranks", "results_sections"]
+__all__ = ["environment_errors", "measure_ranks", "numeric_environment", "results_sections"]

@@ -10,19 +10,13 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.errors import OodevalError
+from oodeval.measures.domain import measure_label
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section, Table
-from oodeval.report.results_report import _numeric_env
-from oodeval.study.analysis import analyze
+from oodeval.report.results_report import numeric_environment
+from oodeval.study.analysis import PAPER_REFERENCES, SELECTION_MEASURES, analyze
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
 
-MEASURE_LABELS = {
-    "ideal": "ideal",
-    "worst_plus_gap": "worst+gap",
-    "average": "average",
-    "worst_only": "worst only",
-    "gap_only": "gap only",
-}
 MAX_CURVE_PANELS = 12
 
 
@@ -125,7 +119,7 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
     )
     tables = [
         Table(
-            "Table 1: correlation with the ideal measure",
+            f"{PAPER_REFERENCES['table1']}: correlation with the ideal measure",
             view1,
             "Spearman's rho and Kendall's tau-b across algorithms between each measure and the "
             "ideal measure (Eq. 4), per scenario; mean ± std (ddof=1) over seeds. Higher means the"
@@ -136,7 +130,7 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
     if paper is not None and not paper.empty:
         tables.append(
             Table(
-                "Table 1 next to the paper's numbers",
+                f"{PAPER_REFERENCES['table1_vs_paper']} next to the paper's numbers",
                 paper,
                 "This study's means beside Table 1 of the worst+gap paper (14 algorithms, 3 "
                 "seeds). Differences in algorithms, steps and data size move the numbers; the "
@@ -145,13 +139,13 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
         )
     t5 = results["table5"]
     rename = {
-        f"{stat}_{m}": f"{'rho' if stat == 'rho' else 'tau'} {MEASURE_LABELS[m]}"
+        f"{stat}_{m}": f"{stat} {measure_label(m)}"
         for stat in ("rho", "tau")
         for m in ("worst_only", "gap_only", "worst_plus_gap")
     }
     tables.append(
         Table(
-            "Table 5: worst only, gap only and worst+gap",
+            f"{PAPER_REFERENCES['table5']}: worst only, gap only and worst+gap",
             t5[["scenario", *rename]].rename(columns=rename),
             "Seed-mean correlations with the ideal measure for the two terms of Eq. 6 and their "
             "sum; the family rows average the scenarios.",
@@ -159,7 +153,7 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
     )
     tables.append(
         Table(
-            "Table 6: the algorithm each measure selects",
+            f"{PAPER_REFERENCES['table6']}: the algorithm each measure selects",
             table6_view(results["table6"]),
             "argmin of each measure per seed, and on the seed-averaged measure (seed 'mean'); "
             "ties go to the first name in sorted order and are marked with *.",
@@ -181,12 +175,13 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
 
 def table6_view(t6: pd.DataFrame) -> pd.DataFrame:
     """Table 6 as the paper prints it: one row per (scenario, seed), one column per measure."""
-    cell = t6["selected"].where(t6["tied"].fillna("").str.count(",") == 0, t6["selected"] + "*")
+    tied = t6["tied"].fillna("").str.count(r"\|") > 0  # `selected_algorithms` joins ties by |
+    cell = t6["selected"].where(~tied, t6["selected"] + "*")
     wide = t6.assign(cell=cell).pivot_table(
         index=["scenario", "seed"], columns="measure", values="cell", aggfunc="first", sort=False
     )
-    order = [m for m in ("ideal", "worst_plus_gap", "average") if m in wide.columns]
-    wide = wide[order].rename(columns=MEASURE_LABELS).reset_index()
+    order = [m for m in SELECTION_MEASURES if m in wide.columns]
+    wide = wide[order].rename(columns=measure_label).reset_index()
     wide.columns.name = None
     return wide
 
@@ -197,7 +192,7 @@ def figure5_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
     frames = []
     for measure in ("worst_plus_gap", "average"):
         part = raw[["scenario", "scale", "algorithm", "seed", "ideal"]].copy()
-        part["measure"] = MEASURE_LABELS[measure]
+        part["measure"] = measure_label(measure)
         part["value"] = raw[measure].to_numpy()
         frames.append(part)
     data = pd.concat(frames, ignore_index=True)
@@ -212,7 +207,7 @@ def figure7_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
         return f7
     grouped = f7.groupby(["family", "ratio", "scale", "n_given", "measure"], sort=True)
     data = grouped["normalized"].mean().reset_index()
-    data["measure"] = data["measure"].map(lambda m: MEASURE_LABELS.get(m, m))
+    data["measure"] = data["measure"].map(measure_label)
     data["ratio"] = data["ratio"].astype(str)
     return data
 
@@ -223,7 +218,7 @@ def figure1_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for r in f1.itertuples(index=False):
         label = f"{_label(r.scenario)}\nbest: {r.best_algorithm}"
-        measure = MEASURE_LABELS.get(r.measure, r.measure)
+        measure = measure_label(r.measure)
         rows.append(
             {
                 "scenario": label,
@@ -251,7 +246,7 @@ def environment_curves(study: Study) -> pd.DataFrame:
     full = study.results[study.results["fold"] == ALL_FOLD].merge(done, on="unit_key")
     if full.empty:
         return pd.DataFrame(columns=["scenario", "algorithm", "environment", "e", "error"])
-    full = full.assign(e=[_numeric_env(str(n)) for n in full["environment"]])
+    full = full.assign(e=[numeric_environment(str(n)) for n in full["environment"]])
     if full["e"].isna().any():
         return pd.DataFrame(columns=["scenario", "algorithm", "environment", "e", "error"])
     curves = full.groupby(["scenario", "algorithm", "environment", "e"], sort=False)["error"]
@@ -270,7 +265,8 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
             panel="scale",
             hue="measure",
             key="figure5",
-            title="Figure 5: each measure against the ideal measure, per Scale",
+            title=f"{PAPER_REFERENCES['figure5']}: each measure against the ideal measure, "
+            "per Scale",
             caption="One point per unit (algorithm, seed, ratio). A trustworthy measure lies along"
             " the dashed y = x line and rises with the ideal error; the average measure "
             "tends to stay flat while the true worst-case error varies.",
@@ -281,7 +277,7 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
     f6 = results["figure6"].copy()
     if not f6.empty:
         f6["scenario"] = f6["scenario"].map(_label)
-        f6["measure"] = f6["measure"].map(lambda m: MEASURE_LABELS.get(m, m))
+        f6["measure"] = f6["measure"].map(measure_label)
         section.figures.append(
             grouped_bars(
                 f6,
@@ -289,7 +285,7 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
                 group="measure",
                 value="degradation_mean",
                 key="figure6",
-                title="Figure 6: what choosing by each measure costs",
+                title=f"{PAPER_REFERENCES['figure6']}: what choosing by each measure costs",
                 caption="Selection degradation |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)| per "
                 "scenario, mean over seeds: how much worse (in true worst-case error) the "
                 "algorithm picked by the measure is than the truly best one. 0 means the "
@@ -307,7 +303,7 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
                 hue="measure",
                 panel="ratio",
                 key="figure7",
-                title="Figure 7: distance to the ideal measure as N grows",
+                title=f"{PAPER_REFERENCES['figure7']}: distance to the ideal measure as N grows",
                 caption="Mean over algorithms and seeds of |ideal - measure|, divided by its value"
                 " at the smallest Scale, against the number of given environments N. A "
                 "measure that converges to the truth falls below 1 as N grows.",
@@ -329,7 +325,8 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
                 value="value",
                 panel="measure",
                 key="figure1",
-                title="Figure 1: ERM against the truly best algorithm under each measure",
+                title=f"{PAPER_REFERENCES['figure1']}: ERM against the truly best algorithm "
+                "under each measure",
                 caption="Each panel is one measure; bars are ERM's value and that of the algorithm"
                 " with the lowest seed-averaged ideal measure, per scenario (mean over "
                 "seeds). Under the ideal measure the gap is real; a trustworthy measure "

@@ -68,6 +68,29 @@ class LongResults:
     full: np.ndarray | None
     value_column: str
 
+    def errors_table(self) -> dict[str, np.ndarray]:
+        """The errors as the long-form table of `oodeval.measures.meta_tables`, labels coded.
+
+        Columns seed, algorithm, split, environment, error; seed, algorithm and environment hold
+        integer positions in `seeds`, `algorithms` and the split's environments (integer labels
+        group fastest). Rows seed by seed, algorithm by algorithm, the loo rows (given
+        environments in order) before the all rows.
+        """
+        parts = [("loo", self.loo)]
+        if self.full is not None:
+            parts.append(("all", self.full))
+        columns: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("seed", "algorithm", "split", "environment", "error")
+        }
+        for split, cube in parts:
+            s, a, e = (i.ravel() for i in np.indices(cube.shape))
+            columns["seed"].append(s)
+            columns["algorithm"].append(a)
+            columns["split"].append(np.full(cube.size, split))
+            columns["environment"].append(e)
+            columns["error"].append(cube.ravel())
+        return {k: np.concatenate(v) for k, v in columns.items()}
+
 
 def _read_json_lines(text: str, name: str) -> pd.DataFrame:
     records: list[dict[str, str]] = []
@@ -210,21 +233,7 @@ def results_from_frame(
         raise OodevalError(
             f"{name} has a header but no rows; add one row per algorithm, environment and split"
         )
-    has_error, has_acc = "error" in frame.columns, "accuracy" in frame.columns
-    if has_error and has_acc:
-        raise OodevalError(
-            f"{name} has both an error and an accuracy column; keep exactly one of them"
-        )
-    value_col = "accuracy" if has_acc else "error"
-    missing = [c for c in ("algorithm", "environment", "split") if c not in frame.columns]
-    if not (has_error or has_acc):
-        missing.append("error (or accuracy)")
-    if missing:
-        found = ", ".join(c for c in frame.columns if c != "_line") or "none"
-        raise OodevalError(
-            f"{name} is missing column(s) {', '.join(missing)} (found: {found}); the long form "
-            "needs algorithm, environment, error|accuracy, split[, seed]"
-        )
+    value_col = _value_column(frame, name)
     has_seed = "seed" in frame.columns
     if not has_seed:
         frame["seed"] = ""
@@ -232,39 +241,10 @@ def results_from_frame(
     def at(k: int) -> str:
         return f"{name} {where} {int(frame['_line'].iloc[k])}"
 
-    text_cols = ["algorithm", "environment", "split"] + (["seed"] if has_seed else [])
-    for col in text_cols:
-        frame[col] = frame[col].astype(str).str.strip()
-        empty = np.flatnonzero((frame[col] == "").to_numpy())
-        if empty.size:
-            raise OodevalError(
-                f"{at(empty[0])}: {col} is empty or missing; fill it in or drop the row"
-            )
-    frame["split"] = frame["split"].str.lower()
-    bad_split = np.flatnonzero(~frame["split"].isin(SPLITS).to_numpy())
-    if bad_split.size:
-        k = bad_split[0]
-        raise OodevalError(
-            f"{at(k)}: unknown split {frame['split'].iloc[k]!r}; split must be 'loo' (trained "
-            "without that environment) or 'all' (trained on all given environments)"
-        )
-    if has_seed:
-        frame["seed"] = _seed_labels(frame["seed"])
-
+    _clean_labels(frame, has_seed, at)
     values = _parse_values(frame, value_col, percent=percent, at=at)
     frame["error"] = 1.0 - values if value_col == "accuracy" else values
-
-    dup = frame.duplicated(subset=list(_KEYS), keep=False).to_numpy()
-    if dup.any():
-        first = frame.loc[dup].iloc[0]
-        same = frame.loc[dup & (frame[list(_KEYS)] == first[list(_KEYS)]).all(axis=1).to_numpy()]
-        lines = " and ".join(str(int(v)) for v in same["_line"].iloc[:2])
-        seed = f", seed {first['seed']}" if has_seed else ""
-        raise OodevalError(
-            f"{name} has duplicate rows for algorithm {first['algorithm']}{seed}, split "
-            f"{first['split']}, environment {first['environment']} ({where}s {lines}); keep one "
-            "row per algorithm, seed, split and environment"
-        )
+    _check_duplicates(frame, has_seed, name, where)
 
     algorithms = tuple(dict.fromkeys(frame["algorithm"]))
     seeds = _sorted_seeds(list(dict.fromkeys(frame["seed"])))
@@ -292,6 +272,61 @@ def results_from_frame(
         full=full,
         value_column=value_col,
     )
+
+
+def _value_column(frame: pd.DataFrame, name: str) -> str:
+    """``error`` or ``accuracy``, after checking the long form's columns are there."""
+    has_error, has_acc = "error" in frame.columns, "accuracy" in frame.columns
+    if has_error and has_acc:
+        raise OodevalError(
+            f"{name} has both an error and an accuracy column; keep exactly one of them"
+        )
+    missing = [c for c in ("algorithm", "environment", "split") if c not in frame.columns]
+    if not (has_error or has_acc):
+        missing.append("error (or accuracy)")
+    if missing:
+        found = ", ".join(c for c in frame.columns if c != "_line") or "none"
+        raise OodevalError(
+            f"{name} is missing column(s) {', '.join(missing)} (found: {found}); the long form "
+            "needs algorithm, environment, error|accuracy, split[, seed]"
+        )
+    return "accuracy" if has_acc else "error"
+
+
+def _clean_labels(frame: pd.DataFrame, has_seed: bool, at: Callable[[int], str]) -> None:
+    """Strip the label columns in place, lower-case the split and refuse empty or unknown ones."""
+    text_cols = ["algorithm", "environment", "split"] + (["seed"] if has_seed else [])
+    for col in text_cols:
+        frame[col] = frame[col].astype(str).str.strip()
+        empty = np.flatnonzero((frame[col] == "").to_numpy())
+        if empty.size:
+            raise OodevalError(
+                f"{at(empty[0])}: {col} is empty or missing; fill it in or drop the row"
+            )
+    frame["split"] = frame["split"].str.lower()
+    bad_split = np.flatnonzero(~frame["split"].isin(SPLITS).to_numpy())
+    if bad_split.size:
+        k = bad_split[0]
+        raise OodevalError(
+            f"{at(k)}: unknown split {frame['split'].iloc[k]!r}; split must be 'loo' (trained "
+            "without that environment) or 'all' (trained on all given environments)"
+        )
+    if has_seed:
+        frame["seed"] = _seed_labels(frame["seed"])
+
+
+def _check_duplicates(frame: pd.DataFrame, has_seed: bool, name: str, where: str) -> None:
+    dup = frame.duplicated(subset=list(_KEYS), keep=False).to_numpy()
+    if dup.any():
+        first = frame.loc[dup].iloc[0]
+        same = frame.loc[dup & (frame[list(_KEYS)] == first[list(_KEYS)]).all(axis=1).to_numpy()]
+        lines = " and ".join(str(int(v)) for v in same["_line"].iloc[:2])
+        seed = f", seed {first['seed']}" if has_seed else ""
+        raise OodevalError(
+            f"{name} has duplicate rows for algorithm {first['algorithm']}{seed}, split "
+            f"{first['split']}, environment {first['environment']} ({where}s {lines}); keep one "
+            "row per algorithm, seed, split and environment"
+        )
 
 
 def _parse_values(

@@ -15,18 +15,19 @@ import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import MEASURES, domain_measures, ideal
-from oodeval.measures.meta import (
-    bootstrap_correlation_ci,
-    mean_std,
-    rank_correlation,
-    select_algorithm,
+from oodeval.measures.domain import MEASURES, check_measures, undefined_measures
+from oodeval.measures.meta import TIE_DECIMALS
+from oodeval.measures.meta_tables import (
+    Table,
+    correlation_summary,
+    degradation_summary,
+    ideal_correlations,
+    selections,
+    unit_measures,
 )
 from oodeval.results.longform import LongResults
 
 __all__ = ["ScoreTables", "score_results"]
-
-_NEEDS_THREE = ("worst_plus_gap", "gap_only")
 
 
 @dataclass
@@ -116,6 +117,10 @@ def score_results(
 ) -> ScoreTables:
     """Compute every table of `oodeval measures` from validated results.
 
+    All numbers come from `oodeval.measures.meta_tables` (the layer `oodeval study analyze`
+    uses too): `unit_measures`, `ideal_correlations`, `correlation_summary`, `selections` and
+    `degradation_summary`; this function picks their columns and words the notes.
+
     Parameters
     ----------
     results : LongResults from `oodeval.results.longform.read_results`
@@ -131,159 +136,130 @@ def score_results(
     -------
     ScoreTables
     """
-    names = list(MEASURES) if measures is None else list(measures)
-    unknown = [n for n in names if n not in MEASURES]
-    if unknown:
-        raise OodevalError(
-            f"unknown measure(s) {', '.join(unknown)}; choose from {', '.join(MEASURES)}"
+    names = _measure_names(results, measures)
+    units = unit_measures(results.errors_table(), names)
+    units["seed"] = np.asarray(results.seeds, dtype=object)[units["seed"]]
+    units["algorithm"] = np.asarray(results.algorithms, dtype=object)[units["algorithm"]]
+    has_ideal = "ideal" in units
+    measures_df = pd.DataFrame(units)[["seed", "algorithm", *names, *(["ideal"] * has_ideal)]]
+    notes: list[str] = []
+    correlations = correlation_table = None
+    if has_ideal and len(results.algorithms) < 2:
+        notes.append(
+            f"correlations with the ideal measure need >= 2 algorithms, got 1 "
+            f"({results.algorithms[0]}); they are skipped"
         )
+    elif has_ideal:
+        correlations, correlation_table = _correlations(
+            results, units, names, notes, bootstrap, confidence, bootstrap_seed
+        )
+    selectors = names + ["ideal"] * has_ideal
+    selected, degradation = _selections(results, units, selectors, notes)
+    if not results.has_seed:
+        measures_df = measures_df.drop(columns="seed")
+        selected = selected.drop(columns="seed")
+        if correlations is not None:
+            correlations = correlations.drop(columns="seed")
+    return ScoreTables(
+        measures=measures_df,
+        correlations=correlations,
+        correlation_summary=correlation_table,
+        selections=selected,
+        degradation_summary=degradation,
+        notes=notes,
+        info=_info(results),
+    )
+
+
+def _measure_names(results: LongResults, measures: Sequence[str] | None) -> list[str]:
+    names = check_measures(measures)
     n_given = len(results.given_environments)
-    if n_given <= 2 and any(n in _NEEDS_THREE for n in names):
-        cheap = ",".join(n for n in names if n not in _NEEDS_THREE) or "average,worst,best,gap"
+    undefined = undefined_measures(names, n_given)
+    if undefined:
+        cheap = ",".join(n for n in names if n not in undefined) or ",".join(
+            n for n in MEASURES if not undefined_measures([n], n_given)
+        )
         raise OodevalError(
             f"worst+gap (Eq. 6) is undefined for N={n_given} given environments (1/(N-2)); it "
             f"needs >= 3 environments: add loo rows or pass --measures {cheap}"
         )
-    values = domain_measures(results.loo, names)  # each (n_seeds, n_algorithms)
-    ideal_values = None if results.full is None else np.asarray(ideal(results.full))
+    return names
 
-    seeds, algs = results.seeds, results.algorithms
-    notes: list[str] = []
-    rows = []
-    for s, seed in enumerate(seeds):
-        for a, alg in enumerate(algs):
-            row: dict[str, Any] = {"seed": seed, "algorithm": alg}
-            row.update({n: float(np.asarray(values[n])[s, a]) for n in names})
-            if ideal_values is not None:
-                row["ideal"] = float(ideal_values[s, a])
-            rows.append(row)
-    measures_df = pd.DataFrame(rows)
 
-    correlations = None
-    correlation_summary = None
-    if ideal_values is not None and len(algs) < 2:
-        notes.append(
-            f"correlations with the ideal measure need >= 2 algorithms, got 1 ({algs[0]}); "
-            "they are skipped"
-        )
-    elif ideal_values is not None:
-        corr_rows = []
-        for s, seed in enumerate(seeds):
-            for n in names:
-                r = rank_correlation(np.asarray(values[n])[s], ideal_values[s])
-                if math.isnan(r["spearman"]):
-                    const = "the ideal measure" if np.ptp(np.round(ideal_values[s], 12)) == 0 else n
-                    notes.append(
-                        f"correlation of {n} with the ideal is undefined"
-                        + (f" for seed {seed}" if results.has_seed else "")
-                        + f": {const} is the same for every algorithm"
-                    )
-                row = {"seed": seed, "measure": n, **r}
-                if bootstrap > 0:
-                    ci = bootstrap_correlation_ci(
-                        np.asarray(values[n])[s],
-                        ideal_values[s],
-                        n_resamples=bootstrap,
-                        confidence=confidence,
-                        seed=bootstrap_seed,
-                    )
-                    row.update(
-                        spearman_low=ci["spearman"][0],
-                        spearman_high=ci["spearman"][1],
-                        kendall_low=ci["kendall"][0],
-                        kendall_high=ci["kendall"][1],
-                        n_valid=ci["n_valid"],
-                    )
-                corr_rows.append(row)
-        correlations = pd.DataFrame(corr_rows)
-        if len(seeds) > 1:
-            summary = []
-            for n in names:
-                sub = correlations[correlations["measure"] == n]
-                rho_m, rho_s = mean_std(sub["spearman"], ddof=1)
-                tau_m, tau_s = mean_std(sub["kendall"], ddof=1)
-                summary.append(
-                    {
-                        "measure": n,
-                        "n_seeds": len(sub),
-                        "spearman_mean": rho_m,
-                        "spearman_std": rho_s,
-                        "kendall_mean": tau_m,
-                        "kendall_std": tau_s,
-                    }
-                )
-            correlation_summary = pd.DataFrame(summary)
+def _seed_text(results: LongResults, seed: str) -> str:
+    return f" for seed {seed}" if results.has_seed else ""
 
-    sel_rows = []
-    selectors = names + (["ideal"] if ideal_values is not None else [])
-    for s, seed in enumerate(seeds):
-        best_true = None
-        if ideal_values is not None:
-            best_true = select_algorithm(ideal_values[s], algs)
-        for n in selectors:
-            scores = ideal_values[s] if n == "ideal" else np.asarray(values[n])[s]
-            sel = select_algorithm(scores, algs)
-            row = {
-                "seed": seed,
-                "measure": n,
-                "selected": sel.name,
-                "tied": ", ".join(sel.tied) if len(sel.tied) > 1 else "",
-                "score": float(scores[sel.index]),
-            }
-            if ideal_values is not None and best_true is not None:
-                row["ideal_of_selected"] = float(ideal_values[s, sel.index])
-                row["degradation"] = float(
-                    abs(ideal_values[s, best_true.index] - ideal_values[s, sel.index])
-                )
-            if len(sel.tied) > 1:
-                notes.append(
-                    f"{n} ties between {', '.join(sel.tied)}"
-                    + (f" for seed {seed}" if results.has_seed else "")
-                    + f"; selected {sel.name} (first in sorted order)"
-                )
-            sel_rows.append(row)
-    selections = pd.DataFrame(sel_rows)
 
-    degradation_summary = None
-    if ideal_values is not None and len(seeds) > 1:
-        summary = []
-        for n in selectors:
-            sub = selections[selections["measure"] == n]
-            m, sd = mean_std(sub["degradation"], ddof=1)
-            summary.append(
-                {
-                    "measure": n,
-                    "n_seeds": len(sub),
-                    "degradation_mean": m,
-                    "degradation_std": sd,
-                }
+def _correlations(
+    results: LongResults,
+    units: Table,
+    names: list[str],
+    notes: list[str],
+    bootstrap: int,
+    confidence: float,
+    bootstrap_seed: int,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Per-seed correlations with the ideal, their summary over seeds (None for one seed), and a
+    note for every undefined correlation."""
+    table = ideal_correlations(
+        units, names, bootstrap=bootstrap, confidence=confidence, bootstrap_seed=bootstrap_seed
+    )
+    for seed, measure, rho in zip(table["seed"], table["measure"], table["spearman"], strict=True):
+        if math.isnan(rho):
+            ideal = units["ideal"][units["seed"] == seed]
+            const = "the ideal measure" if np.ptp(np.round(ideal, TIE_DECIMALS)) == 0 else measure
+            notes.append(
+                f"correlation of {measure} with the ideal is undefined"
+                + _seed_text(results, seed)
+                + f": {const} is the same for every algorithm"
             )
-        degradation_summary = pd.DataFrame(summary)
+    columns = ["seed", "measure", "spearman", "kendall"]
+    if bootstrap > 0:
+        columns += ["spearman_low", "spearman_high", "kendall_low", "kendall_high", "n_valid"]
+    summary = None
+    if len(results.seeds) > 1:
+        summary = pd.DataFrame(correlation_summary(table)).drop(
+            columns=["scenario", "n_algorithms"]
+        )
+    return pd.DataFrame(table)[columns], summary
 
-    if not results.has_seed:
-        measures_df = measures_df.drop(columns="seed")
-        selections = selections.drop(columns="seed")
-        if correlations is not None:
-            correlations = correlations.drop(columns="seed")
 
-    info = {
-        "algorithms": list(algs),
-        "seeds": list(seeds) if results.has_seed else [],
+def _selections(
+    results: LongResults, units: Table, selectors: list[str], notes: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The selection per seed and measure, the degradation over seeds (None without the ideal
+    or with one seed), and a note for every tie."""
+    table = selections(units, selectors)
+    for seed, measure, name, tied in zip(
+        table["seed"], table["measure"], table["selected"], table["tied"], strict=True
+    ):
+        if len(tied) > 1:
+            notes.append(
+                f"{measure} ties between {', '.join(tied)}"
+                + _seed_text(results, seed)
+                + f"; selected {name} (first in sorted order)"
+            )
+    frame = pd.DataFrame(table)
+    frame["tied"] = [", ".join(t) if len(t) > 1 else "" for t in table["tied"]]
+    columns = ["seed", "measure", "selected", "tied", "score"]
+    summary = None
+    if "degradation" in table:
+        columns += ["ideal_of_selected", "degradation"]
+        if len(results.seeds) > 1:
+            summary = pd.DataFrame(degradation_summary(table)).drop(columns="scenario")
+    return frame[columns], summary
+
+
+def _info(results: LongResults) -> dict[str, Any]:
+    return {
+        "algorithms": list(results.algorithms),
+        "seeds": list(results.seeds) if results.has_seed else [],
         "given_environments": list(results.given_environments),
         "all_environments": list(results.all_environments),
-        "n_given": n_given,
+        "n_given": len(results.given_environments),
         "n_all": len(results.all_environments),
         "value_column": results.value_column,
         "units": "error fractions in [0, 1]",
         "kendall_variant": "tau-b (scipy.stats.kendalltau)",
         "std_ddof": 1,
     }
-    return ScoreTables(
-        measures=measures_df,
-        correlations=correlations,
-        correlation_summary=correlation_summary,
-        selections=selections,
-        degradation_summary=degradation_summary,
-        notes=notes,
-        info=info,
-    )

@@ -12,7 +12,7 @@ Three figures per (dataset, algorithm, test environment), all in accuracy percen
   validation accuracy and then the best hyperparameter draw; ``oracle="last"`` is DomainBed's
   test-domain validation (last checkpoint of each run, best draw), which exploits less of the leak.
 
-The input is the tidy per-checkpoint frame of `oodeval.results.domainbed.checkpoint_table` (columns
+The input is the tidy per-checkpoint frame of `oodeval.results.sweep.checkpoint_table` (columns
 `CHECKPOINT_COLUMNS`), so any source of runs (a DomainBed folder, a study store via
 `study_checkpoints`, a CSV) can feed it.
 """
@@ -26,15 +26,13 @@ import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.results.domainbed import (
+from oodeval.results.selection import (
     CHECKPOINT_COLUMNS,
     ORACLE_CHECKPOINTS,
-    SweepWarning,
-    checkpoint_table,
-    read_sweep,
     select_test_domain,
     select_training_domain,
 )
+from oodeval.results.sweep import SweepWarning, checkpoint_table, read_sweep
 
 _KEYS = ["dataset", "algorithm", "environment"]
 _NUMERIC = ["trial", "step", "test_acc", "train_val_acc", "oracle_val_acc"]
@@ -140,22 +138,7 @@ def variance_table(
         on=[*_KEYS, "trial"],
         suffixes=("", "_oracle"),
     )
-    ordered = df.sort_values([*_KEYS, "trial", "hparams", "step"], kind="stable")
-    tails = ordered.groupby([*_KEYS, "trial", "hparams"], sort=False).tail(last)
-    chosen_tails = tails.merge(td[[*_KEYS, "trial", "hparams"]], on=[*_KEYS, "trial", "hparams"])
-    per_run = chosen_tails.groupby([*_KEYS, "trial"]).agg(
-        epoch_std=("test_acc", lambda a: _std(a.to_numpy(dtype=float), ddof)),
-        n_ckpt=("test_acc", "size"),
-    )
-    short = per_run[per_run["n_ckpt"] < last]
-    if len(short):
-        warnings.warn(
-            f"{len(short)} of {len(per_run)} chosen runs have fewer than last={last} "
-            f"checkpoints (fewest {int(short['n_ckpt'].min())}); their epoch std uses all "
-            "the checkpoints they have",
-            VarianceWarning,
-            stacklevel=2,
-        )
+    per_run = _epoch_stds(df, td, last=last, ddof=ddof)
     rows = []
     for key, grp in both.groupby(_KEYS, sort=True):
         a = grp["test_acc"].to_numpy(dtype=float)
@@ -175,6 +158,30 @@ def variance_table(
             }
         )
     return pd.DataFrame(rows, columns=VARIANCE_COLUMNS)
+
+
+def _epoch_stds(df: pd.DataFrame, chosen: pd.DataFrame, *, last: int, ddof: int) -> pd.DataFrame:
+    """Per (dataset, algorithm, environment, trial): std of test_acc over the last `last`
+    checkpoints of the chosen run (``epoch_std``) and how many there were (``n_ckpt``); a
+    `VarianceWarning` says how many chosen runs have fewer than `last`."""
+    ordered = df.sort_values([*_KEYS, "trial", "hparams", "step"], kind="stable")
+    tails = ordered.groupby([*_KEYS, "trial", "hparams"], sort=False).tail(last)
+    keys = [*_KEYS, "trial", "hparams"]
+    chosen_tails = tails.merge(chosen[keys], on=keys)
+    per_run = chosen_tails.groupby([*_KEYS, "trial"]).agg(
+        epoch_std=("test_acc", lambda a: _std(a.to_numpy(dtype=float), ddof)),
+        n_ckpt=("test_acc", "size"),
+    )
+    short = per_run[per_run["n_ckpt"] < last]
+    if len(short):
+        warnings.warn(
+            f"{len(short)} of {len(per_run)} chosen runs have fewer than last={last} "
+            f"checkpoints (fewest {int(short['n_ckpt'].min())}); their epoch std uses all "
+            "the checkpoints they have",
+            VarianceWarning,
+            stacklevel=3,  # the caller of variance_table
+        )
+    return per_run
 
 
 def _std(values: np.ndarray, ddof: int) -> float:
@@ -241,7 +248,7 @@ def read_checkpoints(source: str | Path) -> pd.DataFrame:
 
     A folder holding ``results.sqlite`` is a study (`study_checkpoints`; environment = the
     held-out environment's name, trial = the seed); another folder is read with
-    `oodeval.results.domainbed.read_sweep` (environment = test env index); a CSV must have the
+    `oodeval.results.sweep.read_sweep` (environment = test env index); a CSV must have the
     columns of `CHECKPOINT_COLUMNS` (extra columns are ignored).
     """
     from oodeval.study.store import STORE_NAME

@@ -3,48 +3,61 @@
 Per unit (scenario, algorithm, seed) the measures come from the stored rows: the leave-one-out
 (LOO) errors are each LOO fold's error on its own held-out environment, and the ideal measure
 (Eq. 4) is the largest error of the model trained on all given environments (fold ``all``) over
-E_all. All math goes through `oodeval.measures` (`domain_measures`, `ideal`, `rank_correlation`,
-`select_algorithm`, `selection_degradation`, `mean_std`).
+E_all. All numbers come from `oodeval.measures.meta_tables`, the layer `oodeval measures` uses too;
+this module reads the store, adds each scenario's family, Ratio and Scale, and shapes the tables.
 
-- `table1`: per scenario, mean and std over seeds of Spearman's rho and Kendall's tau between a
-  measure and the ideal measure across algorithms (Table 1: worst+gap and average).
-- `table5`: the same correlations for worst only, gap only and worst+gap, per scenario and per
+- `correlation_with_ideal`: per scenario, mean and std over seeds of Spearman's rho and Kendall's
+  tau between a measure and the ideal measure across algorithms (Table 1: worst+gap, average).
+- `ablation_correlations`: the same for worst only, gap only and worst+gap, per scenario and per
   family (Table 5's dataset row = mean over scenarios of the per-scenario seed means).
-- `table6`: the algorithm each measure selects, per seed and on the seed-averaged measure.
-- `figure6`: selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1).
-- `figure7`: mean |R^IDEAL - R^measure| over algorithms and seeds as Scale grows, divided by its
-  value at the smallest Scale (Scale 1 in the paper) of the same family and Ratio (Section 6.3).
-- `figure1`: ERM against the ideal-best algorithm under each measure (Figure 1, Section 6.4).
-- `figure5`: the raw (ideal, measure) pairs of every unit (Figure 5).
+- `selected_algorithms`: the algorithm each measure selects, per seed and on the seed-averaged
+  measure (Table 6); `selection_agreement` counts how often it is the ideal measure's choice.
+- `degradation_by_scenario`: selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)|
+  (Section 6.1, Figure 6).
+- `distance_to_ideal_by_scale`: mean |R^IDEAL - R^measure| over algorithms and seeds as Scale
+  grows, divided by its value at the smallest Scale (Scale 1 in the paper) of the same family and
+  Ratio (Section 6.3, Figure 7).
+- `baseline_vs_ideal_best`: ERM against the ideal-best algorithm under each measure (Figure 1).
+- `ideal_measure_pairs`: the raw (ideal, measure) pairs of every unit (Figure 5).
 
-`write_analysis(DIR)` writes each as CSV plus one ``analysis.md`` to ``DIR/analysis/``.
+`analyze` returns them under the paper's numbers (``table1``, ``figure7``, ...; see
+`PAPER_REFERENCES`); `write_analysis(DIR)` writes each as CSV plus one ``analysis.md`` to
+``DIR/analysis/``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import domain_measures, ideal
-from oodeval.measures.meta import (
-    mean_std,
-    rank_correlation,
-    select_algorithm,
-    selection_degradation,
-)
+from oodeval.measures import meta_tables
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.store import ALL_FOLD, Study, load_study
 
-#: The measures Table 1 compares and the ablation of Table 5.
-TABLE1_MEASURES = ("worst_plus_gap", "average")
-TABLE5_MEASURES = ("worst_only", "gap_only", "worst_plus_gap")
+#: The measures Table 1 compares, the ablation of Table 5, and the selections of Table 6.
+CORRELATION_MEASURES = ("worst_plus_gap", "average")
+ABLATION_MEASURES = ("worst_only", "gap_only", "worst_plus_gap")
 SELECTION_MEASURES = ("ideal", "worst_plus_gap", "average")
 _META = ("scenario", "family", "ratio", "scale")
+
+#: Each table of `analyze` (its CSV file's stem) -> the part of the worst+gap paper it reproduces.
+PAPER_REFERENCES = {
+    "units": "per-unit measures",
+    "table1": "Table 1",
+    "table1_vs_paper": "Table 1",
+    "table5": "Table 5",
+    "table6": "Table 6",
+    "selection_agreement": "Section 6.5",
+    "figure6": "Figure 6",
+    "figure7": "Figure 7",
+    "figure1": "Figure 1",
+    "figure5": "Figure 5",
+}
 
 #: Table 1 of the worst+gap paper (SR-CMNIST, 14 algorithms, 3 seeds): means of
 #: (rho worst+gap, rho average, tau worst+gap, tau average) per (scale, ratio).
@@ -75,89 +88,84 @@ def unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.Dat
     done = study.units[study.units["status"] == "done"]
     if done.empty:
         raise OodevalError(f"{study.directory} has no finished units yet; run the study first")
-    by_unit = {key: rows for key, rows in study.results.groupby("unit_key", sort=False)}
-    records = []
-    for unit in done.itertuples(index=False):
-        rows = by_unit.get(unit.unit_key)
-        if rows is None:
-            raise OodevalError(f"unit {unit.unit_key} is marked done but has no result rows")
-        loo = rows[(rows["fold"] != ALL_FOLD) & (rows["fold"] == rows["environment"])]
-        folds = set(rows.loc[rows["fold"] != ALL_FOLD, "fold"])
-        if set(loo["fold"]) != folds or loo["fold"].duplicated().any():
-            raise OodevalError(
-                f"unit {unit.unit_key}: every leave-one-out fold needs exactly one row on its "
-                "own held-out environment"
-            )
-        full = rows.loc[rows["fold"] == ALL_FOLD, "error"].to_numpy()
-        if full.size == 0:
-            raise OodevalError(f"unit {unit.unit_key} has no rows of the model trained on all")
-        values = domain_measures(loo.sort_values("fold")["error"].to_numpy(), names)
-        params = unit.params
-        records.append(
-            {
-                "scenario": unit.scenario,
-                "family": unit.family,
-                "ratio": str(params.get("ratio", "")),
-                "scale": _scale(params.get("scale")),
-                "algorithm": unit.algorithm,
-                "seed": int(unit.seed),
-                "n_given": int(len(loo)),
-                "ideal": float(ideal(full)),
-                **{k: float(v) for k, v in values.items()},
-            }
-        )
-    frame = pd.DataFrame.from_records(records)
-    frame["scale"] = frame["scale"].astype("Int64")
+    units = pd.DataFrame(meta_tables.unit_measures(errors_table(study), names))
+    meta = pd.DataFrame(
+        {
+            "scenario": done["scenario"],
+            "family": done["family"],
+            "ratio": [str(p.get("ratio", "")) for p in done["params"]],
+            "scale": pd.array([_scale(p.get("scale")) for p in done["params"]], dtype="Int64"),
+        }
+    ).drop_duplicates("scenario")
+    frame = units.merge(meta, on="scenario", how="left", validate="many_to_one")
+    frame = frame[[*_META, "algorithm", "seed", "n_given", "ideal", *names]]
     return _sort_scenarios(frame, ["algorithm", "seed"])
 
 
-def correlations(frame: pd.DataFrame, measures: Iterable[str]) -> pd.DataFrame:
-    """Spearman's rho and Kendall's tau-b with the ideal measure across algorithms.
+def errors_table(study: Study) -> pd.DataFrame:
+    """The errors of the study's finished units in the long form of `oodeval.measures.meta_tables`.
 
-    One row per (scenario, seed, measure) with ``spearman``, ``kendall`` and ``n_algorithms``;
-    `frame` is `unit_measures`' output.
+    Columns scenario, seed, algorithm, split, environment, error: split ``loo`` for each LOO
+    fold's error on its own held-out environment (folds in sorted order), ``all`` for the errors
+    of the model trained on all given environments. Raises OodevalError naming a unit whose rows
+    do not have that shape.
     """
-    records = []
-    for (_scenario, seed), group in frame.groupby(["scenario", "seed"], sort=False):
-        for measure in measures:
-            corr = rank_correlation(group[measure].to_numpy(), group["ideal"].to_numpy())
-            records.append(
-                {
-                    **_meta(group),
-                    "seed": int(seed),
-                    "measure": measure,
-                    "spearman": corr["spearman"],
-                    "kendall": corr["kendall"],
-                    "n_algorithms": int(len(group)),
-                }
-            )
-    return pd.DataFrame.from_records(records)
+    done = study.units.loc[
+        study.units["status"] == "done", ["unit_key", "scenario", "seed", "algorithm"]
+    ]
+    rows = study.results.merge(done, on="unit_key", how="inner")
+    missing = sorted(set(done["unit_key"]) - set(rows["unit_key"]))
+    if missing:
+        raise OodevalError(f"unit {missing[0]} is marked done but has no result rows")
+    is_full = rows["fold"] == ALL_FOLD
+    loo = rows[~is_full & (rows["fold"] == rows["environment"])]
+    folds = rows[~is_full].groupby("unit_key")["fold"].nunique()
+    own = loo.groupby("unit_key")["fold"].agg(["nunique", "size"]).reindex(folds.index)
+    bad = folds.index[(own["nunique"] != folds) | (own["size"] != folds)]
+    if len(bad):
+        raise OodevalError(
+            f"unit {bad[0]}: every leave-one-out fold needs exactly one row on its own held-out "
+            "environment"
+        )
+    without_full = sorted(set(done["unit_key"]) - set(rows.loc[is_full, "unit_key"]))
+    if without_full:
+        raise OodevalError(f"unit {without_full[0]} has no rows of the model trained on all")
+    loo = loo.sort_values(["unit_key", "fold"], kind="stable").assign(split="loo")
+    full = rows[is_full].assign(split="all")
+    columns = ["scenario", "seed", "algorithm", "split", "environment", "error"]
+    return pd.concat([loo[columns], full[columns]], ignore_index=True)
 
 
-def table1(frame: pd.DataFrame, measures: Sequence[str] = TABLE1_MEASURES) -> pd.DataFrame:
+def correlation_with_ideal(
+    frame: pd.DataFrame, measures: Sequence[str] = CORRELATION_MEASURES
+) -> pd.DataFrame:
     """Table 1: per scenario, mean and std over seeds of rho and tau for each measure.
 
     Columns: scenario, family, ratio, scale, n_seeds, n_algorithms, and for each measure ``m``:
     ``rho_<m>_mean``, ``rho_<m>_std``, ``tau_<m>_mean``, ``tau_<m>_std`` (std with ddof=1; NaN
-    for a single seed).
+    for a single seed). `frame` is `unit_measures`' output.
     """
-    corr = correlations(frame, measures)
+    summary = pd.DataFrame(
+        meta_tables.correlation_summary(meta_tables.ideal_correlations(frame, list(measures)))
+    )
     records = []
-    for _scenario, group in corr.groupby("scenario", sort=False):
-        row = {**_meta(group), "n_seeds": int(group["seed"].nunique())}
+    for scenario, group in summary.groupby("scenario", sort=False):
+        row = {"scenario": scenario, "n_seeds": int(group["n_seeds"].iloc[0])}
         row["n_algorithms"] = int(group["n_algorithms"].min())
+        by_measure = group.set_index("measure")
         for measure in measures:
-            part = group[group["measure"] == measure]
             for stat, column in (("rho", "spearman"), ("tau", "kendall")):
-                mean, std = mean_std(part[column].to_numpy())
-                row[f"{stat}_{measure}_mean"] = mean
-                row[f"{stat}_{measure}_std"] = std
+                row[f"{stat}_{measure}_mean"] = by_measure.loc[measure, f"{column}_mean"]
+                row[f"{stat}_{measure}_std"] = by_measure.loc[measure, f"{column}_std"]
         records.append(row)
-    return _sort_scenarios(pd.DataFrame.from_records(records))
+    return _sort_scenarios(_with_meta(pd.DataFrame.from_records(records), frame))
 
 
-def table1_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 next to the paper's numbers for the SR-CMNIST scenarios (others dropped)."""
+def correlation_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 next to the paper's numbers for the SR-CMNIST scenarios (others dropped).
+
+    `table` is `correlation_with_ideal`'s output.
+    """
     columns = ["scenario", "scale", "ratio"] + [
         f"{prefix}{stat}_{m}"
         for stat in ("rho", "tau")
@@ -188,14 +196,16 @@ def table1_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=columns)
 
 
-def table5(frame: pd.DataFrame, measures: Sequence[str] = TABLE5_MEASURES) -> pd.DataFrame:
+def ablation_correlations(
+    frame: pd.DataFrame, measures: Sequence[str] = ABLATION_MEASURES
+) -> pd.DataFrame:
     """Table 5: mean rho and tau (over seeds) of worst only, gap only and worst+gap.
 
     One row per scenario, then one row per family with ``scenario = "<family> (mean)"`` holding the
     mean over that family's scenarios of the per-scenario means (how the paper's SR-CMNIST row
     relates to its Table 1). Columns ``rho_<m>``, ``tau_<m>`` per measure.
     """
-    t1 = table1(frame, measures)
+    t1 = correlation_with_ideal(frame, measures)
     keep = [*_META, "n_seeds", "n_algorithms"]
     out = t1[keep].copy()
     for measure in measures:
@@ -215,7 +225,9 @@ def table5(frame: pd.DataFrame, measures: Sequence[str] = TABLE5_MEASURES) -> pd
     return out
 
 
-def table6(frame: pd.DataFrame, measures: Sequence[str] = SELECTION_MEASURES) -> pd.DataFrame:
+def selected_algorithms(
+    frame: pd.DataFrame, measures: Sequence[str] = SELECTION_MEASURES
+) -> pd.DataFrame:
     """Table 6: the algorithm each measure selects (argmin), per seed and on the seed average.
 
     Long format: scenario, family, ratio, scale, seed (an int, or ``"mean"`` for the selection on
@@ -223,35 +235,15 @@ def table6(frame: pd.DataFrame, measures: Sequence[str] = SELECTION_MEASURES) ->
     that tie at the minimum), matches_ideal. Only algorithms finished for every seed of a
     scenario enter the seed-average.
     """
-    records = []
-    for _scenario, group in frame.groupby("scenario", sort=False):
-        pieces = [(int(seed), part) for seed, part in group.groupby("seed", sort=True)]
-        complete = group.groupby("algorithm")["seed"].nunique()
-        complete = complete[complete == group["seed"].nunique()].index
-        averaged = (
-            group[group["algorithm"].isin(complete)]
-            .groupby("algorithm", sort=True)[list(measures)]
-            .mean()
-            .reset_index()
-        )
-        pieces.append(("mean", averaged))
-        for seed, part in pieces:
-            names = part["algorithm"].tolist()
-            chosen = {m: select_algorithm(part[m].to_numpy(), names) for m in measures}
-            for measure in measures:
-                records.append(
-                    {
-                        **_meta(group),
-                        "seed": seed,
-                        "measure": measure,
-                        "selected": chosen[measure].name,
-                        "tied": "|".join(chosen[measure].tied),
-                        "matches_ideal": chosen[measure].name == chosen["ideal"].name
-                        if "ideal" in chosen
-                        else np.nan,
-                    }
-                )
-    return pd.DataFrame.from_records(records)
+    by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
+    per_seed = pd.DataFrame(meta_tables.selections(by_seed, list(measures)))
+    averaged = meta_tables.selections(meta_tables.seed_means(by_seed, measures), list(measures))
+    table = pd.concat([per_seed, pd.DataFrame(averaged)], ignore_index=True)
+    order = {s: k for k, s in enumerate(dict.fromkeys(by_seed["scenario"]))}
+    table = table.sort_values("scenario", key=lambda s: s.map(order), kind="stable")
+    table["tied"] = ["|".join(t) for t in table["tied"]]
+    columns = ["seed", "measure", "selected", "tied", "matches_ideal"]
+    return _with_meta(table[["scenario", *columns]].reset_index(drop=True), frame)
 
 
 def selection_agreement(selections: pd.DataFrame) -> pd.DataFrame:
@@ -259,8 +251,8 @@ def selection_agreement(selections: pd.DataFrame) -> pd.DataFrame:
 
     Columns: measure, per_seed_matches, per_seed_total, seed_average_matches, seed_average_total.
     """
-    per_seed = selections[selections["seed"] != "mean"]
-    averaged = selections[selections["seed"] == "mean"]
+    per_seed = selections[selections["seed"] != meta_tables.SEED_MEAN]
+    averaged = selections[selections["seed"] == meta_tables.SEED_MEAN]
     records = []
     for measure in selections["measure"].unique():
         ps = per_seed[per_seed["measure"] == measure]
@@ -277,35 +269,24 @@ def selection_agreement(selections: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def figure6(frame: pd.DataFrame, measures: Sequence[str] = TABLE1_MEASURES) -> pd.DataFrame:
+def degradation_by_scenario(
+    frame: pd.DataFrame, measures: Sequence[str] = CORRELATION_MEASURES
+) -> pd.DataFrame:
     """Figure 6: selection degradation per scenario, mean and std over seeds (Section 6.1).
 
     For each seed: |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| over the algorithms of that seed.
     Columns: scenario, family, ratio, scale, measure, degradation_mean, degradation_std, n_seeds.
     """
-    records = []
-    for _scenario, group in frame.groupby("scenario", sort=False):
-        for measure in measures:
-            values = [
-                selection_degradation(
-                    part[measure].to_numpy(), part["ideal"].to_numpy(), part["algorithm"].tolist()
-                )
-                for _seed, part in group.groupby("seed", sort=True)
-            ]
-            mean, std = mean_std(values)
-            records.append(
-                {
-                    **_meta(group),
-                    "measure": measure,
-                    "degradation_mean": mean,
-                    "degradation_std": std,
-                    "n_seeds": len(values),
-                }
-            )
-    return _sort_scenarios(pd.DataFrame.from_records(records), ["measure"])
+    by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
+    selected = meta_tables.selections(by_seed, list(measures))
+    table = pd.DataFrame(meta_tables.degradation_summary(selected))
+    table = table[["scenario", "measure", "degradation_mean", "degradation_std", "n_seeds"]]
+    return _sort_scenarios(_with_meta(table, frame), ["measure"])
 
 
-def figure7(frame: pd.DataFrame, measures: Sequence[str] = TABLE1_MEASURES) -> pd.DataFrame:
+def distance_to_ideal_by_scale(
+    frame: pd.DataFrame, measures: Sequence[str] = CORRELATION_MEASURES
+) -> pd.DataFrame:
     """Figure 7: |R^IDEAL - R^measure| as Scale grows, normalised to the smallest Scale.
 
     For each family and Ratio (scenarios that differ only in Scale) and each Scale: the mean over
@@ -316,61 +297,16 @@ def figure7(frame: pd.DataFrame, measures: Sequence[str] = TABLE1_MEASURES) -> p
     reference_scale.
     """
     scaled = frame[frame["scale"].notna()]
-    records = []
-    for (family, ratio), group in scaled.groupby(["family", "ratio"], sort=True):
-        reference = int(group["scale"].min())
-        for measure in measures:
-            diff = group.assign(abs_diff=(group["ideal"] - group[measure]).abs())
-            overall = diff.groupby("scale")["abs_diff"].mean()
-            per_algorithm = diff.groupby(["algorithm", "scale"])["abs_diff"].mean()
-            n_given = diff.groupby("scale")["n_given"].first()
-            for scale, value in overall.items():
-                records.append(
-                    _fig7_row(
-                        family,
-                        ratio,
-                        scale,
-                        n_given[scale],
-                        measure,
-                        "(all)",
-                        value,
-                        overall[reference],
-                        reference,
-                    )
-                )
-            for (algorithm, scale), value in per_algorithm.items():
-                base = per_algorithm.get((algorithm, reference), np.nan)
-                records.append(
-                    _fig7_row(
-                        family,
-                        ratio,
-                        scale,
-                        n_given[scale],
-                        measure,
-                        algorithm,
-                        value,
-                        base,
-                        reference,
-                    )
-                )
-    columns = [
-        "family",
-        "ratio",
-        "scale",
-        "n_given",
-        "measure",
-        "algorithm",
-        "abs_diff",
-        "normalized",
-        "reference_scale",
-    ]
-    out = pd.DataFrame.from_records(records, columns=columns)
+    table = meta_tables.distance_to_ideal(
+        scaled, list(measures), size="scale", group=("family", "ratio")
+    )
+    out = pd.DataFrame(table)
     return out.sort_values(
         ["family", "ratio", "measure", "algorithm", "scale"], kind="stable", ignore_index=True
     )
 
 
-def figure1(
+def baseline_vs_ideal_best(
     frame: pd.DataFrame,
     measures: Sequence[str] = SELECTION_MEASURES,
     *,
@@ -383,62 +319,44 @@ def figure1(
     seeds. Columns: scenario, family, ratio, scale, measure, baseline, baseline_mean, baseline_std,
     best_algorithm, best_mean, best_std. Scenarios without the baseline are left out.
     """
-    records = []
-    for _scenario, group in frame.groupby("scenario", sort=False):
-        if baseline not in set(group["algorithm"]):
-            continue
-        averaged = group.groupby("algorithm", sort=True)["ideal"].mean()
-        best = select_algorithm(averaged.to_numpy(), averaged.index.tolist()).name
-        for measure in measures:
-            base_mean, base_std = mean_std(group.loc[group["algorithm"] == baseline, measure])
-            best_mean, best_std = mean_std(group.loc[group["algorithm"] == best, measure])
-            records.append(
-                {
-                    **_meta(group),
-                    "measure": measure,
-                    "baseline": baseline,
-                    "baseline_mean": base_mean,
-                    "baseline_std": base_std,
-                    "best_algorithm": best,
-                    "best_mean": best_mean,
-                    "best_std": best_std,
-                }
-            )
-    columns = [*_META, "measure", "baseline", "baseline_mean", "baseline_std"]
-    columns += ["best_algorithm", "best_mean", "best_std"]
-    return pd.DataFrame.from_records(records, columns=columns)
+    table = pd.DataFrame(meta_tables.baseline_vs_best(frame, list(measures), baseline=baseline))
+    return _with_meta(table, frame)
 
 
-def figure5(frame: pd.DataFrame, measures: Sequence[str] = TABLE1_MEASURES) -> pd.DataFrame:
+def ideal_measure_pairs(
+    frame: pd.DataFrame, measures: Sequence[str] = CORRELATION_MEASURES
+) -> pd.DataFrame:
     """Figure 5: raw (ideal, measure) values of every unit, one row per unit."""
     keep = [*_META, "algorithm", "seed", "ideal", *measures]
     return frame[keep].reset_index(drop=True)
 
 
 def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
-    """Every analysis of a study, by name (``units``, ``table1``, ``table1_vs_paper``, ...)."""
+    """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``units``,
+    ``table1``, ``table1_vs_paper``, ``table5``, ``table6``, ``selection_agreement``,
+    ``figure6``, ``figure7``, ``figure1``, ``figure5``."""
     study = study if isinstance(study, Study) else load_study(study)
     frame = unit_measures(study)
     have = set(frame.columns)
-    needed = set(TABLE1_MEASURES) | set(TABLE5_MEASURES)
+    needed = set(CORRELATION_MEASURES) | set(ABLATION_MEASURES)
     if not needed <= have:
         raise OodevalError(
             f"the study's measures lack {sorted(needed - have)}; the paper's analyses need "
             f"{sorted(needed)}"
         )
-    t1 = table1(frame)
-    t6 = table6(frame)
+    correlations = correlation_with_ideal(frame)
+    selections = selected_algorithms(frame)
     return {
         "units": frame,
-        "table1": t1,
-        "table1_vs_paper": table1_vs_paper(t1),
-        "table5": table5(frame),
-        "table6": t6,
-        "selection_agreement": selection_agreement(t6),
-        "figure6": figure6(frame),
-        "figure7": figure7(frame),
-        "figure1": figure1(frame),
-        "figure5": figure5(frame),
+        "table1": correlations,
+        "table1_vs_paper": correlation_vs_paper(correlations),
+        "table5": ablation_correlations(frame),
+        "table6": selections,
+        "selection_agreement": selection_agreement(selections),
+        "figure6": degradation_by_scenario(frame),
+        "figure7": distance_to_ideal_by_scale(frame),
+        "figure1": baseline_vs_ideal_best(frame),
+        "figure5": ideal_measure_pairs(frame),
     }
 
 
@@ -474,6 +392,27 @@ def write_analysis(
 
 def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     """One markdown document with every table of `analyze`."""
+    lines = _markdown_header(study)
+    for key, title, table in _markdown_sections(results):
+        lines += [f"## {PAPER_REFERENCES[key]}: {title}", "", markdown_table(table), ""]
+        if key == "table1" and len(results["table1_vs_paper"]):
+            lines += [
+                f"### {PAPER_REFERENCES[key]} next to the paper's means",
+                "",
+                markdown_table(results["table1_vs_paper"]),
+                "",
+            ]
+        if key == "table6":
+            lines += [markdown_table(results["selection_agreement"]), ""]
+    lines += [
+        f"{PAPER_REFERENCES['figure5']}'s raw pairs are in `figure5.csv`; per-unit measures in "
+        "`units.csv`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _markdown_header(study: Study) -> list[str]:
     counts = study.counts()
     lines = [
         f"# Study analysis: {study.config.get('name', 'study')}",
@@ -500,77 +439,60 @@ def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
         lines += ["Failed units (left out of every analysis):", ""]
         lines += [f"- {u.unit_key}: {u.failure}" for u in failed.itertuples(index=False)]
         lines.append("")
+    return lines
+
+
+def _markdown_sections(
+    results: dict[str, pd.DataFrame],
+) -> list[tuple[str, str, pd.DataFrame]]:
+    """(key, title, table) of each section of `analysis_markdown`, in order."""
     t1 = results["table1"]
-    lines += [
-        "## Table 1: correlation with the ideal measure (mean ± std over seeds)",
-        "",
-        markdown_table(
-            pd.DataFrame(
-                {
-                    "scenario": t1["scenario"],
-                    "seeds": t1["n_seeds"],
-                    "algorithms": t1["n_algorithms"],
-                    **{
-                        f"{stat} {label}": _pm(t1[f"{stat}_{m}_mean"], t1[f"{stat}_{m}_std"])
-                        for stat in ("rho", "tau")
-                        for m, label in (("worst_plus_gap", "W+G"), ("average", "AVG"))
-                    },
-                }
-            )
-        ),
-        "",
-    ]
-    if len(results["table1_vs_paper"]):
-        lines += [
-            "### Table 1 next to the paper's means",
-            "",
-            markdown_table(results["table1_vs_paper"]),
-            "",
-        ]
-    lines += [
-        "## Table 5: worst only, gap only, worst+gap (mean over seeds)",
-        "",
-        markdown_table(results["table5"].drop(columns=["family"], errors="ignore")),
-        "",
-    ]
-    t6 = results["table6"]
-    wide = t6.assign(
-        column=t6["seed"].map(lambda s: f"seed {s}" if s != "mean" else "average")
-        + ": "
-        + t6["measure"]
+    table1 = pd.DataFrame(
+        {
+            "scenario": t1["scenario"],
+            "seeds": t1["n_seeds"],
+            "algorithms": t1["n_algorithms"],
+            **{
+                f"{stat} {label}": _pm(t1[f"{stat}_{m}_mean"], t1[f"{stat}_{m}_std"])
+                for stat in ("rho", "tau")
+                for m, label in (("worst_plus_gap", "W+G"), ("average", "AVG"))
+            },
+        }
     )
-    wide = wide.pivot_table(
-        index="scenario", columns="column", values="selected", aggfunc="first", sort=False
-    ).reset_index()
-    lines += [
-        "## Table 6: selected algorithm per measure",
-        "",
-        markdown_table(wide),
-        "",
-        markdown_table(results["selection_agreement"]),
-        "",
-    ]
-    lines += [
-        "## Figure 6: selection degradation (mean ± std over seeds)",
-        "",
-        markdown_table(results["figure6"].drop(columns=["family"], errors="ignore")),
-        "",
-    ]
+    t6 = results["table6"]
+    column = t6["seed"].map(lambda s: f"seed {s}" if s != meta_tables.SEED_MEAN else "average")
+    table6 = (
+        t6.assign(column=column + ": " + t6["measure"])
+        .pivot_table(
+            index="scenario", columns="column", values="selected", aggfunc="first", sort=False
+        )
+        .reset_index()
+    )
     f7 = results["figure7"]
-    lines += [
-        "## Figure 7: |ideal - measure| by Scale, normalised to the smallest Scale",
-        "",
-        markdown_table(f7[f7["algorithm"] == "(all)"].drop(columns=["algorithm"], errors="ignore")),
-        "",
+    return [
+        ("table1", "correlation with the ideal measure (mean ± std over seeds)", table1),
+        (
+            "table5",
+            "worst only, gap only, worst+gap (mean over seeds)",
+            _no_family(results["table5"]),
+        ),
+        ("table6", "selected algorithm per measure", table6),
+        (
+            "figure6",
+            "selection degradation (mean ± std over seeds)",
+            _no_family(results["figure6"]),
+        ),
+        (
+            "figure7",
+            "|ideal - measure| by Scale, normalised to the smallest Scale",
+            f7[f7["algorithm"] == "(all)"].drop(columns=["algorithm"], errors="ignore"),
+        ),
+        ("figure1", "ERM vs the ideal-best algorithm", _no_family(results["figure1"])),
     ]
-    lines += [
-        "## Figure 1: ERM vs the ideal-best algorithm",
-        "",
-        markdown_table(results["figure1"].drop(columns=["family"], errors="ignore")),
-        "",
-    ]
-    lines += ["Figure 5's raw pairs are in `figure5.csv`; per-unit measures in `units.csv`.", ""]
-    return "\n".join(lines)
+
+
+def _no_family(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=["family"], errors="ignore")
 
 
 def markdown_table(frame: pd.DataFrame, *, digits: int = 3) -> str:
@@ -604,20 +526,6 @@ def _pm(means: pd.Series, stds: pd.Series) -> list[str]:
     ]
 
 
-def _fig7_row(family, ratio, scale, n_given, measure, algorithm, value, base, reference) -> dict:
-    return {
-        "family": family,
-        "ratio": ratio,
-        "scale": int(scale),
-        "n_given": int(n_given),
-        "measure": measure,
-        "algorithm": algorithm,
-        "abs_diff": float(value),
-        "normalized": float(value / base) if base and not math.isnan(base) else np.nan,
-        "reference_scale": reference,
-    }
-
-
 def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
     names = list(measures if measures is not None else study.config.get("measures", DEFAULTS))
     for extra in ("worst", "gap"):
@@ -626,9 +534,12 @@ def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
     return names
 
 
-def _meta(group: pd.DataFrame) -> dict:
-    first = group.iloc[0]
-    return {k: first[k] for k in _META}
+def _with_meta(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """`table` with each scenario's family, ratio and scale (from `frame`) after ``scenario``."""
+    meta = frame[list(_META)].drop_duplicates("scenario")
+    out = table.merge(meta, on="scenario", how="left", validate="many_to_one")
+    rest = [c for c in table.columns if c != "scenario"]
+    return out[[*_META, *rest]]
 
 
 def _scale(value: object) -> object:

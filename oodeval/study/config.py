@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from oodeval.errors import OodevalError
+from oodeval.measures.domain import MEASURES, undefined_measures
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,10 +45,10 @@ else:  # Python 3.10: the same parser, packaged as tomli
 
 #: The backend used when the config names none: real scenarios, algorithms and the trainer.
 DEFAULT_BACKEND = "oodeval.study.trainer_backend"
-#: Measures the analyses can be asked for (names as in `oodeval.measures.domain.MEASURES`).
-KNOWN_MEASURES = ("average", "worst", "best", "gap", "worst_plus_gap", "worst_only", "gap_only")
+#: Measures the analyses can be asked for: the LOO measures of `oodeval.measures.REGISTRY`.
+KNOWN_MEASURES = tuple(MEASURES)
 #: Measures that need at least three given environments (Eq. 6 divides by N - 2).
-NEEDS_THREE_ENVS = ("worst_plus_gap", "gap_only")
+NEEDS_THREE_ENVS = tuple(undefined_measures(KNOWN_MEASURES, 2))
 DEFAULT_MEASURES = ("average", "worst_plus_gap", "worst_only", "gap_only")
 TRAINER_KEYS = ("selection", "eval_every", "holdout_fraction", "batch_size", "precision")
 #: values of ``[trainer] precision``, the default first (the keys of

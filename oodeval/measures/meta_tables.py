@@ -1,0 +1,627 @@
+"""Meta-evaluation over long-form tables: the worst+gap paper's Sections 5-6 as flat tables.
+
+One layer for every caller (`oodeval measures`, `oodeval study analyze`, the reports, the DomainBed
+import), so the numbers they print come from the same code:
+
+- `unit_measures`: long-form errors -> one row per unit (scenario, seed, algorithm) with every
+  requested measure and, when the errors have ``all`` rows, the ideal measure (Eq. 4);
+- `ideal_correlations` and `correlation_summary`: Spearman's rho and Kendall's tau-b with the ideal
+  measure across algorithms, per (scenario, seed), then mean and std over seeds (Section 5);
+- `selections` and `degradation_summary`: the algorithm each measure selects (Eq. 3/5/7) and the
+  selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1);
+- `seed_means`: each algorithm's measures averaged over seeds (selection on the seed average);
+- `distance_to_ideal`: mean |R^IDEAL - R^measure| as the number of environments grows,
+  normalised to the smallest size (asymptotics, Section 6.3);
+- `baseline_vs_best`: a baseline (ERM) against the ideal-best algorithm (Section 6.4).
+
+A *table* is a mapping from column name to a 1-D array, all of one length: a dict of numpy arrays
+or a pandas DataFrame on input (read column by column), a dict of numpy arrays on output
+(``pandas.DataFrame(table)`` makes a frame of it). This keeps `oodeval.measures` free of pandas.
+Groups appear in the order their first row appears, and values are reduced in row order, so a
+caller decides the order of seeds and algorithms by ordering its rows. Scores are "lower is
+better"; ties are handled as in `oodeval.measures.meta`.
+
+The long-form errors table has one row per (scenario, seed, algorithm, split, environment):
+
+===========  ==========================================================================
+column       meaning
+===========  ==========================================================================
+scenario     optional; a label of the experiment the algorithms are compared in
+seed         optional; any label
+algorithm    name of the algorithm
+split        ``loo``: the error of the model trained without that given environment, on it;
+             ``all``: the error of the model trained on all given environments, on an
+             environment of E_all (Eq. 4 of the worst+gap paper)
+environment  name of the environment
+error        error as a fraction in [0, 1]
+===========  ==========================================================================
+
+>>> errors = {
+...     "algorithm": ["A"] * 4 + ["B"] * 4,
+...     "split": ["loo", "loo", "loo", "all"] * 2,
+...     "environment": ["e1", "e2", "e3", "x"] * 2,
+...     "error": [0.1, 0.2, 0.3, 0.5, 0.2, 0.2, 0.2, 0.4],
+... }
+>>> units = unit_measures(errors, ["average", "worst_plus_gap"])
+>>> units["worst_plus_gap"].round(12).tolist(), units["ideal"].tolist()
+([0.5, 0.2], [0.5, 0.4])
+>>> sel = selections(units, ["worst_plus_gap", "average"])
+>>> sel["selected"].tolist(), sel["degradation"].round(12).tolist()
+(['B', 'A'], [0.0, 0.1])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from oodeval.errors import OodevalError
+from oodeval.measures._validation import as_float_array
+from oodeval.measures.domain import REGISTRY, check_measures, domain_measures
+from oodeval.measures.meta import (
+    bootstrap_correlation_ci,
+    mean_std,
+    rank_correlation,
+    select_algorithm,
+)
+
+__all__ = [
+    "SEED_MEAN",
+    "UNIT_KEYS",
+    "Table",
+    "baseline_vs_best",
+    "correlation_summary",
+    "degradation_summary",
+    "distance_to_ideal",
+    "ideal_correlations",
+    "seed_means",
+    "selections",
+    "unit_measures",
+]
+
+Table = dict[str, np.ndarray]
+"""Column name -> 1-D array; every column has the same length."""
+
+UNIT_KEYS = ("scenario", "seed", "algorithm")
+"""The columns that name a unit: one algorithm trained with one seed in one scenario."""
+
+SEED_MEAN = "mean"
+"""The seed label of `seed_means` rows."""
+
+# ----------------------------------------------------------------------------- table helpers
+
+
+def _column(table: Mapping[str, Any], name: str) -> np.ndarray:
+    try:
+        values = table[name]
+    except KeyError:
+        raise OodevalError(f"the table has no {name!r} column; it needs {name}") from None
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise OodevalError(f"column {name!r} must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+def _length(table: Mapping[str, Any]) -> int:
+    lengths = {len(np.asarray(table[c])) for c in table}
+    if len(lengths) > 1:
+        raise OodevalError(f"the table's columns differ in length: {sorted(lengths)}")
+    return lengths.pop() if lengths else 0
+
+
+def _factorize(values: np.ndarray) -> np.ndarray:
+    """Integer codes of `values`, numbered in order of first appearance."""
+    if values.dtype == object:  # any hashable labels; a dict keeps first-appearance order
+        seen: dict[Any, int] = {}
+        return np.fromiter(
+            (seen.setdefault(v, len(seen)) for v in values.tolist()), np.int64, len(values)
+        )
+    _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse.ravel()]
+
+
+def _codes(*columns: np.ndarray) -> np.ndarray:
+    """One integer code per distinct tuple of `columns`, numbered in order of first appearance."""
+    n = len(columns[0]) if columns else 0
+    combined = np.zeros(n, dtype=np.int64)
+    for col in columns:
+        codes = _factorize(col)
+        combined = combined * (int(codes.max()) + 1 if n else 1) + codes
+        combined = _factorize(combined)  # renumber so the product never overflows
+    return combined
+
+
+def _groups(*columns: np.ndarray) -> list[np.ndarray]:
+    """Row indices of each distinct tuple of `columns`, groups and rows in order of appearance."""
+    codes = _codes(*columns)
+    if codes.size == 0:
+        return []
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    return np.split(order, bounds)
+
+
+def _as_table(records: list[dict[str, Any]], columns: Sequence[str]) -> Table:
+    """Column arrays of `records`: bool, int64 or float64 when every value is one, else object."""
+    out: Table = {}
+    for name in columns:
+        values = [r[name] for r in records]
+        kinds = {type(v) for v in values}
+        if kinds and kinds <= {bool, np.bool_}:
+            out[name] = np.array(values, dtype=bool)
+        elif kinds and kinds <= {int, np.int64}:
+            out[name] = np.array(values, dtype=np.int64)
+        elif kinds and kinds <= {float, np.float64}:
+            out[name] = np.array(values, dtype=np.float64)
+        else:  # labels, tuples of names, mixed values: kept as the Python objects
+            column = np.empty(len(values), dtype=object)
+            for k, v in enumerate(values):
+                column[k] = v
+            out[name] = column
+    return out
+
+
+def _python(value: Any) -> Any:
+    """A numpy scalar as the Python value (so labels print and compare as the caller gave them)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def _dense_by_length(
+    unit: np.ndarray, values: np.ndarray, n_units: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(unit ids, matrix) per row count: each unit's values as one matrix row, in row order."""
+    order = np.argsort(unit, kind="stable")
+    unit_sorted, values_sorted = unit[order], values[order]
+    counts = np.bincount(unit, minlength=n_units)
+    starts = np.cumsum(counts) - counts
+    position = np.arange(len(unit)) - starts[unit_sorted]
+    out = []
+    for n in np.unique(counts[counts > 0]):
+        members = np.flatnonzero(counts == n)
+        row_of = np.full(n_units, -1)
+        row_of[members] = np.arange(len(members))
+        take = counts[unit_sorted] == n
+        matrix = np.empty((len(members), int(n)))
+        matrix[row_of[unit_sorted[take]], position[take]] = values_sorted[take]
+        out.append((members, matrix))
+    return out
+
+
+def _unit_name(keys: dict[str, np.ndarray], u: int) -> str:
+    parts = [f"{k} {_python(keys[k][u])}" for k in UNIT_KEYS if str(keys[k][u]) != ""]
+    return ", ".join(parts)
+
+
+def _check_unit_rows(
+    keys: dict[str, np.ndarray], unit: np.ndarray, loo: np.ndarray, env: np.ndarray
+) -> None:
+    """Raise on a repeated (unit, split, environment) row or a unit without loo rows."""
+    codes = _codes(unit, loo.astype(np.int64), env)
+    repeated = np.flatnonzero(np.bincount(codes) > 1)
+    if repeated.size:
+        row = int(np.flatnonzero(codes == repeated[0])[0])
+        raise OodevalError(
+            f"{_unit_name(keys, int(unit[row]))} has two {'loo' if loo[row] else 'all'} rows for "
+            f"environment {_python(env[row])}; keep one row per unit, split and environment"
+        )
+    n_units = len(keys["algorithm"])
+    has_loo = np.bincount(unit[loo], minlength=n_units) > 0
+    if not has_loo.all():
+        u = int(np.flatnonzero(~has_loo)[0])
+        raise OodevalError(
+            f"{_unit_name(keys, u)} has no loo rows; every unit needs its leave-one-out errors"
+        )
+    has_all = np.bincount(unit[~loo], minlength=n_units) > 0
+    if has_all.any() and not has_all.all():
+        u = int(np.flatnonzero(~has_all)[0])
+        raise OodevalError(
+            f"{_unit_name(keys, u)} has no all rows while other units have them; the ideal "
+            "measure needs the errors of the model trained on all given environments"
+        )
+
+
+def unit_measures(errors: Mapping[str, Any], measures: Sequence[str] | None = None) -> Table:
+    """Every requested measure per unit (scenario, seed, algorithm) from long-form errors.
+
+    The LOO measures (`oodeval.measures.domain.MEASURES`) read a unit's ``loo`` errors in row
+    order, the ``all``-split measures of `REGISTRY` (the ideal measure, Eq. 4) its ``all`` errors;
+    units with the same number of environments are scored in one vectorised call. Labels may be
+    any hashable values; integer labels are grouped fastest.
+
+    Parameters
+    ----------
+    errors : table with columns algorithm, split, environment, error[, scenario, seed]
+    measures : names of LOO measures (default: all)
+
+    Returns
+    -------
+    Table with one row per unit, in order of first appearance: scenario and seed (``""`` when
+    the input has no such column), algorithm, n_given (number of loo rows), each measure, and
+    ``ideal`` when the errors have ``all`` rows (then every unit needs them).
+    """
+    names = check_measures(measures)
+    n_rows = _length(errors)
+    if n_rows == 0:
+        raise OodevalError("the errors table has no rows; give one row per unit and environment")
+    split = _column(errors, "split")
+    loo = split == "loo"
+    unknown = ~loo & (split != "all")
+    if unknown.any():
+        raise OodevalError(
+            f"unknown split {_python(split[np.argmax(unknown)])!r}; split must be 'loo' or 'all'"
+        )
+    env = _column(errors, "environment")
+    # NaN, infinities and the range [0, 1] are checked by the measures themselves
+    error = as_float_array(_column(errors, "error"), "error", check_finite=False)
+    key_columns = {k: _column(errors, k) for k in UNIT_KEYS if k in errors or k == "algorithm"}
+    unit = _codes(*key_columns.values())
+    n_units = int(unit.max()) + 1
+    first = np.full(n_units, n_rows)
+    np.minimum.at(first, unit, np.arange(n_rows))
+    keys = {
+        k: _labels(key_columns[k][first]) if k in key_columns else np.full(n_units, "", object)
+        for k in UNIT_KEYS
+    }
+    _check_unit_rows(keys, unit, loo, env)
+    out: Table = dict(keys)
+    out["n_given"] = np.bincount(unit[loo], minlength=n_units).astype(np.int64)
+    for name in names:
+        out[name] = np.empty(n_units)
+    for members, matrix in _dense_by_length(unit[loo], error[loo], n_units):
+        for name, value in domain_measures(matrix, names).items():
+            out[name][members] = value
+    if not loo.all():
+        for name in (n for n, spec in REGISTRY.items() if spec.split == "all"):
+            out[name] = np.empty(n_units)
+            for members, matrix in _dense_by_length(unit[~loo], error[~loo], n_units):
+                out[name][members] = REGISTRY[name].function(matrix)
+    return out
+
+
+def _labels(values: np.ndarray) -> np.ndarray:
+    """Fixed-width text arrays as object arrays of Python str; other arrays unchanged."""
+    return values.astype(object) if values.dtype.kind == "U" else values
+
+
+# ----------------------------------------------------------------------------- correlations
+
+
+def ideal_correlations(
+    units: Mapping[str, Any],
+    measures: Sequence[str],
+    *,
+    bootstrap: int = 0,
+    confidence: float = 0.95,
+    bootstrap_seed: int = 0,
+) -> Table:
+    """Spearman's rho and Kendall's tau-b with the ideal measure, per (scenario, seed, measure).
+
+    Section 5 of the worst+gap paper, through `oodeval.measures.meta.rank_correlation` over the
+    algorithms of each (scenario, seed). With ``bootstrap > 0`` each row also gets percentile
+    bootstrap intervals (`bootstrap_correlation_ci`, the same resamples for every measure).
+
+    Parameters
+    ----------
+    units : table as `unit_measures` returns it (with ``ideal``)
+    measures : columns of `units` to correlate with ``ideal``
+    bootstrap, confidence, bootstrap_seed : resamples, level and seed of the intervals
+
+    Returns
+    -------
+    Table: scenario, seed, measure, spearman, kendall, n_algorithms[, spearman_low,
+    spearman_high, kendall_low, kendall_high, n_valid]
+    """
+    cols = {k: _column(units, k) for k in (*UNIT_KEYS, "ideal", *measures)}
+    records = []
+    for idx in _groups(cols["scenario"], cols["seed"]):
+        ideal = cols["ideal"][idx].astype(np.float64)
+        for measure in measures:
+            scores = cols[measure][idx].astype(np.float64)
+            row = {
+                "scenario": _python(cols["scenario"][idx[0]]),
+                "seed": _python(cols["seed"][idx[0]]),
+                "measure": measure,
+                **rank_correlation(scores, ideal),
+                "n_algorithms": int(len(idx)),
+            }
+            if bootstrap > 0:
+                ci = bootstrap_correlation_ci(
+                    scores,
+                    ideal,
+                    n_resamples=bootstrap,
+                    confidence=confidence,
+                    seed=bootstrap_seed,
+                )
+                row.update(
+                    spearman_low=ci["spearman"][0],
+                    spearman_high=ci["spearman"][1],
+                    kendall_low=ci["kendall"][0],
+                    kendall_high=ci["kendall"][1],
+                    n_valid=ci["n_valid"],
+                )
+            records.append(row)
+    columns = ["scenario", "seed", "measure", "spearman", "kendall", "n_algorithms"]
+    if bootstrap > 0:
+        columns += ["spearman_low", "spearman_high", "kendall_low", "kendall_high", "n_valid"]
+    return _as_table(records, columns)
+
+
+def correlation_summary(correlations: Mapping[str, Any]) -> Table:
+    """Mean and std (ddof=1) over seeds of each (scenario, measure)'s correlations.
+
+    Parameters
+    ----------
+    correlations : table as `ideal_correlations` returns it
+
+    Returns
+    -------
+    Table: scenario, measure, n_seeds, n_algorithms (the fewest of any seed), spearman_mean,
+    spearman_std, kendall_mean, kendall_std (std NaN for one seed; NaN correlations propagate)
+    """
+    cols = {
+        k: _column(correlations, k)
+        for k in ("scenario", "measure", "spearman", "kendall", "n_algorithms")
+    }
+    records = []
+    for idx in _groups(cols["scenario"], cols["measure"]):
+        rho_mean, rho_std = mean_std(cols["spearman"][idx])
+        tau_mean, tau_std = mean_std(cols["kendall"][idx])
+        records.append(
+            {
+                "scenario": _python(cols["scenario"][idx[0]]),
+                "measure": _python(cols["measure"][idx[0]]),
+                "n_seeds": int(len(idx)),
+                "n_algorithms": int(cols["n_algorithms"][idx].min()),
+                "spearman_mean": rho_mean,
+                "spearman_std": rho_std,
+                "kendall_mean": tau_mean,
+                "kendall_std": tau_std,
+            }
+        )
+    columns = ["scenario", "measure", "n_seeds", "n_algorithms"]
+    columns += ["spearman_mean", "spearman_std", "kendall_mean", "kendall_std"]
+    return _as_table(records, columns)
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def selections(units: Mapping[str, Any], measures: Sequence[str]) -> Table:
+    """The algorithm each measure selects per (scenario, seed), and what that choice costs.
+
+    argmin of each measure over the algorithms of a (scenario, seed), ties to the first name in
+    sorted order (`oodeval.measures.meta.select_algorithm`, Eq. 3/5/7 of the worst+gap paper).
+    With an ``ideal`` column, also the ideal measure of the selected algorithm, the selection
+    degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1) and whether the choice
+    is the ideal measure's.
+
+    Parameters
+    ----------
+    units : table with scenario, seed, algorithm and the measure columns (e.g. `unit_measures`
+        or `seed_means`); ``measures`` may include ``"ideal"``
+    measures : columns to select by
+
+    Returns
+    -------
+    Table: scenario, seed, measure, selected, tied (tuple of every name tied at the minimum,
+    sorted), score (the selected algorithm's value)[, ideal_of_selected, degradation,
+    matches_ideal]
+    """
+    has_ideal = "ideal" in units
+    needed = [*UNIT_KEYS, *measures] + (["ideal"] if has_ideal else [])
+    cols = {k: _column(units, k) for k in dict.fromkeys(needed)}
+    records = []
+    for idx in _groups(cols["scenario"], cols["seed"]):
+        names = [str(a) for a in cols["algorithm"][idx]]
+        ideal = cols["ideal"][idx].astype(np.float64) if has_ideal else None
+        best = select_algorithm(ideal, names) if ideal is not None else None
+        for measure in measures:
+            scores = cols[measure][idx].astype(np.float64)
+            chosen = select_algorithm(scores, names)
+            row = {
+                "scenario": _python(cols["scenario"][idx[0]]),
+                "seed": _python(cols["seed"][idx[0]]),
+                "measure": measure,
+                "selected": chosen.name,
+                "tied": chosen.tied,
+                "score": float(scores[chosen.index]),
+            }
+            if ideal is not None and best is not None:
+                row["ideal_of_selected"] = float(ideal[chosen.index])
+                row["degradation"] = float(abs(ideal[best.index] - ideal[chosen.index]))
+                row["matches_ideal"] = chosen.name == best.name
+            records.append(row)
+    columns = ["scenario", "seed", "measure", "selected", "tied", "score"]
+    if has_ideal:
+        columns += ["ideal_of_selected", "degradation", "matches_ideal"]
+    return _as_table(records, columns)
+
+
+def degradation_summary(selected: Mapping[str, Any]) -> Table:
+    """Mean and std (ddof=1) over seeds of each (scenario, measure)'s selection degradation.
+
+    Parameters
+    ----------
+    selected : table as `selections` returns it for units with an ideal measure
+
+    Returns
+    -------
+    Table: scenario, measure, n_seeds, degradation_mean, degradation_std
+    """
+    cols = {k: _column(selected, k) for k in ("scenario", "measure", "degradation")}
+    records = []
+    for idx in _groups(cols["scenario"], cols["measure"]):
+        mean, std = mean_std(cols["degradation"][idx])
+        records.append(
+            {
+                "scenario": _python(cols["scenario"][idx[0]]),
+                "measure": _python(cols["measure"][idx[0]]),
+                "n_seeds": int(len(idx)),
+                "degradation_mean": mean,
+                "degradation_std": std,
+            }
+        )
+    return _as_table(
+        records, ["scenario", "measure", "n_seeds", "degradation_mean", "degradation_std"]
+    )
+
+
+def seed_means(units: Mapping[str, Any], measures: Sequence[str]) -> Table:
+    """Each algorithm's measures averaged over seeds, per scenario (seed label `SEED_MEAN`).
+
+    Only algorithms with a unit for every seed of their scenario are averaged, so every mean is
+    over the same seeds. Feed the result to `selections` for the selection on the seed average.
+
+    Returns
+    -------
+    Table: scenario, seed (``"mean"``), algorithm, and the mean of each measure (and of
+    ``ideal`` when `units` has it)
+    """
+    value_names = list(dict.fromkeys([*measures, *(["ideal"] if "ideal" in units else [])]))
+    cols = {k: _column(units, k) for k in (*UNIT_KEYS, *value_names)}
+    records = []
+    for scenario_rows in _groups(cols["scenario"]):
+        n_seeds = len(np.unique(_codes(cols["seed"][scenario_rows])))
+        for idx in _groups(cols["algorithm"][scenario_rows]):
+            rows = scenario_rows[idx]
+            if len(np.unique(_codes(cols["seed"][rows]))) != n_seeds:
+                continue
+            record = {
+                "scenario": _python(cols["scenario"][rows[0]]),
+                "seed": SEED_MEAN,
+                "algorithm": _python(cols["algorithm"][rows[0]]),
+            }
+            record.update({m: float(cols[m][rows].astype(np.float64).mean()) for m in value_names})
+            records.append(record)
+    return _as_table(records, [*UNIT_KEYS, *value_names])
+
+
+# ----------------------------------------------------------------------------- asymptotics
+
+
+def distance_to_ideal(
+    units: Mapping[str, Any],
+    measures: Sequence[str],
+    *,
+    size: str,
+    group: Sequence[str] = (),
+) -> Table:
+    """Mean |R^IDEAL - R^measure| as `size` grows, normalised to the smallest size of its group.
+
+    Section 6.3 / Figure 7 of the worst+gap paper: within each `group` (scenarios that differ
+    only in `size`, e.g. family and Ratio with size = Scale), per size the mean over algorithms
+    and seeds (``algorithm = "(all)"``) and per algorithm the mean over seeds of |ideal -
+    measure|; ``normalized`` divides by the same quantity at the group's smallest size
+    (NaN when that is 0 or missing).
+
+    Parameters
+    ----------
+    units : table with ``ideal``, ``n_given``, ``algorithm``, `size` (integers), the `group`
+        columns and the measures; rows without a size must be left out by the caller
+    measures : measure columns
+    size : the column that orders the sizes (e.g. ``scale``, or ``n_given``)
+    group : columns whose values define the groups (none: one group)
+
+    Returns
+    -------
+    Table: the group columns, `size`, n_given (of the first unit at that size), measure,
+    algorithm, abs_diff, normalized, ``reference_<size>``; per group and measure the ``(all)``
+    rows, then one algorithm after another, sizes ascending
+    """
+    needed = dict.fromkeys([*group, size, "n_given", "algorithm", "ideal", *measures])
+    cols = {k: _column(units, k) for k in needed}
+    ideal = cols["ideal"].astype(np.float64)
+    groups = _groups(*(cols[g] for g in group)) if group else [np.arange(len(ideal))]
+    records = []
+    for rows in groups:
+        sizes = cols[size][rows].astype(np.int64)
+        reference = int(sizes.min())
+        first = {int(s): int(cols["n_given"][rows[sizes == s][0]]) for s in np.unique(sizes)}
+        lead = {g: _python(cols[g][rows[0]]) for g in group}
+        for measure in measures:
+            diff = np.abs(ideal[rows] - cols[measure][rows].astype(np.float64))
+            parts = [("(all)", np.arange(len(rows)))]
+            parts += [
+                (_python(cols["algorithm"][rows[i[0]]]), i)
+                for i in _groups(cols["algorithm"][rows])
+            ]
+            for algorithm, idx in parts:
+                at_reference = diff[idx][sizes[idx] == reference]
+                base = float(at_reference.mean()) if at_reference.size else np.nan
+                for s in np.unique(sizes[idx]):
+                    value = float(diff[idx][sizes[idx] == s].mean())
+                    records.append(
+                        {
+                            **lead,
+                            size: int(s),
+                            "n_given": first[int(s)],
+                            "measure": measure,
+                            "algorithm": algorithm,
+                            "abs_diff": value,
+                            "normalized": value / base if base and not np.isnan(base) else np.nan,
+                            f"reference_{size}": reference,
+                        }
+                    )
+    columns = [*group, size, "n_given", "measure", "algorithm", "abs_diff", "normalized"]
+    return _as_table(records, [*columns, f"reference_{size}"])
+
+
+# ----------------------------------------------------------------------------- baseline
+
+
+def baseline_vs_best(
+    units: Mapping[str, Any], measures: Sequence[str], *, baseline: str = "ERM"
+) -> Table:
+    """A baseline algorithm against the ideal-best algorithm under each measure, per scenario.
+
+    Section 6.4 / Figure 1 of the worst+gap paper. The ideal-best algorithm A*_IDEAL of a
+    scenario is selected on the seed-averaged ideal measure, exactly as `seed_means` then
+    `selections` select it (so only algorithms that ran every seed compete); for it and for
+    `baseline`, each measure's mean and std (ddof=1) over seeds. Scenarios without the baseline
+    are left out.
+
+    Returns
+    -------
+    Table: scenario, measure, baseline, baseline_mean, baseline_std, best_algorithm, best_mean,
+    best_std
+    """
+    value_names = list(dict.fromkeys(["ideal", *measures]))
+    cols = {k: _column(units, k) for k in (*UNIT_KEYS, *value_names)}
+    averaged = seed_means({k: cols[k] for k in (*UNIT_KEYS, "ideal")}, ["ideal"])
+    records = []
+    for rows in _groups(cols["scenario"]):
+        algorithms = [str(a) for a in cols["algorithm"][rows]]
+        if baseline not in algorithms:
+            continue
+        scenario = _python(cols["scenario"][rows[0]])
+        mine = averaged["scenario"] == scenario
+        if not mine.any():  # no algorithm ran every seed: no seed average to select on
+            continue
+        names = [str(a) for a in averaged["algorithm"][mine]]
+        best = select_algorithm(averaged["ideal"][mine], names).name
+        of_baseline = rows[np.array(algorithms) == baseline]
+        of_best = rows[np.array(algorithms) == best]
+        for measure in measures:
+            base_mean, base_std = mean_std(cols[measure][of_baseline].astype(np.float64))
+            best_mean, best_std = mean_std(cols[measure][of_best].astype(np.float64))
+            records.append(
+                {
+                    "scenario": scenario,
+                    "measure": measure,
+                    "baseline": baseline,
+                    "baseline_mean": base_mean,
+                    "baseline_std": base_std,
+                    "best_algorithm": best,
+                    "best_mean": best_mean,
+                    "best_std": best_std,
+                }
+            )
+    columns = ["scenario", "measure", "baseline", "baseline_mean", "baseline_std"]
+    return _as_table(records, [*columns, "best_algorithm", "best_mean", "best_std"])
