@@ -140,7 +140,8 @@ class UnitResult:
     def measures(self) -> dict[str, float]:
         """The unit's domain measures from the LOO errors, plus ``"ideal"`` (Eq. 4) from E_all.
 
-        worst+gap and gap-only need at least 3 given environments (Eq. 6) and are left out below.
+        Measures whose formula needs more environments than were given (worst+gap and gap-only
+        need 3, Eq. 6) are left out, as the measure registry declares.
 
         >>> rows = [ResultRow("a", "a", 0.1, 10), ResultRow("b", "b", 0.3, 10),
         ...         ResultRow("c", "c", 0.2, 10), ResultRow("all", "x", 0.4, 10)]
@@ -148,10 +149,11 @@ class UnitResult:
         >>> round(m["worst_plus_gap"], 6), m["ideal"]
         (0.5, 0.4)
         """
-        from oodeval.measures.domain import MEASURES, domain_measures, ideal
+        from oodeval.measures.domain import MEASURES, domain_measures, ideal, undefined_measures
 
         loo = np.array(list(self.loo_errors().values()))
-        names = [k for k in MEASURES if len(loo) > 2 or k not in ("worst_plus_gap", "gap_only")]
+        undefined = undefined_measures(list(MEASURES), len(loo))
+        names = [k for k in MEASURES if k not in undefined]
         out = {k: float(v) for k, v in domain_measures(loo, names).items()}
         out["ideal"] = float(ideal(np.array(list(self.all_errors().values()))))
         return out
