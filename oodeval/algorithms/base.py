@@ -3,28 +3,10 @@
 An `Algorithm` holds M models at once (an ensemble whose parameters are stacked on a first axis,
 see `oodeval.algorithms.networks`) and a boolean ``env_mask`` of shape (M, E): model ``m`` trains
 on environment slot ``e`` only where ``env_mask[m, e]``. An update gets one minibatch per
-environment slot, stacked: either shared by all models, ``x`` (E, B, *input_shape) and ``y``
-(E, B), or per model, ``x`` (M, E, B, *input_shape) and ``y`` (M, E, B). The trainer gives the N
-leave-one-out models per-model minibatches of their own N - 1 environments (mask all True); with
-shared minibatches and a mask, every algorithm uses only the environments its mask allows, for
-losses *and* for anything shared across samples (pairs, statistics, percentiles, embeddings).
-
-Writing your own algorithm: subclass `Algorithm` (or `ERM`, whose `build_extra_parts` and
-`build_optimizer` hooks add modules without a constructor of your own), declare ``HPARAMS``,
-implement ``update(x, y) -> dict`` returning per-model losses of shape (M,) with at least a
-``"loss"`` key, and ``predict(x) -> logits (M, n, num_classes)``; decorate it with
-`register_algorithm`. Every
-parameter and buffer must have the model axis first, and the constructor keeps the signature
-``(input_shape, num_classes, env_mask, hparams, *, model)`` (that is how the trainer copies out
-one model). If your update cannot handle several models or masks, set ``supports_ensemble = False``:
-the trainer then builds one instance per model with M = 1 and passes only that model's
-environments (same semantics, trained one model at a time).
-
-Random draws (meta-test splits, mixing weights, style partners, noise): an algorithm that sets
-``random_draws = True`` gets one random stream per model (a torch generator state kept in the
-``rng_state`` buffer, seeded from the global torch RNG at construction) and draws through
-`Algorithm.draw`, so model m draws the same numbers whether it is trained stacked or alone, and
-`Algorithm.stream` lets a test replay them.
+environment slot, stacked, either shared by all models or per model. The contract an algorithm
+keeps (what ``update`` receives and returns, what the masks mean, random draws, the single-model
+DomainBed view) is the docstring of `Algorithm`; ``examples/my_algorithm.py`` is a user's algorithm
+written against it.
 
 DomainBed parity: each built-in algorithm's default update is DomainBed's (``algorithms.py``) for
 the same weights, minibatches and random draws; where DomainBed has a known defect, the default
@@ -62,7 +44,103 @@ def stream_state(seed: int) -> torch.Tensor:
 
 
 class Algorithm(nn.Module, metaclass=ABCMeta):
-    """Base class: M stacked models trained on masked per-environment minibatches."""
+    """Base class: M stacked models trained on masked per-environment minibatches.
+
+    The contract every algorithm keeps (`oodeval.algorithms.erm.ERM` is the smallest one;
+    ``examples/my_algorithm.py`` adds a penalty to it in 20 lines):
+
+    **Registering.** Decorate the class with `register_algorithm` and declare its hyperparameters
+    in ``HPARAMS`` (name -> `HParam`: default, random-search sampler, meaning); they join those of
+    its base classes (`hparam_space`). A study runs it once its module is imported (the config's
+    ``imports``).
+
+    **Construction.** ``cls(input_shape, num_classes, env_mask, hparams, *, model="mlp")``: the
+    trainer (`oodeval.training.run_unit`) and `select_models` build instances with this signature,
+    so a subclass keeps it (ERM's ``build_extra_parts`` and ``build_optimizer`` hooks add modules
+    without a constructor). ``hparams`` holds every name of `hparam_space` (the defaults with the
+    study's overrides), read as ``self.hparams[key]`` (`flag` for booleans). Initial weights come
+    from the global torch RNG, which the trainer seeds.
+
+    **Stacked models.** One instance holds M independent models: every parameter and buffer has
+    the model axis first, shape (M, ...) (`oodeval.algorithms.networks` has stacked layers). The
+    models never mix: the objective is a vector of per-model losses (M,) whose *sum* is minimised,
+    so model m's gradient is its own loss's (ERM's ``step``).
+
+    **Environment masks.** ``env_mask`` (M, E), boolean: model m trains on environment slot e
+    only where ``env_mask[m, e]``; ``own_envs[m]`` lists those slots. In a leave-one-out stack on
+    shared minibatches ``env_mask[k, k]`` is False: model k never learns from e_k, neither
+    through its loss nor through anything computed across samples or environments (means,
+    statistics, pairs, percentiles, embeddings, partners drawn at random). `masked_mean` averages
+    over the allowed slots with exactly zero gradient elsewhere.
+
+    **update(x, y) -> dict.** One training step on one minibatch of B samples per slot, in one of
+    two layouts that must give the same result:
+
+    - shared: ``x`` (E, B, *input_shape), ``y`` (E, B); model m uses the slots of its mask;
+    - per model: ``x`` (M, E, B, *input_shape), ``y`` (M, E, B); ``x[m]`` is model m's own.
+
+    The trainer gives its N leave-one-out models the per-model layout: ``x[k]`` holds the
+    minibatches of the N - 1 environments other than e_k, in environment order, and the mask is
+    all True, shape (N, N - 1); the model on all N environments is a second instance (M = 1) on
+    the shared (N, B, ...) minibatches. ``update`` computes the losses, steps its optimizer(s)
+    and counts ``update_count``; it returns detached per-model tensors of shape (M,), with at
+    least ``"loss"``: the trainer raises `oodeval.training.TrainingDiverged`, naming the fold,
+    when a model's loss is not finite. Other keys (``"nll"``, ``"penalty"``...) are for
+    inspection (tests, notebooks); the trainer does not record them.
+
+    **predict(x) -> logits.** ``x`` (n, *input_shape), shared by all models, in eval mode
+    without gradients; returns (M, n, num_classes). An algorithm whose predictions depend on the
+    other rows of the batch sets ``batch_dependent = True`` and is then fed chunks of the
+    training batch size.
+
+    **Random draws.** Draws inside ``update`` (meta-test splits, mixing weights, partners, noise)
+    never come from the global RNG, whose numbers for model m would depend on the other models:
+    set ``random_draws = True`` and draw through `draw` (model m's own stream), so that a model
+    draws the same numbers stacked or alone; `stream` replays them in tests.
+
+    **select_models(index)** returns a copy holding model `index` alone (M = 1, its mask row, its
+    rows of every parameter and buffer, ``update_count``), in eval mode: how the trainer hands
+    out each fold's selected model. Other Python attributes are not copied, so whatever
+    ``predict`` needs must live in parameters or buffers.
+
+    **The single-model view (DomainBed's).** With M = 1 and an all-True mask, ``update(x, y)`` is
+    DomainBed's ``update(minibatches)`` on ``minibatches = [(x[e], y[e]) for e in range(E)]``:
+    ``x = torch.stack([xe for xe, _ in minibatches])`` (DomainBed's ``torch.cat`` of the
+    minibatches is `flat_inputs`; its loop over minibatches is the E axis) and the loss is a
+    1-vector. Model m of a stack is exactly that single model trained on
+    ``[(x[e], y[e]) for e in own_envs[m]]`` (shared layout) or on its own ``x[m], y[m]`` (per
+    model): write the update for one model in DomainBed's terms, then turn each loop over
+    environments into the E axis and each mean over environments into a `masked_mean` with
+    ``env_mask``. Minibatches all have B rows (DomainBed allows a smaller last one; the trainer
+    draws B rows with replacement). An update that cannot be written for stacked models sets
+    ``supports_ensemble = False``: the trainer then trains one M = 1 instance per model, each on
+    the shared minibatches of its own environments only.
+
+    A leave-one-out stack of three models, trained in the trainer's per-model layout, and model 0
+    trained alone on DomainBed's list of its two minibatches (float64, so the two agree to
+    rounding):
+
+    >>> import torch
+    >>> from oodeval.algorithms import default_hparams, get_algorithm
+    >>> _ = torch.manual_seed(0)
+    >>> mask = torch.ones(3, 2, dtype=torch.bool)  # 3 models, 2 environment slots each
+    >>> stack = get_algorithm("ERM")((1, 4, 4), 2, mask, default_hparams("ERM")).double()
+    >>> alone = stack.select_models(0).double().train()  # model 0 by itself (M = 1)
+    >>> x = torch.randn(3, 8, 1, 4, 4, dtype=torch.float64)  # environments 0, 1, 2; B = 8
+    >>> y = torch.randint(0, 2, (3, 8))
+    >>> loo = torch.tensor([[1, 2], [0, 2], [0, 1]])  # model k's environments: all but k
+    >>> stack.update(x[loo], y[loo])["loss"].shape  # x[loo]: (3, 2, 8, 1, 4, 4)
+    torch.Size([3])
+    >>> minibatches = [(x[1], y[1]), (x[2], y[2])]  # DomainBed's update(minibatches), model 0
+    >>> xs, ys = (torch.stack(t) for t in zip(*minibatches))
+    >>> alone.update(xs, ys)["loss"].shape
+    torch.Size([1])
+    >>> probe = torch.randn(5, 1, 4, 4, dtype=torch.float64)
+    >>> stack.predict(probe).shape
+    torch.Size([3, 5, 2])
+    >>> torch.allclose(stack.predict(probe)[0], alone.predict(probe)[0], rtol=0, atol=1e-12)
+    True
+    """
 
     name: ClassVar[str] = "Algorithm"
     HPARAMS: ClassVar[dict[str, HParam]] = {
@@ -177,17 +255,23 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
 
     @abstractmethod
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One training step on per-environment minibatches.
+        """One training step on per-environment minibatches (the class docstring has the contract).
 
         ``x`` is (E, B, *input_shape) shared by all models or (M, E, B, *input_shape) per model;
-        ``y`` is (E, B) or (M, E, B) accordingly.
+        ``y`` is (E, B) or (M, E, B) accordingly. Model m learns only from the slots of
+        ``env_mask[m]``, and draws random numbers only through `draw`.
 
-        Returns per-model losses, each a detached tensor of shape (M,), including ``"loss"``.
+        Returns per-model losses, each a detached tensor of shape (M,), including ``"loss"`` (the
+        trainer stops when one is not finite); the update steps the optimizer itself.
         """
 
     @abstractmethod
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of every model for inputs ``x`` (n, *input_shape): shape (M, n, num_classes)."""
+        """Logits of every model for inputs ``x`` (n, *input_shape): shape (M, n, num_classes).
+
+        Called in eval mode without gradients, in chunks of the training batch size when
+        ``batch_dependent`` is True.
+        """
 
     def select_models(self, index: int) -> Algorithm:
         """A copy holding only model `index` (M = 1), for evaluation."""
@@ -250,7 +334,9 @@ def per_env_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over the last axis of `values` where `mask` is True: (M, E), (M, E) -> (M,).
 
-    Masked entries get exactly zero gradient (``torch.where``), even when they are not finite.
+    Leading axes broadcast: values (M, C, E) with mask ``env_mask[:, None, :]`` (M, 1, E) give
+    (M, C), each model's per-class mean over its own environments. Masked entries get exactly
+    zero gradient (``torch.where``), even when they are not finite.
 
     >>> masked_mean(torch.tensor([[1.0, float("nan"), 3.0]]), torch.tensor([[True, False, True]]))
     tensor([2.])
