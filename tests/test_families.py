@@ -11,7 +11,7 @@ from scipy import stats
 from oodeval.environments import FAMILIES, ImageSource, build_scenario, load_source
 from oodeval.environments.colored import TINTS, colored_given_values
 from oodeval.environments.lined import line_colors, lined_given_values
-from oodeval.environments.spurious import replaced_labels
+from oodeval.environments.spurious import compact_pixels, replaced_labels, unit_pixels
 from oodeval.errors import OodevalError
 
 ALPHA = 1e-7
@@ -165,6 +165,33 @@ def test_replaced_labels_keep_or_change_exactly_as_p_says(labels, k, seed):
     assert np.array_equal(replaced_labels(y, 0.0, k, np.random.default_rng(seed)), y)
     changed = replaced_labels(y, 1.0, k, np.random.default_rng(seed))
     assert np.all(changed != y) and changed.min() >= 0 and changed.max() < k
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    codes=st.lists(st.integers(0, 255), min_size=1, max_size=3000),
+    bad=st.floats(0.0, 1.0, width=32),
+)
+def test_pixels_of_k_over_255_are_stored_as_uint8_and_restored_bit_exactly(codes, bad):
+    images = np.asarray(codes, dtype=np.uint8).astype(np.float32) / np.float32(255)
+    compact = compact_pixels(images.reshape(-1, 1), block=7)
+    assert compact.dtype == np.uint8 and compact.ravel().tolist() == codes
+    assert unit_pixels(compact).ravel().tobytes() == images.tobytes()
+    if not np.any(np.float32(np.rint(bad * 255)) / np.float32(255) == np.float32(bad)):
+        other = np.append(images, np.float32(bad)).reshape(-1, 1)
+        assert compact_pixels(other, block=7) is other
+
+
+def test_colored_over_8_bit_images_renders_the_same_floats_as_before(digits):
+    """An 8-bit source is stored as uint8 yet renders exactly base x tint in float32."""
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 256, size=(200, 3, 8, 8)).astype(np.uint8)
+    src = ImageSource("bytes", codes.astype(np.float32) / np.float32(255), rng.integers(0, 2, 200),
+                      ("a", "b"))  # fmt: skip
+    env = build_scenario("colored", source=src).given()[0]
+    base = src.images[env.meta["indices"]]
+    assert env.images.dtype == np.float32
+    assert np.array_equal(env.images, base * TINTS[env.meta["spurious"]][:, :, None, None])
 
 
 def test_split_carries_per_row_meta(digits):

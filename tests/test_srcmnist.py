@@ -130,6 +130,64 @@ def test_images_are_the_downsampled_digit_in_the_color_channel(mnist):
     assert full.input_shape == (2, 28, 28) and full.given()[0].images.shape[1:] == (2, 28, 28)
 
 
+@pytest.mark.parametrize("family", ["sr-cmnist", "cmnist"])
+def test_size_28_is_domainbeds_full_resolution_digit_and_is_named_apart(mnist, family):
+    full = build_scenario(family, source=mnist, size=28)
+    env = full.given()[0]
+    assert full.input_shape == (2, 28, 28) and env.images.shape == (len(env), 2, 28, 28)
+    rows, color = np.arange(len(env)), env.meta["spurious"]
+    assert np.array_equal(env.images[rows, color], mnist.images[env.meta["indices"], 0])
+    assert not env.images[rows, 1 - color].any()
+    default = build_scenario(family, source=mnist)
+    assert full.name == default.name + "/size=28" and full.params["size"] == 28
+    explicit = build_scenario(family, source=mnist, size=14)
+    assert explicit.name == default.name and explicit.params["size"] == default.params["size"] == 14
+    assert explicit.given()[0].images.tobytes() == default.given()[0].images.tobytes()
+
+
+def test_a_101_environment_scenario_at_28x28_keeps_one_byte_per_source_pixel(mnist):
+    """MNIST pixels are k/255, so the scenario keeps them as uint8 (its given pool and held-out
+    images: 1.2 bytes per source pixel) and still renders the exact float32 images; float32
+    storage would take 4.8 bytes."""
+    import pickle
+
+    sc = build_scenario("sr-cmnist", source=mnist, size=28)
+    pixels = len(mnist) * 28 * 28
+    assert len(sc.all_names) == 101 and len(pickle.dumps(sc)) < 1.3 * pixels
+    first = next(sc.evaluation())
+    digits = mnist.images[first.meta["indices"], 0]
+    assert first.images.dtype == np.float32
+    assert np.array_equal(first.images[np.arange(len(first)), first.meta["spurious"]], digits)
+
+
+def test_digits_are_never_upsampled_to_28():
+    with pytest.raises(OodevalError, match="never upsamples; use a 28x28 source") as info:
+        build_scenario("sr-cmnist", source="digits", size=28)
+    assert "\n" not in str(info.value)
+    resized = build_scenario("cmnist", source=load_source("digits", size=28), size=28)
+    assert resized.input_shape == (2, 28, 28) and resized.name == "cmnist/size=28"
+
+
+def test_cli_show_refuses_to_upsample_digits():
+    from typer.testing import CliRunner
+
+    from oodeval.cli.main import app
+
+    bad = CliRunner().invoke(app, ["envs", "show", "sr-cmnist", "--size", "28"])
+    assert bad.exit_code == 2 and "never upsamples" in bad.output
+
+
+def test_cli_show_takes_the_size(mnist_dir):
+    from typer.testing import CliRunner
+
+    from oodeval.cli.main import app
+
+    args = ["envs", "show", "cmnist", "--source", f"mnist:{mnist_dir}", "--size", "28"]
+    ok = CliRunner().invoke(app, args)
+    assert ok.exit_code == 0, ok.output
+    assert "scenario: cmnist/size=28" in ok.output and "input shape: 2x28x28" in ok.output
+
+
 def test_given_environments_are_disjoint_and_apart_from_the_held_out_images(mnist):
     sc = build_scenario("sr-cmnist", source=mnist, ratio="5:1", scale=4)
     sets = [set(idx.tolist()) for idx in sc.given_indices]

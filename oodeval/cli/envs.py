@@ -23,7 +23,12 @@ RATIO_OPT = typer.Option(
     None, "--ratio", help="N_major:N_minor, e.g. 4:1 (sr-cmnist, colored, lined)."
 )
 SCALE_OPT = typer.Option(None, "--scale", help="Scale >= 1 (sr-cmnist).")
-SIZE_OPT = typer.Option(None, "--size", help="Image side for sr-cmnist/cmnist (e.g. 14 or 28).")
+SIZE_OPT = typer.Option(
+    None,
+    "--size",
+    help="Image side for sr-cmnist/cmnist: 14 (default on MNIST, IRM's) or 28 (DomainBed's; needs "
+    "a 28x28 source such as mnist:DIR, never upsampled).",
+)
 PATTERN_OPT = typer.Option(None, "--pattern", help="Corrupted sampling pattern, e.g. 1-1-1-1.")
 SEVERITY_OPT = typer.Option(None, "--severity", help="Corruption severity 1..5 (corrupted).")
 IMAGE_SIZE_OPT = typer.Option(None, "--image-size", help="Resize folder images (corrupted).")

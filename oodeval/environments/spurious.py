@@ -13,7 +13,9 @@ The source is split once, by a permutation drawn from the seed, into a given poo
 evaluation pool (`eval_fraction`, default 0.2). Given environments take disjoint slices of the given
 pool (each its own label noise and spurious labels). Evaluation environments (E_all) all use the
 same held-out images with fixed final labels, re-rendered per e with fresh spurious labels, and are
-generated one at a time, so only the base images are kept in memory.
+generated one at a time, so only the base images are kept in memory: as uint8 when every pixel is
+exactly k/255 (MNIST, 8-bit photos; `compact_pixels`), a quarter of float32's bytes, turned back
+into the identical float32 values when an environment is rendered.
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ class SpuriousScenario(Scenario):
     name : str
         Scenario name, e.g. ``"sr-cmnist/ratio=3:1/scale=1"``.
     base : ndarray of shape (N, ...)
-        Base images (kept once; rendered per environment by `render`).
+        Base images in [0, 1] (kept once, as uint8 when exact: `compact_pixels`; rendered per
+        environment by `render`, which always receives float32).
     preliminary : int array of shape (N,)
         Preliminary labels in ``0..num_classes-1``.
     num_classes : int
@@ -186,7 +189,7 @@ class SpuriousScenario(Scenario):
         self.seed = int(seed)
         self.given_values = check_values(given_values, "given environments")
         self.all_values = check_values(all_values, "evaluation environments")
-        self._base = base
+        self._base = compact_pixels(base)
         self._preliminary = np.asarray(preliminary, dtype=np.int64)
         self._render = render
         self._spurious = spurious
@@ -255,7 +258,7 @@ class SpuriousScenario(Scenario):
             prelim = self._preliminary[idx]
             final = replaced_labels(prelim, LABEL_NOISE, self.num_classes, rng)
             spur = self._spurious(final, e, rng)
-            images = self._render(self._base[idx], spur)
+            images = self._render(unit_pixels(self._base[idx]), spur)
             out.append(self._environment(e, images, final, prelim, spur, idx, "given"))
         return out
 
@@ -267,7 +270,7 @@ class SpuriousScenario(Scenario):
     def evaluation_environment(self, j: int, e: float) -> Environment:
         """The `j`-th evaluation environment (parameter `e`), independent of the others."""
         spur = self._eval_spurious(j, e)
-        images = self._render(self._eval_base, spur)
+        images = self._render(unit_pixels(self._eval_base), spur)
         # Copies: the held-out labels are shared by all 101 environments and must stay intact
         # whatever a consumer does with one environment's arrays.
         return self._environment(
@@ -305,7 +308,7 @@ class SpuriousScenario(Scenario):
     def _render_all(self, value: int) -> np.ndarray:
         """Every held-out image rendered with spurious label `value`."""
         n = len(self._eval_final)
-        return self._render(self._eval_base, np.full(n, int(value), dtype=np.int64))
+        return self._render(unit_pixels(self._eval_base), np.full(n, int(value), dtype=np.int64))
 
     def _environment(
         self,
@@ -319,6 +322,38 @@ class SpuriousScenario(Scenario):
     ) -> Environment:
         meta = {"e": e, "role": role, "preliminary": prelim, "spurious": spur, "indices": idx}
         return Environment(environment_name(e), images, final, meta)
+
+
+def compact_pixels(images: np.ndarray, *, block: int = 1024) -> np.ndarray:
+    """`images` as uint8 k when every value is exactly the float32 k / 255 (MNIST, 8-bit photos),
+    else `images` unchanged; `unit_pixels` restores the identical float32 values.
+
+    Checked `block` rows at a time, so the check needs little memory beyond the uint8 result.
+
+    >>> compact_pixels(np.float32([0, 255, 128]) / np.float32(255)).tolist()
+    [0, 255, 128]
+    >>> compact_pixels(np.float32([0.5])).dtype.name
+    'float32'
+    """
+    if images.dtype != np.float32 or images.ndim == 0:
+        return images
+    codes = np.empty(images.shape, dtype=np.uint8)
+    for start in range(0, images.shape[0], block):
+        part = images[start : start + block]
+        scaled = np.rint(part * np.float32(255))
+        if not np.all((scaled >= 0) & (scaled <= 255)):
+            return images
+        codes[start : start + block] = scaled
+        if not np.array_equal(unit_pixels(codes[start : start + block]), part):
+            return images
+    return codes
+
+
+def unit_pixels(images: np.ndarray) -> np.ndarray:
+    """float32 pixels in [0, 1]: uint8 codes k -> k / 255 (float32 division), float32 unchanged."""
+    if images.dtype == np.uint8:
+        return images.astype(np.float32) / np.float32(255)
+    return images
 
 
 def to_gray(images: np.ndarray) -> np.ndarray:

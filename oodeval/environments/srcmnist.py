@@ -3,12 +3,20 @@
 Each image gets a preliminary binary label (digits 0-4 -> 0, 5-9 -> 1), a final label (the
 preliminary one flipped with probability 0.25) and, in environment e, a color label (the final label
 flipped with probability e). The digit is drawn in red (color 0, channel 0) or green (color 1,
-channel 1) of a two-channel image, as in the IRM / DomainBed ColoredMNIST.
+channel 1) of a two-channel image, as in the IRM / DomainBed ColoredMNIST (which call digits 0-4
+class 1 and so draw them mostly green: the same task with both names swapped).
 
-Resolution: 28x28 MNIST is downsampled 2x by keeping every second row and column (DomainBed's
-``[::2, ::2]``) to 2x14x14 by default; ``size=28`` keeps full resolution. Sources smaller than
-28 pixels keep their native size (scikit-learn's 8x8 digits give 2x8x8: halving to 4x4 would leave
-too little of the digit to learn from).
+Resolution: DomainBed's ColoredMNIST is 2x28x28 (the 2x subsampling line of its ``datasets.py`` is
+commented out) and is trained with its MNIST_CNN (``model="mnist_cnn"`` here). The 2x14x14 images
+come from the original IRM code (Arjovsky et al., 2019), which keeps every second row and column
+(``[::2, ::2]``) for its MLP. oodeval's default, ``size=None``, is IRM's: 2x14x14 from 28x28 MNIST,
+quick for the CPU models ``mlp`` and ``cnn``; ``size=28`` is DomainBed's resolution, and any side
+dividing the source's is accepted (stride subsampling). Sources smaller than 28 pixels keep their
+native size by default (scikit-learn's 8x8 digits give 2x8x8: halving to 4x4 would leave too little
+of the digit to learn from); a `size` above the source's side is refused, never upsampled, since
+upsampled 8x8 digits are not DomainBed's images (use ``mnist:DIR`` for 28x28). A size other than the
+default is part of the scenario name (``sr-cmnist/ratio=3:1/scale=1/size=28``), so a study can hold
+both resolutions and never mixes their results.
 
 Image counts: the source is split once into a given pool (80%) and a held-out pool (20%,
 `eval_fraction`). The given pool is divided evenly among the given environments (disjoint images:
@@ -90,13 +98,33 @@ def color_digits(gray: np.ndarray, colors: np.ndarray) -> np.ndarray:
     return out
 
 
+def default_size(side: int) -> int:
+    """The default image side for a source of `side` pixels: half of 28 or more, else `side`.
+
+    >>> default_size(28), default_size(8)
+    (14, 8)
+    """
+    return side // 2 if side >= 28 and side % 2 == 0 else side
+
+
 def digit_base(source: ImageSource, size: int | None) -> np.ndarray:
     """Grayscale (N, H, W) digits at the SR-CMNIST resolution (see the module docstring)."""
     gray = to_gray(source.images)
     side = gray.shape[-1]
+    if gray.shape[1] != side:
+        raise OodevalError(
+            f"sr-cmnist needs square images, source {source.name} has {gray.shape[1]}x{side}"
+        )
     if size is None:
-        size = side // 2 if side >= 28 and side % 2 == 0 else side
-    if not isinstance(size, (int, np.integer)) or size < 1 or side % size or gray.shape[1] != side:
+        size = default_size(side)
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise OodevalError(f"size must be a positive integer, got {size!r}")
+    if size > side:
+        raise OodevalError(
+            f"size {size} exceeds the {side}x{side} images of source {source.name} and sr-cmnist "
+            f"never upsamples; use a 28x28 source such as mnist:DIR, or a size dividing {side}"
+        )
+    if side % size:
         raise OodevalError(
             f"size {size!r} must divide the source's side {side} (e.g. {side // 2 or 1} or {side})"
         )
@@ -127,7 +155,7 @@ def build_srcmnist(
     scale : int
         Scale >= 1 multiplying both counts.
     size : int, optional
-        Image side (default 14 for MNIST, 8 for digits).
+        Image side: 28 is DomainBed's resolution; default 14 for MNIST (IRM's), 8 for digits.
     given : sequence of float, optional
         Explicit E_given, overriding ratio/scale (used for CMNIST).
 
@@ -145,7 +173,10 @@ def build_srcmnist(
         name = "cmnist"
         params = {"given": list(values)}
     base = digit_base(src, size)
-    params.update(size=int(base.shape[-1]), source=src.name)
+    side = int(base.shape[-1])
+    if side != default_size(src.images.shape[-1]):
+        name += f"/size={side}"
+    params.update(size=side, source=src.name)
     return SpuriousScenario(
         name=name,
         base=base,
