@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from oodeval.errors import OodevalError
+from oodeval.study.config import differing_keys
 
 STORE_NAME = "results.sqlite"
 SCHEMA_VERSION = "1"
@@ -181,7 +182,8 @@ class ResultStore:
     def bind_config(self, config: Mapping[str, Any]) -> None:
         """Record `config` in a fresh store, or check that it equals the stored one.
 
-        Raises OodevalError naming the differing keys when the directory holds another study.
+        Raises OodevalError naming the differing keys when the directory holds another study; the
+        same data at another path is the same study (`oodeval.study.config.differing_keys`).
         """
         stored = self.stored_config()
         if stored is None:
@@ -191,8 +193,8 @@ class ResultStore:
                     (json.dumps(dict(config), sort_keys=True), SCHEMA_VERSION),
                 )
             return
-        fresh = json.loads(json.dumps(dict(config), sort_keys=True))
-        differing = sorted(k for k in set(stored) | set(fresh) if stored.get(k) != fresh.get(k))
+        # the source is compared by identity (kind, content digest), its path being a hint
+        differing = differing_keys(stored, config)
         if differing:
             raise OodevalError(
                 f"{self.directory} holds a study with a different config (keys differ: "
