@@ -128,6 +128,12 @@ def test_each_bad_value_is_named_with_its_fix(changes, expected):
     assert expected in problems[0]
 
 
+@pytest.mark.parametrize("key", ["scenarios", "algorithms", "seeds", "steps"])
+def test_a_missing_required_key_is_one_problem(key):
+    data = {k: v for k, v in SYNTHETIC.items() if k != key}
+    assert problems_of(data) == (f"study config is missing {key!r}; see examples/study.toml",)
+
+
 def test_a_good_config_has_no_problems_and_keeps_its_values():
     cfg = config_from_dict(
         {

@@ -396,8 +396,11 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
     mode = data.get("hparams_mode", "default")
     problem = _ruled("hparams_mode", one_of(HPARAMS_MODES), mode)
     values["hparams_mode"] = checked("hparams_mode", mode, problem, "default")
-    values["scenarios"] = _scenarios(data.get("scenarios", ()), problems)
-    values["algorithms"] = _names(data, "algorithms", (), problems)
+    # a missing required list is reported once, above, not again as empty
+    values["scenarios"] = (
+        _scenarios(data.get("scenarios", ()), problems) if "scenarios" in data else ()
+    )
+    values["algorithms"] = _names(data, "algorithms", (), problems) if "algorithms" in data else ()
     values["imports"] = _names(data, "imports", (), problems, may_be_empty=True)
     values["measures"] = _names(data, "measures", DEFAULT_MEASURES, problems)
     unknown_measures = sorted(set(values["measures"]) - set(KNOWN_MEASURES))
@@ -405,7 +408,7 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
         problems.append(
             f"unknown measure(s) {unknown_measures}; choose from {list(KNOWN_MEASURES)}"
         )
-    values["seeds"] = _seeds(data.get("seeds", ()), problems)
+    values["seeds"] = _seeds(data["seeds"], problems) if "seeds" in data else ()
     values["hparams"] = _hparams_table(data.get("hparams", {}), problems)
     values["trainer"] = _trainer_table(data.get("trainer", {}), problems)
     values["unit_options"] = _unit_options(data.get("unit_options", {}), problems)
@@ -416,7 +419,9 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
     return values, bad
 
 
-def _ruled(label: str, rule: Check, value: Any, table: Mapping[str, Any] | None = None) -> Any:
+def _ruled(
+    label: str, rule: Check, value: Any, table: Mapping[str, Any] | None = None
+) -> str | None:
     problem = rule(value, table or {})
     return None if problem is None else f"{label} {problem}"
 
