@@ -184,7 +184,7 @@ def test_config_rejects_an_unknown_precision():
         "precision": "bf16"
     }
     with pytest.raises(
-        OodevalError, match=r"unknown \[trainer\] precision 'fp16'; choose one of fp32, bf16"
+        OodevalError, match=r"\[trainer\] precision must be one of fp32, bf16, got str 'fp16'"
     ):
         config_from_dict({**data, "trainer": {"precision": "fp16"}})
     # the default is never stored, so naming it does not make a different study
@@ -206,3 +206,144 @@ def test_precision_names_agree_between_the_config_and_the_networks():
     from oodeval.study.config import PRECISIONS as CONFIG
 
     assert list(NETWORKS) == list(CONFIG)
+
+
+# -- bad configs through `oodeval study run CONFIG --out DIR` ---------------------------------
+GOOD_TOP = {
+    "name": '"bad-config"',
+    "backend": '"oodeval.study.synthetic"',
+    "algorithms": '["ERM", "IRM"]',
+    "seeds": "[0]",
+    "steps": "5",
+    "scenarios": '[{ family = "synthetic", ratio = "3:1", scale = 1 }]',
+}
+ISSUE_TRAINER = {"batch_size": '"big"', "holdout_fraction": "2.0", "eval_every": "0"}
+
+
+def toml_config(top: dict[str, str], trainer: dict[str, str] | None = None) -> str:
+    lines = [f"{key} = {value}" for key, value in {**GOOD_TOP, **top}.items() if value]
+    if trainer:
+        lines += ["[trainer]", *(f"{key} = {value}" for key, value in trainer.items())]
+    return "\n".join(lines) + "\n"
+
+
+BAD_CONFIGS = {
+    # the cases of the issue, one by one and together
+    "batch_size": ({}, {"batch_size": '"big"'}, ["[trainer] batch_size must be an integer"]),
+    "holdout": ({}, {"holdout_fraction": "2.0"}, ["holdout_fraction must be in (0, 1), got 2.0"]),
+    "eval_every": ({}, {"eval_every": "0"}, ["[trainer] eval_every must be >= 1, got 0"]),
+    "model": ({"model": '"transformer"'}, None, ["unknown model 'transformer'; choose one of"]),
+    "huge_steps": (
+        {"steps": "99999999999999999999"},
+        None,
+        ["steps must be <= 10_000_000, got 99999999999999999999"],
+    ),
+    "issue_together": (
+        {"model": '"transformer"', "steps": "99999999999999999999"},
+        ISSUE_TRAINER,
+        [
+            "5 problems in the study config: (1) steps must be <= 10_000_000",
+            "(2) [trainer] eval_every must be >= 1",
+            "(3) [trainer] holdout_fraction must be in (0, 1)",
+            "(4) [trainer] batch_size must be an integer",
+            "(5) unknown model 'transformer'",
+        ],
+    ),
+    "trainer_types": (
+        {},
+        {
+            "selection": "1",
+            "eval_every": '"often"',
+            "holdout_fraction": '"most"',
+            "batch_size": "true",
+            "precision": "16",
+        },
+        [
+            "5 problems in the study config:",
+            "[trainer] selection must be one of training_domain, last, got int 1",
+            "[trainer] eval_every must be an integer in [1, 10_000_000], got str 'often'",
+            "[trainer] holdout_fraction must be a number in (0, 1), got str 'most'",
+            "[trainer] batch_size must be an integer in [1, 65_536], got bool True",
+            "[trainer] precision must be one of fp32, bf16, got int 16",
+        ],
+    ),
+    "precision": ({}, {"precision": '"fp16"'}, ["precision must be one of fp32, bf16"]),
+    "trainer_key": ({}, {"lr": "0.1"}, ["unknown [trainer] key(s) ['lr']"]),
+    "family": ({"scenarios": '[{ family = "nope" }]'}, None, ["unknown scenario family 'nope'"]),
+    "parameter": (
+        {"scenarios": '[{ family = "synthetic", size = 3 }]'},
+        None,
+        ["scenario synthetic[size=3]: TypeError:", "unexpected keyword argument 'size'"],
+    ),
+    "algorithm": ({"algorithms": '["ERM", "Magic"]'}, None, ["unknown algorithm(s) ['Magic']"]),
+    "measure": ({"measures": '["median"]'}, None, ["unknown measure(s) ['median']"]),
+    "seed": ({"seeds": "[0, 4294967296]"}, None, ["seeds[1] must be <= 4_294_967_295"]),
+    "negative_seed": ({"seeds": "[-1]"}, None, ["seeds[0] must be >= 0, got -1"]),
+    "data_seed": ({"data_seed": "-1"}, None, ["data_seed must be >= 0, got -1"]),
+    "float_steps": ({"steps": "inf"}, None, ["steps must be an integer in [1, 10_000_000]"]),
+    "hparam_nan": ({}, None, ["hparams.ERM.lr must be a finite number, got nan"]),
+    "top_key": ({"algorithm": '["ERM"]'}, None, ["unknown study config key(s) ['algorithm']"]),
+    "source": ({"source": '"mnist:/no/such/mnist"'}, None, ["source folder not found"]),
+    "imports": ({"imports": '["no_such_algorithms_x"]'}, None, ["imports: cannot import module"]),
+    "many": (
+        {"seeds": "[-1, -2, -3, -4, -5, -6, -7, -8]"},
+        None,
+        ["8 problems in the study config: (1) seeds[0]", "; and 2 more (fix these first)"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_exits_2_with_one_line_and_writes_nothing(tmp_path, case):
+    top, trainer, expected = BAD_CONFIGS[case]
+    text = toml_config(top, trainer)
+    if case == "hparam_nan":
+        text += "[hparams.ERM]\nlr = nan\n"
+    path = tmp_path / "study.toml"
+    path.write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["study", "run", str(path), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and "Traceback" not in line
+    for part in expected:
+        assert part in line
+    assert not out.exists()
+
+
+def test_real_backend_bad_config_lists_model_and_scenario_problems(tmp_path):
+    path = tmp_path / "study.toml"
+    path.write_text(
+        toml_config(
+            {
+                "backend": "",
+                "model": '"transformer"',
+                "scenarios": '[{ family = "sr-cmnist", scale = "big" }, { family = "nope" }]',
+            }
+        ),
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(app, ["study", "run", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: 3 problems in the study config: (1) unknown model 'transformer'")
+    assert "(2) scenario sr-cmnist[scale=big]: scale must be an integer >= 1, got 'big'" in line
+    assert "(3) scenario nope: unknown dataset family 'nope'" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_bad_config_leaves_a_bound_study_untouched(tmp_path, config_file):
+    from oodeval.study.store import ResultStore
+
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--no-progress", "--no-report"]
+    assert CliRunner().invoke(app, ["study", "run", str(config_file), *args]).exit_code == 0
+    with ResultStore(out) as store:
+        before = (store.stored_config(), store.statuses())
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG.replace("steps = 5", "steps = 0"), encoding="utf-8")
+    result = CliRunner().invoke(app, ["study", "run", str(bad), *args])
+    assert result.exit_code == 2 and "steps must be >= 1, got 0" in result.stderr
+    with ResultStore(out) as store:
+        assert (store.stored_config(), store.statuses()) == before

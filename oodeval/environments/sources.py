@@ -5,10 +5,17 @@ digits; works offline), ``"mnist:DIR"`` (IDX files), ``"folder:DIR"`` (``<domain
 the PACS / VLCS / NICO++ layout), ``"classfolder:DIR"`` (``<class>/<image>``, e.g. Cats&Dogs) and
 ``"cifar10:DIR"`` (CIFAR-10's python batches). Every loader returns an `ImageSource` holding float32
 images of shape (N, C, H, W) with values in [0, 1].
+
+`source_identity` names a source by what it is rather than where it lies: its kind and a SHA-256
+digest of the bytes its loader reads, with the folder kept only as a hint, so a study moved to
+another machine or resumed from another checkout still recognises its data.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,29 +82,12 @@ def load_source(spec: str, *, size: int | None = None) -> ImageSource:
     >>> src.images.shape, src.images.dtype.name, src.num_classes
     ((1797, 1, 8, 8), 'float32', 10)
     """
-    if not isinstance(spec, str) or not spec.strip():
-        raise OodevalError(
-            f"source must be a spec string such as 'digits' or 'mnist:DIR', got {spec!r}"
-        )
-    kind, _, location = spec.strip().partition(":")
-    kind = kind.lower()
-    if kind not in SOURCE_KINDS:
-        raise OodevalError(
-            f"unknown image source {kind!r}; use one of: digits, mnist:DIR, folder:DIR, "
-            "classfolder:DIR, cifar10:DIR"
-        )
+    kind, root = parse_source_spec(spec)
     if size is not None and (not isinstance(size, int) or size < 1):
         raise OodevalError(f"size must be a positive integer, got {size!r}")
-    if kind == "digits":
-        if location:
-            raise OodevalError(f"the digits source takes no folder, got {spec!r}; use 'digits'")
+    if root is None:
         source = load_digits()
     else:
-        if not location:
-            raise OodevalError(f"source {kind!r} needs a folder: use '{kind}:DIR'")
-        root = Path(location).expanduser()
-        if not root.is_dir():
-            raise OodevalError(f"source folder not found: {root}; check the path in {spec!r}")
         if kind == "mnist":
             from oodeval.environments.mnist import load_mnist
 
@@ -113,6 +103,149 @@ def load_source(spec: str, *, size: int | None = None) -> ImageSource:
     if size is not None and size != source.images.shape[-1]:
         source = resized(source, size)
     return source
+
+
+def parse_source_spec(spec: str) -> tuple[str, Path | None]:
+    """Split a source spec into its kind and its folder (None for ``digits``), checking both.
+
+    >>> parse_source_spec("digits")
+    ('digits', None)
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise OodevalError(
+            f"source must be a spec string such as 'digits' or 'mnist:DIR', got {spec!r}"
+        )
+    kind, _, location = spec.strip().partition(":")
+    kind = kind.lower()
+    if kind not in SOURCE_KINDS:
+        raise OodevalError(
+            f"unknown image source {kind!r}; use one of: digits, mnist:DIR, folder:DIR, "
+            "classfolder:DIR, cifar10:DIR"
+        )
+    if kind == "digits":
+        if location:
+            raise OodevalError(f"the digits source takes no folder, got {spec!r}; use 'digits'")
+        return kind, None
+    if not location:
+        raise OodevalError(f"source {kind!r} needs a folder: use '{kind}:DIR'")
+    root = Path(location).expanduser()
+    if not root.is_dir():
+        raise OodevalError(f"source folder not found: {root}; check the path in {spec!r}")
+    return kind, root
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """What an image source is: its kind and a digest of its content; `hint` says where it lay.
+
+    Two identities are equal when kind and digest are; the hint (the resolved folder, empty for
+    ``digits``) is for people and is never compared.
+    """
+
+    kind: str
+    digest: str
+    hint: str = field(default="", compare=False)
+
+    def as_dict(self) -> dict[str, str]:
+        """``{"kind": ..., "digest": ...}``: the comparable part, as stored with a study config."""
+        return {"kind": self.kind, "digest": self.digest}
+
+
+def source_identity(spec: str) -> SourceIdentity:
+    """The identity of the source `spec` names, independent of where its files lie.
+
+    The digest is ``"sha256:" + SHA-256`` of a manifest with one line ``<name>\\0<sha256>`` per
+    file the source's loader reads, sorted by name: for ``mnist`` the IDX files of each split
+    present (named without ``.gz`` and hashed decompressed, so a gzip and a plain copy agree),
+    for ``cifar10`` the batches and ``batches.meta``, for ``folder`` / ``classfolder`` every
+    image by its path relative to the root, for ``digits`` scikit-learn's bundled file. Reading
+    costs about what loading costs (MNIST's test set: tens of milliseconds); each file's digest is
+    cached in the process by (path, size, modification time).
+
+    >>> ident = source_identity("digits")
+    >>> ident.kind, ident.digest.startswith("sha256:"), len(ident.digest)
+    ('digits', True, 71)
+    """
+    kind, root = parse_source_spec(spec)
+    if root is None:
+        files = [("digits.csv", _digits_file(), True)]
+        hint = ""
+    else:
+        files = list(_source_files(kind, root))
+        hint = str(root.resolve())
+    manifest = "".join(
+        f"{name}\0{_file_sha256(path, decompress)}\n" for name, path, decompress in sorted(files)
+    )
+    return SourceIdentity(kind, "sha256:" + hashlib.sha256(manifest.encode()).hexdigest(), hint)
+
+
+def _source_files(kind: str, root: Path) -> Iterator[tuple[str, Path, bool]]:
+    """(name, path, decompress) of every file the loader of `kind` reads under `root`."""
+    if kind == "mnist":
+        from oodeval.environments.mnist import FILES
+
+        stems = [stem for pair in FILES.values() for stem in pair]
+        found = False
+        for stem in stems:
+            # the loader's order: the plain file first, then the gzip copy
+            for path in (root / stem, root / (stem + ".gz")):
+                if path.is_file():
+                    found = True
+                    yield stem, path, path.suffix == ".gz"
+                    break
+        if not found:
+            raise OodevalError(
+                f"no MNIST IDX files in {root}; expected e.g. t10k-images-idx3-ubyte.gz and "
+                "t10k-labels-idx1-ubyte.gz"
+            )
+    elif kind == "cifar10":
+        from oodeval.environments.cifar import META_FILE, TEST_BATCH, TRAIN_BATCHES
+
+        if (root / "cifar-10-batches-py").is_dir():
+            root = root / "cifar-10-batches-py"
+        names = [n for n in (*TRAIN_BATCHES, TEST_BATCH) if (root / n).is_file()]
+        if not names:
+            raise OodevalError(
+                f"no CIFAR-10 batches in {root}; expected data_batch_1..5 and/or test_batch"
+            )
+        if (root / META_FILE).is_file():
+            names.append(META_FILE)
+        for name in names:
+            yield name, root / name, False
+    else:
+        paths = _domain_folder_files(root)[0] if kind == "folder" else _class_folder_files(root)[0]
+        for path in paths:
+            yield path.relative_to(root).as_posix(), path, False
+
+
+def _digits_file() -> Path:
+    """scikit-learn's bundled digits file, located without importing scikit-learn."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(base) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            return path
+    raise OodevalError("scikit-learn's digits file is missing; reinstall scikit-learn")
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int, bool], str] = {}
+
+
+def _file_sha256(path: Path, decompress: bool) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, decompress)
+    if key not in _FILE_DIGESTS:
+        digest = hashlib.sha256()
+        try:
+            with gzip.open(path, "rb") if decompress else open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        except (OSError, EOFError) as exc:
+            raise OodevalError(f"cannot read {path}: {exc}; replace the file") from None
+        _FILE_DIGESTS[key] = digest.hexdigest()
+    return _FILE_DIGESTS[key]
 
 
 def as_image_source(source: str | ImageSource, *, size: int | None = None) -> ImageSource:
@@ -148,20 +281,13 @@ def load_class_folder(root: str | Path, *, size: int = DEFAULT_FOLDER_SIZE) -> I
     Classes are the sub-folder names in sorted order.
     """
     root = Path(root)
-    classes = _subfolders(root, "class")
-    paths, labels = [], []
-    for k, cls in enumerate(classes):
-        files = _image_files(cls)
-        paths += files
-        labels += [k] * len(files)
-    if not paths:
-        raise OodevalError(f"no images found under {root}; expected <class>/<image> files")
+    paths, labels, classes = _class_folder_files(root)
     images = _read_images(paths, size)
     return ImageSource(
         f"classfolder:{root}",
         images,
         np.asarray(labels, dtype=np.int64),
-        tuple(c.name for c in classes),
+        classes,
     )
 
 
@@ -171,6 +297,36 @@ def load_domain_folder(root: str | Path, *, size: int = DEFAULT_FOLDER_SIZE) -> 
     Domains and classes are sorted folder names; the class list is the union over domains.
     """
     root = Path(root)
+    paths, labels, domain_ids, class_names, domain_names = _domain_folder_files(root)
+    images = _read_images(paths, size)
+    return ImageSource(
+        f"folder:{root}",
+        images,
+        np.asarray(labels, dtype=np.int64),
+        class_names,
+        domains=np.asarray(domain_ids, dtype=np.int64),
+        domain_names=domain_names,
+    )
+
+
+def _class_folder_files(root: Path) -> tuple[list[Path], list[int], tuple[str, ...]]:
+    """The images of a ``<class>/<image>`` tree, their labels and the sorted class names."""
+    classes = _subfolders(root, "class")
+    paths, labels = [], []
+    for k, cls in enumerate(classes):
+        files = _image_files(cls)
+        paths += files
+        labels += [k] * len(files)
+    if not paths:
+        raise OodevalError(f"no images found under {root}; expected <class>/<image> files")
+    return paths, labels, tuple(c.name for c in classes)
+
+
+def _domain_folder_files(
+    root: Path,
+) -> tuple[list[Path], list[int], list[int], tuple[str, ...], tuple[str, ...]]:
+    """The images of a ``<domain>/<class>/<image>`` tree, their labels and domain indices, the
+    class names (the union over domains) and the domain names, all sorted."""
     domains = _subfolders(root, "domain")
     class_names = sorted({c.name for d in domains for c in _subfolders(d, "class", required=False)})
     if not class_names:
@@ -185,15 +341,7 @@ def load_domain_folder(root: str | Path, *, size: int = DEFAULT_FOLDER_SIZE) -> 
             domain_ids += [j] * len(files)
     if not paths:
         raise OodevalError(f"no images found under {root}; expected <domain>/<class>/<image> files")
-    images = _read_images(paths, size)
-    return ImageSource(
-        f"folder:{root}",
-        images,
-        np.asarray(labels, dtype=np.int64),
-        tuple(class_names),
-        domains=np.asarray(domain_ids, dtype=np.int64),
-        domain_names=tuple(d.name for d in domains),
-    )
+    return paths, labels, domain_ids, tuple(class_names), tuple(d.name for d in domains)
 
 
 def resized(source: ImageSource, size: int) -> ImageSource:

@@ -18,8 +18,16 @@ A config file looks like ``examples/study.toml``::
     ratio = "3:1"
     scale = 1
 
-Everything is validated up front (`validate_config`), so a typo costs one clear error line, not an
-hour of training.
+Everything is validated before a study folder is touched, and every problem is reported at once:
+`config_from_dict` checks each key's type and range (the ``[trainer]`` keys by the table
+`TRAINER_OPTIONS`), `validate_config` asks the backend about algorithms, models, hyperparameters
+and scenarios. Several problems raise one `ConfigError` whose one-line message counts them and
+shows the first `SHOWN_PROBLEMS`; its ``problems`` attribute holds them all.
+
+The data is named by what it is: a resolved source gets a ``source_identity`` (kind and content
+digest, `oodeval.environments.sources.source_identity`) and the ``source`` path is only a hint, so
+`differing_keys` and `config_changes` accept the same data at another path and refuse other data
+at the same path. `config_changes` says whether a new config only grows a stored study.
 """
 
 from __future__ import annotations
@@ -27,9 +35,10 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -50,19 +59,30 @@ KNOWN_MEASURES = tuple(MEASURES)
 #: Measures that need at least three given environments (Eq. 6 divides by N - 2).
 NEEDS_THREE_ENVS = tuple(undefined_measures(KNOWN_MEASURES, 2))
 DEFAULT_MEASURES = ("average", "worst_plus_gap", "worst_only", "gap_only")
-TRAINER_KEYS = ("selection", "eval_every", "holdout_fraction", "batch_size", "precision")
 #: values of ``[trainer] precision``, the default first (the keys of
 #: `oodeval.algorithms.networks.PRECISIONS`, named here without importing torch)
 PRECISIONS = ("fp32", "bf16")
+#: values of ``[trainer] selection`` (`oodeval.training.SELECTIONS`, named here without torch)
+SELECTIONS = ("training_domain", "last")
 HPARAMS_MODES = ("default", "random")
 #: Environment variable naming an MNIST folder for ``source = "auto"``.
 MNIST_ENV_VAR = "OODEVAL_MNIST"
+#: Largest ``steps`` (and ``eval_every``): 10 million updates is weeks of GPU time per unit.
+STEPS_LIMIT = 10_000_000
+#: Seeds and ``data_seed`` lie in [0, 2**32): what numpy's legacy seeding accepts, well inside
+#: torch's and `numpy.random.default_rng`'s ranges.
+SEED_LIMIT = 2**32
+#: Largest ``[trainer] batch_size`` (rows per environment and step).
+BATCH_SIZE_LIMIT = 65_536
+#: How many problems a `ConfigError` message shows before "and N more".
+SHOWN_PROBLEMS = 6
 
 _TOP_KEYS = {
     "name",
     "backend",
     "imports",
     "source",
+    "source_identity",
     "data_seed",
     "scenarios",
     "algorithms",
@@ -75,6 +95,128 @@ _TOP_KEYS = {
     "measures",
     "unit_options",
 }
+_REQUIRED_KEYS = ("scenarios", "algorithms", "seeds", "steps")
+_BACKEND_FUNCTIONS = (
+    "build_scenario",
+    "available",
+    "default_hparams",
+    "sample_hparams",
+    "run_unit",
+)
+_UNIT_ARGUMENTS = ("seed", "steps", "hparams", "model")
+
+
+class ConfigError(OodevalError):
+    """Every problem of a study config: `problems` lists them all, one line each.
+
+    The message is one line: the problem itself when there is one, else their count and the
+    first `SHOWN_PROBLEMS`, numbered.
+
+    >>> str(ConfigError(["steps must be >= 1, got 0", "unknown model 'x'; choose one of mlp"]))
+    "2 problems in the study config: (1) steps must be >= 1, got 0; (2) unknown model 'x'; ..."
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        lines = [str(p).splitlines()[0] if str(p) else "invalid value" for p in problems]
+        self.problems = tuple(dict.fromkeys(lines))  # the same problem once
+        super().__init__(_problems_message(self.problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
+
+
+def _problems_message(problems: Sequence[str]) -> str:
+    if len(problems) == 1:
+        return problems[0]
+    shown = "; ".join(f"({i}) {p}" for i, p in enumerate(problems[:SHOWN_PROBLEMS], start=1))
+    more = len(problems) - SHOWN_PROBLEMS
+    tail = f"; and {more} more (fix these first)" if more > 0 else ""
+    return f"{len(problems)} problems in the study config: {shown}{tail}"
+
+
+# -- value rules ------------------------------------------------------------------------------
+#: A rule: ``check(value, table)`` is None for a good value, else what is wrong ("must be ...,
+#: got ..."); `table` is the table holding the value, for rules that depend on a sibling key.
+Check = Callable[[Any, Mapping[str, Any]], "str | None"]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def integer_in(low: int, high: int) -> Check:
+    """A rule accepting integers in [low, high] (never a bool).
+
+    >>> integer_in(1, 10)(0, {})
+    'must be >= 1, got 0'
+    """
+
+    def check(value: Any, _table: Mapping[str, Any]) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be an integer in [{low:_}, {high:_}], got {_shown(value)}"
+        if value < low:
+            return f"must be >= {low:_}, got {value}"
+        if value > high:
+            return f"must be <= {high:_}, got {value}"
+        return None
+
+    return check
+
+
+def one_of(choices: Sequence[str]) -> Check:
+    """A rule accepting one of the strings `choices`."""
+
+    def check(value: Any, _table: Mapping[str, Any]) -> str | None:
+        if isinstance(value, str) and value in choices:
+            return None
+        return f"must be one of {', '.join(choices)}, got {_shown(value)}"
+
+    return check
+
+
+def _holdout_fraction(value: Any, table: Mapping[str, Any]) -> str | None:
+    # selection = "last" never validates, so it may train on every row (fraction 0)
+    closed = table.get("selection") == "last"
+    interval = "[0, 1) with selection = 'last'" if closed else "(0, 1)"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number in {interval}, got {_shown(value)}"
+    if not (0 <= value < 1 if closed else 0 < value < 1):
+        return f"must be in {interval}, got {value}"
+    return None
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class TrainerOption:
+    """One ``[trainer]`` key: its rule, its default and what must stay equal for units to compare.
+
+    `default` is the value ``run_unit`` uses when the key is absent; naming it is the same study,
+    so it is never stored (only keys with a default here are normalised that way). `compared`
+    maps a value to what must agree between a stored study and a config growing it: a device
+    option would compare ``lambda d: d.partition(":")[0]`` (its kind: cuda:0 and cuda:1 agree).
+    Adding a trainer key is one entry of `TRAINER_OPTIONS`.
+    """
+
+    check: Check
+    default: Any = _NO_DEFAULT
+    compared: Callable[[Any], Any] = _same
+
+
+TRAINER_OPTIONS: dict[str, TrainerOption] = {
+    "selection": TrainerOption(one_of(SELECTIONS)),
+    "eval_every": TrainerOption(integer_in(1, STEPS_LIMIT)),
+    "holdout_fraction": TrainerOption(_holdout_fraction),
+    "batch_size": TrainerOption(integer_in(1, BATCH_SIZE_LIMIT)),
+    "precision": TrainerOption(one_of(PRECISIONS), default=PRECISIONS[0]),
+}
+TRAINER_KEYS = tuple(TRAINER_OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -89,6 +231,10 @@ class ScenarioSpec:
         inner = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
         return f"{self.family}[{inner}]" if inner else self.family
 
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: ``{"family": ..., **params}``."""
+        return {"family": self.family, **self.params}
+
 
 @dataclass(frozen=True)
 class StudyConfig:
@@ -98,18 +244,23 @@ class StudyConfig:
     ----------
     name : a label for the study.
     backend : dotted module path providing ``build_scenario``, ``available``, ``default_hparams``,
-        ``sample_hparams`` and ``run_unit`` (default: the real trainer, `DEFAULT_BACKEND`).
+        ``sample_hparams`` and ``run_unit`` (default: the real trainer, `DEFAULT_BACKEND`), and
+        optionally ``available_models`` (without it, ``model`` is not checked up front).
     imports : extra modules imported in the parent and in every worker before anything else, e.g.
         a module that registers your own algorithm with ``oodeval.algorithms.register_algorithm``.
     source : image source spec (``digits``, ``mnist:DIR``, ...); ``auto`` is resolved by
-        `resolve_source` when the config is loaded, so the stored config names the real source.
+        `resolve_source` when the study runs. Once resolved, the path is a hint: the data is
+        identified by `source_identity`.
+    source_identity : ``{"kind", "digest"}`` of the resolved source's content
+        (`oodeval.environments.sources.source_identity`), computed when the config is built
+        unless given (a stored config carries it); None while the source is ``auto``.
     data_seed : seed of the scenario data (colors, label noise, image split); fixed per study.
     scenarios, algorithms, seeds : the grid; a unit is one (scenario, algorithm, seed).
     steps, model : training length and model family for every unit.
     hparams_mode : ``default`` (the algorithm's defaults) or ``random`` (``sample_hparams(name,
         seed)``); ``hparams`` then overrides single values per algorithm.
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
-        batch_size, precision: ``"fp32"`` or ``"bf16"``).
+        batch_size, precision: ``"fp32"`` or ``"bf16"``; rules in `TRAINER_OPTIONS`).
     measures : the measures the analyses use; ``worst_plus_gap`` requires >= 3 given environments.
     unit_options : extra keyword arguments for the backend's ``run_unit`` that are not trainer
         settings (used by the synthetic backend, e.g. ``fail_algorithms``).
@@ -122,6 +273,7 @@ class StudyConfig:
     steps: int
     model: str = "mlp"
     source: str = "digits"
+    source_identity: dict[str, str] | None = None
     data_seed: int = 0
     backend: str = DEFAULT_BACKEND
     imports: tuple[str, ...] = ()
@@ -134,7 +286,7 @@ class StudyConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; `config_from_dict(cfg.to_dict()) == cfg`."""
         out = asdict(self)
-        out["scenarios"] = [{"family": s.family, **s.params} for s in self.scenarios]
+        out["scenarios"] = [s.to_dict() for s in self.scenarios]
         for key in ("algorithms", "seeds", "imports", "measures"):
             out[key] = list(out[key])
         return out
@@ -144,8 +296,10 @@ class StudyConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     def replace(self, **changes: Any) -> StudyConfig:
-        """A copy with some fields changed, re-validated for types."""
+        """A copy with some fields changed, re-validated; a new source gets its own identity."""
         data = self.to_dict()
+        if "source" in changes and changes["source"] != self.source:
+            data.pop("source_identity")
         data.update(changes)
         return config_from_dict(data)
 
@@ -174,7 +328,7 @@ def resolve_source(source: str, *, cwd: Path | None = None) -> str:
 
 
 def load_config(path: str | Path) -> StudyConfig:
-    """Read and validate the types of a TOML study config (the grid itself: `validate_config`)."""
+    """Read a TOML study config and check every key (`config_from_dict`)."""
     path = Path(path)
     if not path.is_file():
         raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
@@ -183,174 +337,448 @@ def load_config(path: str | Path) -> StudyConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise OodevalError(f"study config {path} is not valid TOML: {exc}") from None
     data.setdefault("name", path.stem)
-    return config_from_dict(data)
+    problems = []
+    if "source_identity" in data:
+        problems.append(
+            "source_identity is computed from the data, not written in a config; remove it"
+        )
+        del data["source_identity"]
+    return _checked_config(data, problems)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
-    """Build a StudyConfig from plain data (parsed TOML or stored JSON), checking every type."""
+    """Build a StudyConfig from plain data (parsed TOML or stored JSON), checking every key.
+
+    Checks every key's type and range and, for a concrete source, computes its identity. When
+    anything is wrong, the backend is asked about the rest too (`validate_config`'s checks) and
+    one `ConfigError` lists every problem found.
+    """
+    return _checked_config(data, [])
+
+
+def _checked_config(data: Any, problems: list[str]) -> StudyConfig:
     if not isinstance(data, Mapping):
-        raise OodevalError("a study config must be a table of keys")
+        raise ConfigError(["a study config must be a table of keys"])
+    values, bad = _parsed(data, problems)
+    if problems:
+        problems += _grid_problems_of_partial(values, bad)
+        raise ConfigError(problems)
+    return StudyConfig(**values)
+
+
+def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any], set[str]]:
+    """Every field of a StudyConfig from `data`, with a stand-in for each bad value; and the
+    names of the fields that were bad."""
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
-        raise OodevalError(
-            f"unknown study config key(s) {unknown}; allowed keys are {sorted(_TOP_KEYS)}"
-        )
-    for key in ("scenarios", "algorithms", "seeds", "steps"):
+        allowed = sorted(_TOP_KEYS - {"source_identity"})
+        problems.append(f"unknown study config key(s) {unknown}; allowed keys are {allowed}")
+    for key in _REQUIRED_KEYS:
         if key not in data:
-            raise OodevalError(f"study config is missing {key!r}; see examples/study.toml")
-    scenarios = tuple(_scenario_spec(s, i) for i, s in enumerate(_list(data, "scenarios")))
-    algorithms = tuple(_str(a, "algorithms[]") for a in _list(data, "algorithms"))
-    seeds = tuple(_int(s, "seeds[]") for s in _list(data, "seeds"))
-    for key, values in (("scenarios", scenarios), ("algorithms", algorithms), ("seeds", seeds)):
-        if not values:
-            raise OodevalError(f"study config {key!r} is empty; list at least one")
-        if len(set(map(repr, values))) != len(values):
-            raise OodevalError(f"study config {key!r} lists a value twice; remove the duplicate")
-    steps = _int(data["steps"], "steps")
-    if steps < 1:
-        raise OodevalError(f"steps must be >= 1, got {steps}")
-    hparams_mode = _str(data.get("hparams_mode", "default"), "hparams_mode")
-    if hparams_mode not in HPARAMS_MODES:
-        raise OodevalError(
-            f"hparams_mode must be one of {list(HPARAMS_MODES)}, got {hparams_mode!r}"
-        )
-    hparams = data.get("hparams", {})
-    if not isinstance(hparams, Mapping) or not all(
-        isinstance(v, Mapping) for v in hparams.values()
-    ):
-        raise OodevalError("hparams must be a table of tables, e.g. [hparams.IRM] lambda = 100")
-    trainer = dict(data.get("trainer", {}))
-    bad = sorted(set(trainer) - set(TRAINER_KEYS))
-    if bad:
-        raise OodevalError(f"unknown [trainer] key(s) {bad}; allowed: {list(TRAINER_KEYS)}")
-    if "precision" in trainer and trainer["precision"] not in PRECISIONS:
-        raise OodevalError(
-            f"unknown [trainer] precision {trainer['precision']!r}; choose one of "
-            f"{', '.join(PRECISIONS)}"
-        )
-    if trainer.get("precision") == PRECISIONS[0]:  # the default: stored configs never name it
-        del trainer["precision"]
-    measures = tuple(_str(m, "measures[]") for m in _list(data, "measures", DEFAULT_MEASURES))
-    unknown_measures = sorted(set(measures) - set(KNOWN_MEASURES))
+            problems.append(f"study config is missing {key!r}; see examples/study.toml")
+    bad: set[str] = set()
+
+    def checked(key: str, value: Any, problem: str | None, stand_in: Any) -> Any:
+        if problem is None:
+            return value
+        problems.append(problem)
+        bad.add(key)
+        return stand_in
+
+    values: dict[str, Any] = {}
+    for key, default in (("name", "study"), ("model", "mlp"), ("backend", DEFAULT_BACKEND)):
+        value = data.get(key, default)
+        values[key] = checked(key, value, _nonempty(key, value), default)
+    steps = data.get("steps", 1)
+    values["steps"] = checked("steps", steps, _ruled("steps", integer_in(1, STEPS_LIMIT), steps), 1)
+    data_seed = data.get("data_seed", 0)
+    rule = integer_in(0, SEED_LIMIT - 1)
+    values["data_seed"] = checked("data_seed", data_seed, _ruled("data_seed", rule, data_seed), 0)
+    mode = data.get("hparams_mode", "default")
+    problem = _ruled("hparams_mode", one_of(HPARAMS_MODES), mode)
+    values["hparams_mode"] = checked("hparams_mode", mode, problem, "default")
+    # a missing required list is reported once, above, not again as empty
+    values["scenarios"] = (
+        _scenarios(data.get("scenarios", ()), problems) if "scenarios" in data else ()
+    )
+    values["algorithms"] = _names(data, "algorithms", (), problems) if "algorithms" in data else ()
+    values["imports"] = _names(data, "imports", (), problems, may_be_empty=True)
+    values["measures"] = _names(data, "measures", DEFAULT_MEASURES, problems)
+    unknown_measures = sorted(set(values["measures"]) - set(KNOWN_MEASURES))
     if unknown_measures:
-        raise OodevalError(
+        problems.append(
             f"unknown measure(s) {unknown_measures}; choose from {list(KNOWN_MEASURES)}"
         )
-    unit_options = data.get("unit_options", {})
-    if not isinstance(unit_options, Mapping):
-        raise OodevalError("unit_options must be a table")
-    return StudyConfig(
-        name=_str(data.get("name", "study"), "name"),
-        scenarios=scenarios,
-        algorithms=algorithms,
-        seeds=seeds,
-        steps=steps,
-        model=_str(data.get("model", "mlp"), "model"),
-        source=_str(data.get("source", "digits"), "source"),
-        data_seed=_int(data.get("data_seed", 0), "data_seed"),
-        backend=_str(data.get("backend", DEFAULT_BACKEND), "backend"),
-        imports=tuple(_str(m, "imports[]") for m in _list(data, "imports", ())),
-        hparams_mode=hparams_mode,
-        hparams={str(k): copy.deepcopy(dict(v)) for k, v in hparams.items()},
-        trainer=trainer,
-        measures=measures,
-        unit_options=copy.deepcopy(dict(unit_options)),
-    )
+    values["seeds"] = _seeds(data["seeds"], problems) if "seeds" in data else ()
+    values["hparams"] = _hparams_table(data.get("hparams", {}), problems)
+    values["trainer"] = _trainer_table(data.get("trainer", {}), problems)
+    values["unit_options"] = _unit_options(data.get("unit_options", {}), problems)
+    count = len(problems)
+    values["source"], values["source_identity"] = _source(data, problems)
+    if len(problems) > count:
+        bad.add("source")
+    return values, bad
 
 
-def import_backend(config: StudyConfig) -> ModuleType:
-    """Import the config's extra modules, then its backend; complain clearly when one is missing."""
-    for name in config.imports:
-        _import(name, "imports")
-    backend = _import(config.backend, "backend")
-    missing = [
-        attr
-        for attr in ("build_scenario", "available", "default_hparams", "sample_hparams", "run_unit")
-        if not callable(getattr(backend, attr, None))
-    ]
-    if missing:
-        raise OodevalError(
-            f"backend {config.backend!r} lacks {missing}; a backend module must define "
-            "build_scenario, available, default_hparams, sample_hparams and run_unit"
+def _ruled(
+    label: str, rule: Check, value: Any, table: Mapping[str, Any] | None = None
+) -> str | None:
+    problem = rule(value, table or {})
+    return None if problem is None else f"{label} {problem}"
+
+
+def _nonempty(label: str, value: Any) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"{label} must be a non-empty string, got {_shown(value)}"
+
+
+def _sequence(value: Any, label: str, problems: list[str]) -> list | None:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        problems.append(f"{label} must be a list, got {_shown(value)}")
+        return None
+    return list(value)
+
+
+def _distinct(
+    values: Sequence[Any], label: str, problems: list[str], *, may_be_empty: bool
+) -> None:
+    if not values and not may_be_empty:
+        problems.append(f"study config {label!r} is empty; list at least one")
+    seen: set[str] = set()
+    for value in values:
+        if repr(value) in seen:
+            problems.append(
+                f"study config {label!r} lists a value twice ({value!r}); remove the duplicate"
+            )
+        seen.add(repr(value))
+
+
+def _names(
+    data: Mapping[str, Any],
+    key: str,
+    default: Sequence[str],
+    problems: list[str],
+    *,
+    may_be_empty: bool = False,
+) -> tuple[str, ...]:
+    items = _sequence(data.get(key, default), key, problems)
+    if items is None:
+        return ()
+    good = []
+    for i, item in enumerate(items):
+        problem = _nonempty(f"{key}[{i}]", item)
+        if problem is None:
+            good.append(item)
+        else:
+            problems.append(problem)
+    _distinct(good, key, problems, may_be_empty=may_be_empty or len(good) < len(items))
+    return tuple(good)
+
+
+def _seeds(value: Any, problems: list[str]) -> tuple[int, ...]:
+    items = _sequence(value, "seeds", problems)
+    if items is None:
+        return ()
+    rule = integer_in(0, SEED_LIMIT - 1)
+    good = []
+    for i, item in enumerate(items):
+        problem = _ruled(f"seeds[{i}]", rule, item)
+        if problem is None:
+            good.append(item)
+        else:
+            problems.append(problem)
+    _distinct(good, "seeds", problems, may_be_empty=len(good) < len(items))
+    return tuple(good)
+
+
+def _scenarios(value: Any, problems: list[str]) -> tuple[ScenarioSpec, ...]:
+    items = _sequence(value, "scenarios", problems)
+    if items is None:
+        return ()
+    specs = []
+    for index, item in enumerate(items):
+        if isinstance(item, str) and item:
+            specs.append(ScenarioSpec(item, {}))
+        elif isinstance(item, Mapping) and _nonempty("family", item.get("family")) is None:
+            params = {str(k): copy.deepcopy(v) for k, v in item.items() if k != "family"}
+            specs.append(ScenarioSpec(item["family"], params))
+        else:
+            problems.append(
+                f"scenarios[{index}] must be a table with a 'family' string, e.g. "
+                f'{{ family = "sr-cmnist", ratio = "3:1", scale = 1 }}, got {_shown(item)}'
+            )
+    _distinct(specs, "scenarios", problems, may_be_empty=len(specs) < len(items))
+    return tuple(specs)
+
+
+def _hparams_table(value: Any, problems: list[str]) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        problems.append(
+            f"hparams must be a table of tables, e.g. [hparams.IRM], got {_shown(value)}"
         )
+        return {}
+    out = {}
+    for algorithm, overrides in value.items():
+        if isinstance(overrides, Mapping):
+            out[str(algorithm)] = copy.deepcopy(dict(overrides))
+        else:
+            problems.append(
+                f"hparams.{algorithm} must be a table, e.g. [hparams.{algorithm}] lr = 0.001, "
+                f"got {_shown(overrides)}"
+            )
+    return out
+
+
+def _trainer_table(value: Any, problems: list[str]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        problems.append(f"[trainer] must be a table, got {_shown(value)}")
+        return {}
+    unknown = sorted(set(value) - set(TRAINER_OPTIONS))
+    if unknown:
+        problems.append(f"unknown [trainer] key(s) {unknown}; allowed: {list(TRAINER_OPTIONS)}")
+    out = {}
+    for key, option in TRAINER_OPTIONS.items():
+        if key not in value:
+            continue
+        problem = _ruled(f"[trainer] {key}", option.check, value[key], value)
+        if problem is not None:
+            problems.append(problem)
+        elif option.default is _NO_DEFAULT or value[key] != option.default:
+            out[key] = value[key]  # the default is never stored: naming it is the same study
+    return out
+
+
+def _unit_options(value: Any, problems: list[str]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        problems.append(f"unit_options must be a table, got {_shown(value)}")
+        return {}
+    for key in value:
+        if key in _UNIT_ARGUMENTS:
+            problems.append(f"unit_options.{key} is set by the study itself; remove it")
+        elif key in TRAINER_OPTIONS:
+            problems.append(f"unit_options.{key} is a trainer setting; move it to [trainer]")
+    return copy.deepcopy(dict(value))
+
+
+def _source(data: Mapping[str, Any], problems: list[str]) -> tuple[str, dict[str, str] | None]:
+    """The source spec and its identity: the one `data` carries, else computed from the data."""
+    source = data.get("source", "digits")
+    problem = _nonempty("source", source)
+    if problem is not None:
+        problems.append(problem)
+        return "digits", None
+    given = data.get("source_identity")
+    if given is not None:
+        if not (
+            isinstance(given, Mapping)
+            and set(given) == {"kind", "digest"}
+            and all(isinstance(v, str) and v for v in given.values())
+        ):
+            problems.append(
+                f"source_identity must be {{kind, digest}} strings, got {_shown(given)}"
+            )
+            return source, None
+        if given["kind"] != source.partition(":")[0].strip().lower():
+            problems.append(
+                f"source_identity names a {given['kind']!r} source but source is {source!r}"
+            )
+        return source, dict(given)
+    if source == "auto":
+        return source, None
+    from oodeval.environments.sources import source_identity
+
+    try:
+        return source, source_identity(source).as_dict()
+    except OodevalError as exc:
+        problems.append(str(exc))
+        return source, None
+
+
+# -- the backend's part -------------------------------------------------------------------------
+def import_backend(config: StudyConfig) -> ModuleType:
+    """Import the config's extra modules, then its backend; complain clearly when one is missing.
+
+    A backend module must define ``build_scenario``, ``available``, ``default_hparams``,
+    ``sample_hparams`` and ``run_unit``; ``available_models`` is optional (`available_models`).
+    """
+    backend, problems = _imported(config)
+    if problems or backend is None:
+        raise ConfigError(problems)
     return backend
+
+
+def _imported(config: StudyConfig) -> tuple[ModuleType | None, list[str]]:
+    problems = []
+    for name in config.imports:
+        problem = _import_problem(name, "imports")
+        if problem:
+            problems.append(problem)
+    problem = _import_problem(config.backend, "backend")
+    if problem:
+        return None, [*problems, problem]
+    backend = importlib.import_module(config.backend)
+    missing = [a for a in _BACKEND_FUNCTIONS if not callable(getattr(backend, a, None))]
+    if missing:
+        problems.append(
+            f"backend {config.backend!r} lacks {missing}; a backend module must define "
+            + ", ".join(_BACKEND_FUNCTIONS)
+        )
+        return None, problems
+    return backend, problems
+
+
+def _import_problem(name: str, key: str) -> str | None:
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return f"{key}: cannot import module {name!r} ({exc})"
+    except Exception as exc:  # a user's module failing at import time is a config problem too
+        line = str(exc).splitlines()[0] if str(exc) else ""
+        return f"{key}: cannot import module {name!r} ({type(exc).__name__}: {line})"
+    return None
+
+
+def available_models(backend: ModuleType) -> list[str] | None:
+    """The model names the backend trains (its ``available_models()``), or None when it does
+    not say: a backend without ``available_models`` gets its ``model`` checked by its own
+    ``run_unit`` only."""
+    names = getattr(backend, "available_models", None)
+    return None if not callable(names) else [str(n) for n in names()]
 
 
 def resolved_hparams(config: StudyConfig, backend: ModuleType, algorithm: str, seed: int) -> dict:
     """The hyperparameters a unit trains with: defaults (or a seeded random draw) plus overrides.
 
     Overrides must name hyperparameters the algorithm declares and keep their type (an int may
-    stand for a float; a bool never stands for a number).
+    stand for a float; a bool never stands for a number; a float must be finite).
     """
+    defaults = dict(backend.default_hparams(algorithm))
+    overrides = config.hparams.get(algorithm, {})
+    problems = _override_problems(algorithm, overrides, defaults)
+    if problems:
+        raise ConfigError(problems)
     if config.hparams_mode == "random":
         base = dict(backend.sample_hparams(algorithm, seed))
     else:
-        base = dict(backend.default_hparams(algorithm))
-    defaults = dict(backend.default_hparams(algorithm))
-    for key, value in config.hparams.get(algorithm, {}).items():
-        if key not in defaults:
-            raise OodevalError(
-                f"hparams.{algorithm}.{key}: {algorithm} has no hyperparameter {key!r}; "
-                f"it has {sorted(defaults)}"
-            )
-        if not _same_kind(defaults[key], value):
-            raise OodevalError(
-                f"hparams.{algorithm}.{key} must be {type(defaults[key]).__name__} like its "
-                f"default {defaults[key]!r}, got {type(value).__name__} {value!r}"
-            )
+        base = dict(defaults)
+    for key, value in overrides.items():
         base[key] = float(value) if isinstance(defaults[key], float) else value
     return base
+
+
+def _override_problems(algorithm: str, overrides: Mapping[str, Any], defaults: dict) -> list[str]:
+    problems = []
+    for key, value in overrides.items():
+        label = f"hparams.{algorithm}.{key}"
+        if key not in defaults:
+            problems.append(
+                f"{label}: {algorithm} has no hyperparameter {key!r}; it has {sorted(defaults)}"
+            )
+        elif not _same_kind(defaults[key], value):
+            problems.append(
+                f"{label} must be {type(defaults[key]).__name__} like its default "
+                f"{defaults[key]!r}, got {_shown(value)}"
+            )
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{label} must be a finite number, got {value}")
+    return problems
 
 
 def validate_config(config: StudyConfig, backend: ModuleType | None = None) -> dict[str, Any]:
     """Check the whole grid before any training; return the built scenario names per spec.
 
-    Raises OodevalError for an unknown algorithm, a hyperparameter override of the wrong name or
-    type, an unknown scenario family or parameter, or a scenario with fewer than three given
-    environments when a measure that needs three (worst+gap, Eq. 6) is asked for.
+    Asks the backend about every algorithm (known?), the model (`available_models`), every
+    hyperparameter override (name, type), every scenario (family, parameters, at least two given
+    environments, three when a measure needs them: worst+gap, Eq. 6) and raises one
+    `ConfigError` listing all problems.
 
     Returns a dict with ``"scenarios"``: a list of (spec, scenario name, given names, the
     scenario's own parameters) and
     ``"hparams"``: {(algorithm, seed): hparams}.
     """
     backend = import_backend(config) if backend is None else backend
+    problems, validated = _grid_problems(config, backend)
+    if problems:
+        raise ConfigError(problems)
+    return validated
+
+
+def _grid_problems_of_partial(values: dict[str, Any], bad: set[str]) -> list[str]:
+    """The backend's complaints about the good parts of a config that has bad ones."""
+    partial = StudyConfig(**values)
+    if "backend" in bad:
+        return []
+    backend, problems = _imported(partial)
+    if backend is None or problems:
+        return problems  # a missing import may be what registers an algorithm
+    source = resolve_source(partial.source)
+    if source != partial.source:
+        partial = StudyConfig(**{**values, "source": source})
+    skip = {"model"} & bad
+    if "source" in bad:
+        skip.add("scenarios")
+    return _grid_problems(partial, backend, skip=frozenset(skip))[0]
+
+
+def _grid_problems(
+    config: StudyConfig, backend: ModuleType, *, skip: frozenset[str] = frozenset()
+) -> tuple[list[str], dict[str, Any]]:
+    """Every problem the backend finds in `config` (except the `skip` parts: "model",
+    "scenarios"), and `validate_config`'s answer for the good parts."""
+    problems: list[str] = []
     known = list(backend.available())
     unknown = [a for a in config.algorithms if a not in known]
     if unknown:
-        raise OodevalError(f"unknown algorithm(s) {unknown}; available: {sorted(known)}")
-    for algorithm in config.hparams:
+        problems.append(f"unknown algorithm(s) {unknown}; available: {sorted(known)}")
+    models = None if "model" in skip else available_models(backend)
+    if models is not None and config.model not in models:
+        problems.append(f"unknown model {config.model!r}; choose one of {', '.join(models)}")
+    clean = [a for a in config.algorithms if a in known]
+    for algorithm, overrides in config.hparams.items():
         if algorithm not in config.algorithms:
-            raise OodevalError(
+            problems.append(
                 f"[hparams.{algorithm}] names an algorithm the study does not run; "
                 f"the study runs {list(config.algorithms)}"
             )
-    hparams = {
-        (a, s): resolved_hparams(config, backend, a, s)
-        for a in config.algorithms
-        for s in config.seeds
-    }
+        elif algorithm in known:
+            found = _override_problems(algorithm, overrides, backend.default_hparams(algorithm))
+            problems += found
+            if found:
+                clean.remove(algorithm)
+    hparams = {(a, s): resolved_hparams(config, backend, a, s) for a in clean for s in config.seeds}
+    built = [] if "scenarios" in skip else _scenario_problems(config, backend, problems)
+    return problems, {"scenarios": built, "hparams": hparams}
+
+
+def _scenario_problems(config: StudyConfig, backend: ModuleType, problems: list[str]) -> list:
+    """Build every scenario, adding what is wrong to `problems`; the built ones' descriptions."""
     built = []
     names: set[str] = set()
+    needing = [m for m in config.measures if m in NEEDS_THREE_ENVS]
     for spec in config.scenarios:
-        scenario = build(backend, config, spec)
+        try:
+            scenario = build(backend, config, spec)
+        except OodevalError as exc:
+            problems.append(str(exc))
+            continue
         given = list(scenario.given_names)
-        needing = [m for m in config.measures if m in NEEDS_THREE_ENVS]
         if needing and len(given) < 3:
-            raise OodevalError(
+            problems.append(
                 f"scenario {scenario.name} has {len(given)} given environments but {needing} "
                 "needs at least 3 (Eq. 6 divides by N - 2); add environments or drop the measure"
             )
-        if len(given) < 2:
-            raise OodevalError(
+        elif len(given) < 2:
+            problems.append(
                 f"scenario {scenario.name} has {len(given)} given environment(s); "
                 "leave-one-environment-out needs at least 2"
             )
         if scenario.name in names:
-            raise OodevalError(f"scenario {scenario.name} is listed twice; remove the duplicate")
+            problems.append(f"scenario {scenario.name} is listed twice; remove the duplicate")
         names.add(scenario.name)
         params = dict(getattr(scenario, "params", None) or spec.params)
         built.append((spec, scenario.name, given, params))
-    return {"scenarios": built, "hparams": hparams}
+    return built
 
 
 def build(backend: ModuleType, config: StudyConfig, spec: ScenarioSpec) -> Any:
@@ -359,17 +787,13 @@ def build(backend: ModuleType, config: StudyConfig, spec: ScenarioSpec) -> Any:
         return backend.build_scenario(
             spec.family, source=config.source, seed=config.data_seed, **spec.params
         )
-    except OodevalError:
-        raise
-    except TypeError as exc:
-        raise OodevalError(f"scenario {spec.label()}: {exc}; check its parameters") from None
-
-
-def _import(name: str, key: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise OodevalError(f"{key}: cannot import module {name!r} ({exc})") from None
+    except OodevalError as exc:
+        raise OodevalError(f"scenario {spec.label()}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError, MemoryError) as exc:
+        line = str(exc).splitlines()[0] if str(exc) else ""
+        raise OodevalError(
+            f"scenario {spec.label()}: {type(exc).__name__}: {line}; check its parameters"
+        ) from None
 
 
 def _same_kind(default: Any, value: Any) -> bool:
@@ -386,32 +810,192 @@ def _same_kind(default: Any, value: Any) -> bool:
     return isinstance(value, type(default))
 
 
-def _scenario_spec(item: Any, index: int) -> ScenarioSpec:
-    if isinstance(item, str):
-        return ScenarioSpec(item, {})
-    if not isinstance(item, Mapping) or "family" not in item:
-        raise OodevalError(
-            f"scenarios[{index}] must be a table with a 'family' key, e.g. "
-            '{ family = "sr-cmnist", ratio = "3:1", scale = 1 }'
+# -- growing a study --------------------------------------------------------------------------
+#: Keys only analyses and reports read: changing them keeps every stored unit comparable.
+_LABEL_KEYS = ("name", "measures")
+#: The axes a study grows along (or shrinks: a removed value's units stay in the store).
+_GROWING_KEYS = ("algorithms", "seeds", "scenarios", "imports")
+
+
+def scenario_key(spec: ScenarioSpec | Mapping[str, Any]) -> str:
+    """The canonical JSON of a scenario spec (family and parameters), to match specs by.
+
+    >>> scenario_key({"scale": 1, "family": "sr-cmnist", "ratio": "3:1"})
+    '{"family": "sr-cmnist", "ratio": "3:1", "scale": 1}'
+    """
+    data = spec.to_dict() if isinstance(spec, ScenarioSpec) else dict(spec)
+    return json.dumps(data, sort_keys=True)
+
+
+def _plain(config: StudyConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A config as stored JSON gives it back, absent keys at their StudyConfig default."""
+    data = config.to_dict() if isinstance(config, StudyConfig) else dict(config)
+    defaults = StudyConfig(name="", scenarios=(), algorithms=(), seeds=(), steps=1).to_dict()
+    return json.loads(json.dumps({**defaults, **data}, sort_keys=True))
+
+
+def _by_identity(stored: dict[str, Any], new: dict[str, Any]) -> None:
+    """Compare the source by what it is when both configs know it (by path for older stores)."""
+    mine, theirs = stored.pop("source_identity", None), new.pop("source_identity", None)
+    if mine and theirs:
+        stored["source"], new["source"] = mine, theirs
+
+
+def differing_keys(
+    stored: StudyConfig | Mapping[str, Any], new: StudyConfig | Mapping[str, Any]
+) -> list[str]:
+    """The top-level keys in which two configs differ, the source compared by identity.
+
+    The same data at another path (a moved study, another checkout) differs in nothing; other
+    data at the same path differs in ``source``. A stored config without an identity (written
+    before identities existed) is compared by its source path.
+    """
+    a, b = _plain(stored), _plain(new)
+    _by_identity(a, b)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+@dataclass(frozen=True)
+class ConfigChanges:
+    """How a new config differs from the one a study was stored with (`config_changes`).
+
+    ``added_*`` / ``removed_*`` list the values of each growing axis that only the new / only
+    the stored config has (scenarios as their stored dicts); ``incompatible`` lists (key, stored
+    value, new value) for every change that would make stored units incomparable with new ones.
+    """
+
+    added_algorithms: tuple[str, ...] = ()
+    added_seeds: tuple[int, ...] = ()
+    added_scenarios: tuple[dict[str, Any], ...] = ()
+    added_imports: tuple[str, ...] = ()
+    removed_algorithms: tuple[str, ...] = ()
+    removed_seeds: tuple[int, ...] = ()
+    removed_scenarios: tuple[dict[str, Any], ...] = ()
+    removed_imports: tuple[str, ...] = ()
+    incompatible: tuple[tuple[str, Any, Any], ...] = ()
+
+    @property
+    def compatible(self) -> bool:
+        """True when every stored unit stays comparable with the new config's units."""
+        return not self.incompatible
+
+    @property
+    def grows(self) -> bool:
+        """True when the new config adds an algorithm, seed, scenario or import."""
+        return bool(
+            self.added_algorithms or self.added_seeds or self.added_scenarios or self.added_imports
         )
-    params = {str(k): v for k, v in item.items() if k != "family"}
-    return ScenarioSpec(_str(item["family"], f"scenarios[{index}].family"), params)
+
+    def refusal(self, directory: str | Path) -> str:
+        """The one-line error for an incompatible config: the differing keys and the way out."""
+        parts = [f"{k} ({_brief(old)} -> {_brief(new)})" for k, old, new in self.incompatible]
+        more = len(parts) - SHOWN_PROBLEMS
+        listed = ", ".join(parts[:SHOWN_PROBLEMS]) + (f" and {more} more" if more > 0 else "")
+        return (
+            f"{directory} holds a study whose units would not compare with this config's: "
+            f"{listed}; a stored study grows only by new algorithms, seeds, scenarios or "
+            "imports: keep these values, or use a new --out folder"
+        )
 
 
-def _list(data: Mapping[str, Any], key: str, default: Any = None) -> list:
-    value = data.get(key, default)
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise OodevalError(f"{key} must be a list, got {type(value).__name__} {value!r}")
-    return list(value)
+def _brief(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _str(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise OodevalError(f"{name} must be a non-empty string, got {value!r}")
-    return value
+def config_changes(
+    stored: StudyConfig | Mapping[str, Any],
+    new: StudyConfig | Mapping[str, Any],
+    *,
+    scenario_names: Mapping[str, str] | None = None,
+) -> ConfigChanges:
+    """Compare the config a study was stored with and a new one meant to grow it.
+
+    Compatible: adding (or removing) algorithms, seeds, scenarios and imports; changing ``name``
+    or ``measures`` (only analyses read them); the source at another path with the same
+    identity. Incompatible (listed as (key, stored, new)): ``steps``, ``model``, ``backend``,
+    ``data_seed``, the source's identity, ``unit_options``, any ``[trainer]`` option (by its
+    `TrainerOption.compared` value, absent = its default), the ``hparams`` of an algorithm both
+    configs run and ``hparams_mode`` when both run an algorithm, a scenario whose parameters
+    changed, and any key this function does not know.
+
+    A scenario is matched by its spec (`scenario_key`); `scenario_names` ({scenario_key: built
+    scenario name}, for the added and removed specs) tells a re-parametrised scenario (same name,
+    other parameters: its stored units would be reused for other data) from a new one. Without
+    it such a change shows as one removed and one added scenario.
+
+    >>> old = {"algorithms": ["ERM"], "seeds": [0], "steps": 5, "scenarios": ["a"]}
+    >>> changes = config_changes(old, {**old, "algorithms": ["ERM", "IRM"], "steps": 6})
+    >>> changes.added_algorithms, changes.incompatible
+    (('IRM',), (('steps', 5, 6),))
+    """
+    a, b = _plain(stored), _plain(new)
+    _by_identity(a, b)
+    kept = [x for x in b["algorithms"] if x in a["algorithms"]]
+    incompatible: list[tuple[str, Any, Any]] = []
+    for key in sorted(a.keys() | b.keys()):
+        old, now = a.get(key), b.get(key)
+        if key in _LABEL_KEYS or key in _GROWING_KEYS or old == now:
+            continue
+        if key == "trainer":
+            incompatible += _trainer_changes(old or {}, now or {})
+        elif key == "hparams":
+            incompatible += [
+                (f"hparams.{x}", (old or {}).get(x, {}), (now or {}).get(x, {}))
+                for x in kept
+                if (old or {}).get(x, {}) != (now or {}).get(x, {})
+            ]
+        elif key != "hparams_mode" or kept:
+            incompatible.append((key, old, now))
+    grown = {k: _added_removed(a[k], b[k]) for k in ("algorithms", "seeds", "imports")}
+    added, removed = _added_removed(
+        [_spec_dict(s) for s in a["scenarios"]], [_spec_dict(s) for s in b["scenarios"]]
+    )
+    if scenario_names:
+        named = {scenario_names.get(scenario_key(s)): s for s in removed}
+        for spec in list(added):
+            old_spec = named.get(scenario_names.get(scenario_key(spec)))
+            if old_spec is not None:
+                name = scenario_names[scenario_key(spec)]
+                incompatible.append((f"scenarios[{name}]", old_spec, spec))
+                added.remove(spec)
+                removed.remove(old_spec)
+    return ConfigChanges(
+        added_algorithms=tuple(grown["algorithms"][0]),
+        added_seeds=tuple(grown["seeds"][0]),
+        added_scenarios=tuple(added),
+        added_imports=tuple(grown["imports"][0]),
+        removed_algorithms=tuple(grown["algorithms"][1]),
+        removed_seeds=tuple(grown["seeds"][1]),
+        removed_scenarios=tuple(removed),
+        removed_imports=tuple(grown["imports"][1]),
+        incompatible=tuple(incompatible),
+    )
 
 
-def _int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OodevalError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    return value
+def _spec_dict(spec: Any) -> dict[str, Any]:
+    return {"family": spec} if isinstance(spec, str) else dict(spec)
+
+
+def _added_removed(old: Sequence[Any], new: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """The values only `new` has and those only `old` has, each in its list's order."""
+    old_keys = {json.dumps(v, sort_keys=True) for v in old}
+    new_keys = {json.dumps(v, sort_keys=True) for v in new}
+    added = [v for v in new if json.dumps(v, sort_keys=True) not in old_keys]
+    removed = [v for v in old if json.dumps(v, sort_keys=True) not in new_keys]
+    return added, removed
+
+
+#: a trainer key this version does not know (a newer store's): compared as it is
+_UNKNOWN_OPTION = TrainerOption(lambda _value, _table: None)
+
+
+def _trainer_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        option = TRAINER_OPTIONS.get(key, _UNKNOWN_OPTION)
+        default = None if option.default is _NO_DEFAULT else option.default
+        before, after = old.get(key, default), new.get(key, default)
+        if option.compared(before) != option.compared(after):
+            out.append((f"trainer.{key}", before, after))
+    return out

@@ -54,6 +54,7 @@ from typing import Any
 import pandas as pd
 
 from oodeval.errors import OodevalError
+from oodeval.study.config import differing_keys
 from oodeval.study.integrity import (
     StoreHealth,
     named,
@@ -461,7 +462,8 @@ class ResultStore:
     def bind_config(self, config: Mapping[str, Any]) -> None:
         """Record `config` in a fresh store, or check that it equals the stored one.
 
-        Raises OodevalError naming the differing keys when the directory holds another study.
+        Raises OodevalError naming the differing keys when the directory holds another study; the
+        same data at another path is the same study (`oodeval.study.config.differing_keys`).
         """
         stored = self.stored_config()
         if stored is None:
@@ -478,8 +480,8 @@ class ResultStore:
                 self._set_study("config_sha256", text_checksum(text))
                 self._set_study("schema", SCHEMA_VERSION)
             return
-        fresh = json.loads(json.dumps(dict(config), sort_keys=True))
-        differing = sorted(k for k in set(stored) | set(fresh) if stored.get(k) != fresh.get(k))
+        # the source is compared by identity (kind, content digest), its path being a hint
+        differing = differing_keys(stored, config)
         if differing:
             raise OodevalError(
                 f"{self.directory} holds a study with a different config (keys differ: "

@@ -31,6 +31,8 @@ from oodeval.study.presets import PAPER_ALGORITHMS
 
 #: The 14 DomainBed algorithm names of the paper, used as the synthetic registry.
 ALGORITHMS = PAPER_ALGORITHMS
+#: Model names a synthetic unit accepts; it simulates errors, so the name changes nothing.
+MODELS = ("mlp", "cnn")
 _DEFAULTS = {"lr": 1e-3, "noise": 0.02, "penalty_weight": 1.0}
 _COUNT = 200
 
@@ -127,6 +129,11 @@ def available() -> list[str]:
     return list(ALGORITHMS)
 
 
+def available_models() -> list[str]:
+    """The synthetic models: `MODELS`."""
+    return list(MODELS)
+
+
 def default_hparams(name: str) -> dict:
     """Default hyperparameters (``noise`` is the simulated error noise's standard deviation)."""
     _check(name)
@@ -164,6 +171,8 @@ def run_unit(
     """
     start = time.perf_counter()
     _check(algorithm)
+    if model not in MODELS:
+        raise OodevalError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     hp = {**_DEFAULTS, **(hparams or {})}
     if algorithm in fail_algorithms:
         raise SyntheticFailure(f"synthetic failure of {algorithm} (seed {seed}, fail_algorithms)")

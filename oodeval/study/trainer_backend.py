@@ -1,7 +1,8 @@
 """The default study backend: real scenarios, the registered algorithms and the oodeval trainer.
 
 A backend is any module with ``build_scenario``, ``available``, ``default_hparams``,
-``sample_hparams`` and ``run_unit`` (see `oodeval.study.config.import_backend`). This one forwards
+``sample_hparams`` and ``run_unit``, and optionally ``available_models`` (see
+`oodeval.study.config.import_backend`). This one forwards
 to `oodeval.environments`, `oodeval.algorithms` and `oodeval.training`, importing them (and torch)
 only when first used, and keeps each image source loaded once per process.
 """
@@ -31,6 +32,13 @@ def available() -> list[str]:
     from oodeval.algorithms import available as _available
 
     return list(_available())
+
+
+def available_models() -> list[str]:
+    """Names of the networks `run_unit` trains (`oodeval.algorithms.networks.MODELS`)."""
+    from oodeval.algorithms.networks import MODELS
+
+    return list(MODELS)
 
 
 def default_hparams(name: str) -> dict:
