@@ -446,18 +446,8 @@ def _predictions(
     return preds
 
 
-def _from_outputs(
-    outputs: Any,
-    labels: Any,
-    base_classes: Iterable[int],
-    *,
-    logits: bool,
-    detector_scores: Any,
-    base_predictions: Any,
-    new_predictions: Any,
-) -> tuple[ScoredSamples, float]:
-    """Validate model outputs and return (per-sample scores and correctness, OverallAcc)."""
-    y = as_class_ids(labels, "labels")
+def _base_class_ids(base_classes: Iterable[int]) -> np.ndarray:
+    """The sorted base-class ids: non-empty, without duplicates."""
     try:
         raw = base_classes if isinstance(base_classes, np.ndarray) else list(base_classes)
     except TypeError:
@@ -470,55 +460,34 @@ def _from_outputs(
     if np.any(np.diff(base_ids) == 0):
         dup = int(base_ids[1:][np.diff(base_ids) == 0][0])
         raise OodevalError(f"base_classes lists class {dup} more than once; list each id once")
-    n = y.size
-    if n == 0:
-        raise OodevalError("labels is empty; the open-world metrics need base and new samples")
+    return base_ids
 
-    overall_acc = float("nan")
-    if outputs is None:
-        missing = [
-            name
-            for name, value in (
-                ("detector_scores", detector_scores),
-                ("base_predictions", base_predictions),
-                ("new_predictions", new_predictions),
-            )
-            if value is None
-        ]
-        if missing:
-            raise OodevalError(
-                f"outputs is None, so {', '.join(missing)} must be given (all of "
-                "detector_scores, base_predictions, new_predictions)"
-            )
-        is_base = np.isin(y, base_ids)
-    else:
-        out = as_float_array(outputs, "outputs", ndim=2)
-        n_classes = out.shape[1]
-        check_same_length(outputs=out, labels=y)
-        if base_ids.max() >= n_classes:
-            raise OodevalError(
-                f"base_classes holds class {int(base_ids.max())} but outputs have only "
-                f"{n_classes} columns (class ids 0..{n_classes - 1})"
-            )
-        if base_ids.size == n_classes:
-            raise OodevalError(
-                f"base_classes lists all {n_classes} classes; at least one class must be new"
-            )
-        if y.max() >= n_classes:
-            raise OodevalError(
-                f"labels hold class {int(y.max())} but outputs have only {n_classes} columns "
-                f"(class ids 0..{n_classes - 1})"
-            )
-        if not logits:
-            _check_probabilities(out)
-        new_ids = np.setdiff1d(np.arange(n_classes), base_ids)
-        is_base = np.isin(y, base_ids)
-        if detector_scores is None:
-            scores = _log_max_base_softmax(out, base_ids) if logits else out[:, base_ids].max(1)
-        g = base_ids[np.argmax(out[:, base_ids], axis=1)]
-        h = new_ids[np.argmax(out[:, new_ids], axis=1)]
-        overall_acc = float(np.count_nonzero(np.argmax(out, axis=1) == y)) / n
 
+def _checked_outputs(outputs: Any, y: np.ndarray, base_ids: np.ndarray, logits: bool) -> np.ndarray:
+    """`outputs` as a float (n, n_classes) array whose columns cover every id in use."""
+    out = as_float_array(outputs, "outputs", ndim=2)
+    n_classes = out.shape[1]
+    check_same_length(outputs=out, labels=y)
+    if base_ids.max() >= n_classes:
+        raise OodevalError(
+            f"base_classes holds class {int(base_ids.max())} but outputs have only "
+            f"{n_classes} columns (class ids 0..{n_classes - 1})"
+        )
+    if base_ids.size == n_classes:
+        raise OodevalError(
+            f"base_classes lists all {n_classes} classes; at least one class must be new"
+        )
+    if y.max() >= n_classes:
+        raise OodevalError(
+            f"labels hold class {int(y.max())} but outputs have only {n_classes} columns "
+            f"(class ids 0..{n_classes - 1})"
+        )
+    if not logits:
+        _check_probabilities(out)
+    return out
+
+
+def _check_base_and_new(is_base: np.ndarray) -> None:
     if not np.any(is_base):
         raise OodevalError(
             "no sample has a base-class label; check base_classes (ids of the base classes)"
@@ -527,6 +496,47 @@ def _from_outputs(
         raise OodevalError(
             "every sample has a base-class label; the metrics need new-class samples too"
         )
+
+
+def _from_outputs(
+    outputs: Any,
+    labels: Any,
+    base_classes: Iterable[int],
+    *,
+    logits: bool,
+    detector_scores: Any,
+    base_predictions: Any,
+    new_predictions: Any,
+) -> tuple[ScoredSamples, float]:
+    """Validate model outputs and return (per-sample scores and correctness, OverallAcc)."""
+    y = as_class_ids(labels, "labels")
+    base_ids = _base_class_ids(base_classes)
+    n = y.size
+    if n == 0:
+        raise OodevalError("labels is empty; the open-world metrics need base and new samples")
+    is_base = np.isin(y, base_ids)
+    overall_acc = float("nan")
+    if outputs is None:
+        given = {
+            "detector_scores": detector_scores,
+            "base_predictions": base_predictions,
+            "new_predictions": new_predictions,
+        }
+        missing = [name for name, value in given.items() if value is None]
+        if missing:
+            raise OodevalError(
+                f"outputs is None, so {', '.join(missing)} must be given (all of "
+                "detector_scores, base_predictions, new_predictions)"
+            )
+    else:
+        out = _checked_outputs(outputs, y, base_ids, logits)
+        new_ids = np.setdiff1d(np.arange(out.shape[1]), base_ids)
+        if detector_scores is None:
+            scores = _log_max_base_softmax(out, base_ids) if logits else out[:, base_ids].max(1)
+        g = base_ids[np.argmax(out[:, base_ids], axis=1)]
+        h = new_ids[np.argmax(out[:, new_ids], axis=1)]
+        overall_acc = float(np.count_nonzero(np.argmax(out, axis=1) == y)) / n
+    _check_base_and_new(is_base)
     if detector_scores is not None:
         scores = as_real_array(detector_scores, "detector_scores", ndim=1)
         check_same_length(labels=y, detector_scores=scores)
@@ -539,7 +549,6 @@ def _from_outputs(
                 f"new_predictions hold class {int(h[~is_base].max())} but outputs have only "
                 f"{out.shape[1]} columns"
             )
-
     samples = ScoredSamples(
         base_scores=scores[is_base],
         new_scores=scores[~is_base],
@@ -662,11 +671,5 @@ def openworld_scores(
         new_predictions=new_predictions,
     )
     summary = openworld_summary(*samples, tie=tie)
-    return {
-        "base_acc": summary["base_acc"],
-        "new_acc": summary["new_acc"],
-        "hm": summary["hm"],
-        "overall_acc": overall_acc,
-        "auroc": summary["auroc"],
-        "openworld_auc": summary["openworld_auc"],
-    }
+    keys = ("base_acc", "new_acc", "hm", "overall_acc", "auroc", "openworld_auc")
+    return {k: overall_acc if k == "overall_acc" else summary[k] for k in keys}
