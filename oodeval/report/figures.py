@@ -300,8 +300,15 @@ def bump_chart_figure(ranks: pd.DataFrame, *, label: str, left: str, right: str)
         ax.annotate(f"{r1}  {name}", (1, y1), xytext=(7, 0), ha="left", **text)
     head = {"xycoords": ("data", "axes fraction"), "textcoords": "offset points", "va": "bottom"}
     for x, column, dx, ha in ((0, left, -7, "right"), (1, right, 7, "left")):
-        ax.annotate(plain(measure_label(column)), (x, 1), xytext=(dx, 6), ha=ha, weight="bold",
-                    fontsize=8, **head)  # fmt: skip
+        ax.annotate(
+            plain(measure_label(column)),
+            (x, 1),
+            xytext=(dx, 6),
+            ha=ha,
+            weight="bold",
+            fontsize=8,
+            **head,
+        )
     ax.set_title("rank (1 = lowest error)", fontsize=8, pad=24)
     ax.set_xlim(-0.04, 1.04)
     ax.set_ylim(n + 0.5, 0.5)

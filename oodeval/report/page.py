@@ -74,7 +74,9 @@ class _Clipper:
         return Markup('<span class="clip" title="{}">{}</span>').format(full, short)
 
     def names(self, values: Sequence[str]) -> Markup:
-        return Markup(", ").join(self(v, NAME_WIDTH) for v in values)
+        """Each name shortened on its own; "; " between names that hold ", " themselves."""
+        joiner = "; " if any(", " in v for v in values) else ", "
+        return Markup(joiner).join(self(v, NAME_WIDTH) for v in values)
 
 
 def _cell(value: object, digits: int) -> str:
