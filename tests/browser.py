@@ -20,10 +20,18 @@ class PageCheck:
     body_text: str
     alerts: int
     screenshot: Path
+    height: int = 0
+    """The page's full height in CSS pixels (a 1280 px wide window)."""
+    probed: object = None
+    """What the `probe` script returned."""
 
 
-def check_page(html: Path, screenshot_name: str) -> PageCheck:
-    """Load `html` from disk, collect console errors, image loads, text and a screenshot."""
+def check_page(html: Path, screenshot_name: str, *, probe: str | None = None) -> PageCheck:
+    """Load `html` from disk, collect console errors, image loads, text and a screenshot.
+
+    `probe`: JavaScript run in the page (a function body ending in ``return ...``), its result
+    in `PageCheck.probed`.
+    """
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_bin = shutil.which("chromedriver")
     if chromium is None or driver_bin is None:
@@ -66,13 +74,15 @@ def check_page(html: Path, screenshot_name: str) -> PageCheck:
         )
         broken = [alt for alt, complete, width in state if not complete or width <= 0]
         text = driver.execute_script("return document.body.innerText;")
+        height = driver.execute_script("return document.documentElement.scrollHeight;")
+        probed = driver.execute_script(probe) if probe else None
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / screenshot_name
         driver.save_screenshot(str(shot))
         errors = [
             entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"
         ]
-        return PageCheck(errors, len(state), broken, text, alerts, shot)
+        return PageCheck(errors, len(state), broken, text, alerts, shot, int(height), probed)
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -179,3 +181,149 @@ def test_study_run_writes_the_report_at_the_end_and_prints_its_path(tmp_path):
     report = out / "report.html"
     assert f"report: {report.resolve()}" in done.stdout
     assert "Table 1" in report.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+VERDICT_ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD", "CORAL", "Mixup", "SagNet"]
+VERDICT_SCENARIOS = [
+    {"family": "synthetic", "ratio": "3:1", "scale": 1},
+    {"family": "synthetic", "ratio": "5:1", "scale": 1},
+    {"family": "synthetic", "ratio": "3:1", "scale": 2},
+]
+
+# JavaScript run in the page: where the verdict block sits and what it shows.
+VERDICT_PROBE = """
+const v = document.getElementById('verdict');
+const others = Array.from(document.querySelectorAll('main > section, main > nav'))
+  .filter(e => e !== v);
+const rows = Array.from(v.querySelectorAll('tbody tr'));
+return {
+  first: document.querySelector('main').firstElementChild.id,
+  top: v.getBoundingClientRect().top,
+  others: others.map(e => e.getBoundingClientRect().top),
+  header: document.querySelector('header').innerText,
+  sentence: v.querySelector('p.intro').innerText,
+  facts: v.querySelector('dl.facts').innerText,
+  cells: rows.map(r => Array.from(r.cells).map(c => c.innerText)),
+};
+"""
+
+
+@pytest.fixture(scope="module")
+def verdict_study(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("verdict")
+    config = _config(algorithms=VERDICT_ALGOS, scenarios=VERDICT_SCENARIOS)
+    run_study(config, directory, workers=1, progress=False)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def partial_study(tmp_path_factory):
+    """Scenario 1 done (MMD failing both seeds), scenario 2 with ERM only, scenario 3 not begun."""
+    directory = tmp_path_factory.mktemp("partial")
+    config = _config(
+        algorithms=VERDICT_ALGOS,
+        scenarios=VERDICT_SCENARIOS,
+        unit_options={"fail_algorithms": ["MMD"]},
+    )
+    stored = []
+
+    def stop_after_17(record):
+        stored.append(record)
+        if len(stored) == 17:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(config, directory, workers=1, progress=False, on_unit=stop_after_17)
+    return directory
+
+
+def _verdict_page(directory, tmp_path, name):
+    from oodeval.study.analysis import verdict_view
+    from tests.browser import check_page
+
+    page = tmp_path / f"{name}.html"
+    page.write_text(build_report(directory), encoding="utf-8")
+    checked = check_page(page, f"{name}.png", probe=VERDICT_PROBE)
+    assert checked.console_errors == [] and checked.broken_images == []
+    seen = checked.probed
+    assert seen["first"] == "verdict"
+    assert seen["top"] < min(seen["others"])
+    assert seen["header"].splitlines()[0] == "oodeval study report"
+    assert "units" not in seen["header"] and "Generated" not in seen["header"]
+    results = analyze(directory)
+    view = verdict_view(results["verdict"])
+    assert seen["cells"] == [[str(v) for v in row] for row in view.itertuples(index=False)]
+    return seen, results
+
+
+def _shown_numbers(cell):
+    return [float(x) for x in re.findall(r"-?\d+\.\d+", cell)]
+
+
+@pytest.mark.browser
+def test_the_verdict_opens_the_report_of_a_complete_study(verdict_study, tmp_path):
+    from oodeval.measures.meta_tables import verdict_sentence
+
+    seen, results = _verdict_page(verdict_study, tmp_path, "report-verdict-complete")
+    verdicts, table1 = results["verdict"], results["table1"]
+    assert seen["sentence"] == verdict_sentence(verdicts)
+    ahead = verdicts["verdict"].isin(["ahead", "clearly ahead"]).sum()
+    assert f"better than average in {ahead} of 3 scenarios" in seen["sentence"]
+    assert seen["facts"].split("\n")[-1] == "All 48 units done."
+    for cells, v, t1 in zip(seen["cells"], verdicts.itertuples(), table1.itertuples(), strict=True):
+        assert cells[0] == v.scenario == t1.scenario
+        rho_wg, rho_avg, diff = (_shown_numbers(c) for c in cells[3:6])
+        # printed to 3 decimals: within 5e-4 of the analysis, and Table 1's seed mean
+        assert rho_wg == pytest.approx(
+            [v.rho_worst_plus_gap, v.rho_worst_plus_gap_low, v.rho_worst_plus_gap_high], abs=5e-4
+        )
+        assert rho_avg == pytest.approx(
+            [v.rho_average, v.rho_average_low, v.rho_average_high], abs=5e-4
+        )
+        assert diff == pytest.approx([v.difference, v.difference_low, v.difference_high], abs=5e-4)
+        assert v.rho_worst_plus_gap == pytest.approx(t1.rho_worst_plus_gap_mean, abs=1e-12)
+        assert v.rho_average == pytest.approx(t1.rho_average_mean, abs=1e-12)
+        assert cells[-1] == v.verdict and v.verdict != "undefined"
+
+
+@pytest.mark.browser
+def test_the_verdict_of_a_partial_study_says_what_is_missing(partial_study, tmp_path):
+    study = load_study(partial_study)
+    assert study.counts() == {"done": 15, "failed": 2, "damaged": 0, "pending": 31, "planned": 48}
+    seen, results = _verdict_page(partial_study, tmp_path, "report-verdict-partial")
+    assert seen["facts"].split("\n")[-1] == (
+        "15 of 48 units done; 33 missing (31 pending, 2 failed): the verdict uses the 15."
+    )
+    verdicts = results["verdict"]
+    assert len(verdicts) == 2  # the third scenario has no finished unit
+    done, started = verdicts.iloc[0], verdicts.iloc[1]
+    assert (done.n_seeds, done.n_algorithms, done.verdict != "undefined") == (2, 7, True)
+    assert started.verdict == "undefined" and started.n_algorithms == 1
+    assert seen["cells"][1][-1] == "undefined: fewer than 3 algorithms in every seed"
+    assert " of 2 scenarios" in seen["sentence"]
+    assert seen["sentence"].endswith("1 has no verdict (fewer than 3 algorithms in every seed).")
+    assert len(results["table1"]) == 1  # a seed with one algorithm has no correlation
+
+
+def test_study_analyze_prints_the_verdict_first_and_writes_it(partial_study):
+    from typer.testing import CliRunner
+
+    from oodeval.cli.main import app
+
+    result = CliRunner().invoke(app, ["study", "analyze", str(partial_study)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("Verdict: worst+gap tracks the true worst-case error")
+    assert lines[2] == (
+        "15 of 48 units done; 33 missing (31 pending, 2 failed): the verdict uses the 15."
+    )
+    written = pd.read_csv(partial_study / "analysis" / "verdict.csv")
+    expected = analyze(partial_study)["verdict"]
+    assert list(written["scenario"]) == list(expected["scenario"])
+    assert np.allclose(
+        written["rho_worst_plus_gap"], expected["rho_worst_plus_gap"], rtol=1e-5, equal_nan=True
+    )  # the CSV keeps 6 significant digits
+    markdown = (partial_study / "analysis" / "analysis.md").read_text(encoding="utf-8")
+    assert markdown.split("\n\n")[1] == lines[0]

@@ -229,16 +229,19 @@ def analyze_command(
     directory: Path = typer.Argument(..., help="Study folder."),
     exclude_damaged: bool = typer.Option(False, "--exclude-damaged", help=_EXCLUDE_HELP),
 ) -> None:
-    """Write Table 1/5/6 and the Figure 1/5/6/7 numbers as CSV + markdown to DIR/analysis/.
+    """Print the verdict, then write it, Table 1/5/6 and the Figure 1/5/6/7 numbers as CSV +
+    markdown to DIR/analysis/.
 
     A store that fails verification is refused, naming the damaged units, unless
     --exclude-damaged is given.
     """
     from oodeval.study import load_study
-    from oodeval.study.analysis import write_analysis
+    from oodeval.study.analysis import analyze, verdict_markdown, write_analysis
 
     study = load_study(directory, exclude_damaged=exclude_damaged)
-    written = write_analysis(study)
+    results = analyze(study)
+    typer.echo(verdict_markdown(study, results))
+    written = write_analysis(study, results=results)
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
     for note in study.integrity_notes():

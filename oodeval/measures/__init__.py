@@ -36,6 +36,7 @@ from oodeval.measures.meta import (
     Selection,
     bootstrap_correlation_ci,
     mean_std,
+    paired_spearman_ci,
     rank_correlation,
     select_algorithm,
     selection_degradation,
@@ -43,12 +44,14 @@ from oodeval.measures.meta import (
 from oodeval.measures.meta_tables import (
     baseline_vs_best,
     correlation_summary,
+    correlation_verdicts,
     degradation_summary,
     distance_to_ideal,
     ideal_correlations,
     seed_means,
     selections,
     unit_measures,
+    verdict_sentence,
 )
 from oodeval.measures.openworld import auroc, openworld_auc, openworld_curve, openworld_scores
 
@@ -64,6 +67,7 @@ __all__ = [
     "bootstrap_correlation_ci",
     "check_measures",
     "correlation_summary",
+    "correlation_verdicts",
     "degradation_summary",
     "distance_to_ideal",
     "domain_average",
@@ -79,6 +83,7 @@ __all__ = [
     "openworld_auc",
     "openworld_curve",
     "openworld_scores",
+    "paired_spearman_ci",
     "per_domain_summary",
     "rank_correlation",
     "seed_means",
@@ -87,6 +92,7 @@ __all__ = [
     "selections",
     "undefined_measures",
     "unit_measures",
+    "verdict_sentence",
     "worst",
     "worst_only",
     "worst_plus_gap",

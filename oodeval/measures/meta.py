@@ -23,6 +23,7 @@ __all__ = [
     "Selection",
     "bootstrap_correlation_ci",
     "mean_std",
+    "paired_spearman_ci",
     "rank_correlation",
     "select_algorithm",
     "selection_degradation",
@@ -173,13 +174,19 @@ def mean_std(values: Any, *, ddof: int = 1) -> tuple[float, float]:
 
 
 def _rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's rho of each row pair (average ranks for ties); NaN for constant rows."""
-    rx = stats.rankdata(x, axis=1)
-    ry = stats.rankdata(y, axis=1)
-    rx -= rx.mean(axis=1, keepdims=True)
-    ry -= ry.mean(axis=1, keepdims=True)
-    num = (rx * ry).sum(axis=1)
-    den = np.sqrt((rx * rx).sum(axis=1) * (ry * ry).sum(axis=1))
+    """Spearman's rho of each row pair (average ranks for ties); NaN for constant rows.
+
+    NaN entries (missing values, NaN in x and y alike) are left out of their row, so a row's rho
+    is that of its present pairs; a row with fewer than two distinct present values is NaN.
+    """
+    rx = stats.rankdata(x, axis=1, nan_policy="omit")
+    ry = stats.rankdata(y, axis=1, nan_policy="omit")
+    with warnings.catch_warnings():  # an all-NaN row has no mean; it is NaN below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rx -= np.nanmean(rx, axis=1, keepdims=True)
+        ry -= np.nanmean(ry, axis=1, keepdims=True)
+    num = np.nansum(rx * ry, axis=1)
+    den = np.sqrt(np.nansum(rx * rx, axis=1) * np.nansum(ry * ry, axis=1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
@@ -242,12 +249,7 @@ def bootstrap_correlation_ci(
     ((1.0, 1.0), (1.0, 1.0))
     """
     m, i = _paired_scores(measure_scores, ideal_scores)
-    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise OodevalError(f"n_resamples must be a positive integer, got {n_resamples!r}")
-    if not 0 < confidence < 1:
-        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise OodevalError(f"seed must be an integer (same seed -> same interval), got {seed!r}")
+    _check_bootstrap_options(n_resamples, confidence, seed)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, m.size, size=(int(n_resamples), m.size))
     x, y = m[idx], i[idx]
@@ -272,6 +274,128 @@ def bootstrap_correlation_ci(
     return {
         "spearman": bounds(rho),
         "kendall": bounds(tau),
+        "n_valid": int(valid.sum()),
+        "n_resamples": int(n_resamples),
+        "confidence": float(confidence),
+    }
+
+
+def _check_bootstrap_options(n_resamples: Any, confidence: float, seed: Any) -> None:
+    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise OodevalError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if not 0 < confidence < 1:
+        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise OodevalError(f"seed must be an integer (same seed -> same interval), got {seed!r}")
+
+
+def _seed_matrices(
+    first_scores: Any, second_scores: Any, ideal_scores: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three score arrays as tie-rounded (n_seeds, n_algorithms) matrices, NaN = missing."""
+    named = {"first_scores": first_scores, "second_scores": second_scores}
+    named["ideal_scores"] = ideal_scores
+    out = {}
+    for name, values in named.items():
+        arr = as_float_array(values, name, ndim=(1, 2), check_finite=False)
+        if np.isinf(arr).any():
+            raise OodevalError(f"{name} holds an infinite value; scores must be finite or NaN")
+        out[name] = _tie_rounded(arr.reshape(1, -1) if arr.ndim == 1 else arr)
+    shapes = {a.shape for a in out.values()}
+    if len(shapes) > 1:
+        raise OodevalError(f"the three score arrays differ in shape: {sorted(shapes)}")
+    f, s, i = out.values()
+    missing = np.isnan(i)
+    if (np.isnan(f) != missing).any() or (np.isnan(s) != missing).any():
+        raise OodevalError(
+            "NaN marks a missing (seed, algorithm) and must be at the same places in all three "
+            "score arrays"
+        )
+    present = (~missing).sum(axis=1)
+    if present.size == 0 or present.min() < 2:
+        raise OodevalError(
+            f"correlations need >= 2 algorithms in every seed, got {present.tolist()}; leave out "
+            "seeds with fewer"
+        )
+    return f, s, i
+
+
+def paired_spearman_ci(
+    first_scores: Any,
+    second_scores: Any,
+    ideal_scores: Any,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Spearman's rho of two measures with the ideal measure, their difference, and paired
+    percentile bootstrap intervals over algorithms.
+
+    Beyond the worst+gap paper, which reports rho without an interval (Table 1). Inputs are one
+    seed's scores, shape (n_algorithms,), or several seeds', shape (n_seeds, n_algorithms), with
+    NaN marking an algorithm that has no unit for that seed (at the same places in all three).
+
+    - Point estimates: per seed, rho of each measure with the ideal measure over that seed's
+      algorithms (`rank_correlation`), then the mean over seeds; ``difference`` = rho_first -
+      rho_second. These equal Table 1's seed means (`meta_tables.correlation_summary`).
+    - Bootstrap: algorithms are the resampled unit. Each resample draws n_algorithms columns with
+      replacement; the same draw serves every seed (seeds are repeated runs of the same
+      algorithms) and both measures, so the difference is paired. Per seed, rho over the drawn
+      algorithms it has; mean over seeds; the interval is the (1-confidence)/2 and
+      (1+confidence)/2 quantiles. A resample in which some seed's rho is undefined (its drawn
+      scores constant, or fewer than two of its algorithms drawn) is dropped; ``n_valid`` says
+      how many remained (NaN bounds when none). Same `seed` -> identical intervals.
+
+    Parameters
+    ----------
+    first_scores, second_scores, ideal_scores : array-like of shape (n_algorithms,) or
+        (n_seeds, n_algorithms); every seed needs >= 2 algorithms, else OodevalError
+    n_resamples : int, default 2000
+    confidence : float in (0, 1), default 0.95
+    seed : int, default 0
+
+    Returns
+    -------
+    dict with "first", "second", "difference" (point estimates) and "first_ci", "second_ci",
+    "difference_ci" ((low, high) tuples), "n_valid", "n_resamples", "confidence"
+
+    >>> out = paired_spearman_ci([1, 2, 3, 4], [4, 3, 1, 2], [1, 2, 3, 4], seed=1)
+    >>> [round(out[k], 12) for k in ("first", "second", "difference")], out["first_ci"]
+    ([1.0, -0.8, 1.8], (1.0, 1.0))
+    """
+    _check_bootstrap_options(n_resamples, confidence, seed)
+    f, s, i = _seed_matrices(first_scores, second_scores, ideal_scores)
+    n_seeds, n = i.shape
+    point = np.empty((2, n_seeds))
+    for k in range(n_seeds):
+        present = ~np.isnan(i[k])
+        point[0, k] = rank_correlation(f[k, present], i[k, present])["spearman"]
+        point[1, k] = rank_correlation(s[k, present], i[k, present])["spearman"]
+    rho_first, rho_second = (float(v) for v in point.mean(axis=1))
+    idx = np.random.default_rng(seed).integers(0, n, size=(int(n_resamples), n))
+    draws = np.empty((2, n_seeds, int(n_resamples)))
+    for k in range(n_seeds):
+        ideal = i[k][idx]
+        draws[0, k] = _rowwise_spearman(f[k][idx], ideal)
+        draws[1, k] = _rowwise_spearman(s[k][idx], ideal)
+    first, second = draws.mean(axis=1)  # NaN when any seed's rho is undefined
+    valid = np.isfinite(first) & np.isfinite(second)
+    q = [(1 - confidence) / 2, (1 + confidence) / 2]
+
+    def bounds(v: np.ndarray) -> tuple[float, float]:
+        if not valid.any():
+            return (float("nan"), float("nan"))
+        lo, hi = np.quantile(v[valid], q)
+        return (float(lo), float(hi))
+
+    return {
+        "first": rho_first,
+        "second": rho_second,
+        "difference": rho_first - rho_second,
+        "first_ci": bounds(first),
+        "second_ci": bounds(second),
+        "difference_ci": bounds(first - second),
         "n_valid": int(valid.sum()),
         "n_resamples": int(n_resamples),
         "confidence": float(confidence),

@@ -59,26 +59,32 @@ import numpy as np
 
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_float_array
-from oodeval.measures.domain import REGISTRY, check_measures, domain_measures
+from oodeval.measures.domain import REGISTRY, check_measures, domain_measures, measure_label
 from oodeval.measures.meta import (
+    TIE_DECIMALS,
     bootstrap_correlation_ci,
     mean_std,
+    paired_spearman_ci,
     rank_correlation,
     select_algorithm,
 )
 
 __all__ = [
+    "MIN_VERDICT_ALGORITHMS",
     "SEED_MEAN",
     "UNIT_KEYS",
+    "VERDICTS",
     "Table",
     "baseline_vs_best",
     "correlation_summary",
+    "correlation_verdicts",
     "degradation_summary",
     "distance_to_ideal",
     "ideal_correlations",
     "seed_means",
     "selections",
     "unit_measures",
+    "verdict_sentence",
 ]
 
 Table = dict[str, np.ndarray]
@@ -388,6 +394,207 @@ def correlation_summary(correlations: Mapping[str, Any]) -> Table:
     columns = ["scenario", "measure", "n_seeds", "n_algorithms"]
     columns += ["spearman_mean", "spearman_std", "kendall_mean", "kendall_std"]
     return _as_table(records, columns)
+
+
+# ----------------------------------------------------------------------------- verdict
+
+VERDICTS = ("clearly ahead", "ahead", "tied", "behind", "clearly behind", "undefined")
+"""What `correlation_verdicts` says of a measure against a baseline in one scenario."""
+
+MIN_VERDICT_ALGORITHMS = 3
+"""With two algorithms Spearman's rho is +1 or -1 whatever the scores, so a seed enters a verdict
+only with at least three finished algorithms."""
+
+_TIE = 1e-12  # rho values are ratios of rank sums; equal orderings give equal rho up to rounding
+
+
+def correlation_verdicts(
+    units: Mapping[str, Any],
+    measure: str = "worst_plus_gap",
+    baseline: str = "average",
+    *,
+    min_algorithms: int = MIN_VERDICT_ALGORITHMS,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    bootstrap_seed: int = 0,
+) -> Table:
+    """Per scenario: does `measure` order the algorithms more like the ideal measure than
+    `baseline` does, and how sure are we?
+
+    Spearman's rho of each measure with the ideal measure (Section 5 of the worst+gap paper) and
+    paired bootstrap intervals over algorithms (`oodeval.measures.meta.paired_spearman_ci`):
+    rho is the mean over seeds of the per-seed rho (Table 1's mean), each resample draws the
+    algorithms once for every seed and both measures. The seeds that enter are those with at
+    least `min_algorithms` algorithms (`MIN_VERDICT_ALGORITHMS`); in a complete study, all.
+
+    ``verdict`` (one of `VERDICTS`) reads ``difference`` = rho_measure - rho_baseline: "tied"
+    when it is 0 (to 1e-12); "ahead" / "behind" by its sign; "clearly ahead" / "clearly behind"
+    when its `confidence` interval also excludes 0; "undefined" when no seed has enough
+    algorithms or a measure (or the ideal measure) is equal for every algorithm of a seed, so
+    rho is undefined; ``reason`` then says which (else it is empty).
+
+    Returns
+    -------
+    Table: scenario, n_seeds (that entered), n_seeds_left_out, n_algorithms (fewest of a seed
+    that entered), for m in (measure, baseline) ``rho_<m>``, ``rho_<m>_low``, ``rho_<m>_high``,
+    then difference, difference_low, difference_high, n_valid (resamples kept), verdict, reason
+
+    >>> units = {
+    ...     "scenario": ["s"] * 4, "seed": [0] * 4, "algorithm": list("ABCD"),
+    ...     "ideal": [0.1, 0.2, 0.3, 0.4], "worst_plus_gap": [0.1, 0.2, 0.3, 0.4],
+    ...     "average": [0.4, 0.3, 0.2, 0.1],
+    ... }
+    >>> v = correlation_verdicts(units, n_resamples=200)
+    >>> v["rho_worst_plus_gap"].tolist(), v["rho_average"].tolist(), v["difference_low"].tolist()
+    ([1.0], [-1.0], [2.0])
+    >>> v["verdict"].tolist()
+    ['clearly ahead']
+    """
+    names = list(dict.fromkeys([measure, baseline]))
+    if len(names) != 2:
+        raise OodevalError(f"compare two different measures, got {measure!r} twice")
+    cols = {k: _column(units, k) for k in dict.fromkeys((*UNIT_KEYS, "ideal", *names))}
+    options = {"n_resamples": n_resamples, "confidence": confidence, "seed": bootstrap_seed}
+    records = []
+    for rows in _groups(cols["scenario"]):
+        seeds, matrices = _seed_by_algorithm(cols, rows, ["ideal", *names])
+        counts = (~np.isnan(matrices["ideal"])).sum(axis=1)
+        used = counts >= min_algorithms
+        record: dict[str, Any] = {
+            "scenario": _python(cols["scenario"][rows[0]]),
+            "n_seeds": int(used.sum()),
+            "n_seeds_left_out": int((~used).sum()),
+            "n_algorithms": int(counts[used].min()) if used.any() else int(counts.max()),
+        }
+        nan_ci = {"first": np.nan, "second": np.nan, "difference": np.nan}
+        nan_ci.update({f"{k}_ci": (np.nan, np.nan) for k in ("first", "second", "difference")})
+        reason = _undefined_reason(matrices, used, names, min_algorithms)
+        out = nan_ci | {"n_valid": 0}
+        if not reason:
+            m, b, i = (matrices[k][used] for k in (*names, "ideal"))
+            out = paired_spearman_ci(m, b, i, **options)
+        for prefix, key in ((f"rho_{names[0]}", "first"), (f"rho_{names[1]}", "second")):
+            record[prefix] = float(out[key])
+            record[f"{prefix}_low"], record[f"{prefix}_high"] = map(float, out[f"{key}_ci"])
+        record["difference"] = float(out["difference"])
+        record["difference_low"], record["difference_high"] = map(float, out["difference_ci"])
+        record["n_valid"] = int(out["n_valid"])
+        record["verdict"] = "undefined" if reason else _verdict(record)
+        record["reason"] = reason
+        records.append(record)
+    columns = ["scenario", "n_seeds", "n_seeds_left_out", "n_algorithms"]
+    for m in names:
+        columns += [f"rho_{m}", f"rho_{m}_low", f"rho_{m}_high"]
+    columns += ["difference", "difference_low", "difference_high", "n_valid", "verdict", "reason"]
+    return _as_table(records, columns)
+
+
+def _seed_by_algorithm(
+    cols: dict[str, np.ndarray], rows: np.ndarray, values: Sequence[str]
+) -> tuple[list[Any], dict[str, np.ndarray]]:
+    """Seed labels and one (n_seeds, n_algorithms) matrix per value column; NaN = no unit."""
+    seed = _codes(cols["seed"][rows])
+    algorithm = _codes(cols["algorithm"][rows])
+    shape = (int(seed.max()) + 1, int(algorithm.max()) + 1)
+    if len(np.unique(seed * shape[1] + algorithm)) < len(rows):
+        raise OodevalError(
+            f"scenario {_python(cols['scenario'][rows[0]])} has two rows for one (seed, "
+            "algorithm); keep one row per unit"
+        )
+    labels = [_python(cols["seed"][rows[idx[0]]]) for idx in _groups(seed)]
+    matrices = {}
+    for name in values:
+        matrix = np.full(shape, np.nan)
+        matrix[seed, algorithm] = cols[name][rows].astype(np.float64)
+        matrices[name] = matrix
+    return labels, matrices
+
+
+def _undefined_reason(
+    matrices: dict[str, np.ndarray], used: np.ndarray, names: Sequence[str], min_algorithms: int
+) -> str:
+    """Why rho is undefined for a scenario ("" when it is defined)."""
+    if not used.any():
+        return f"fewer than {min_algorithms} algorithms in every seed"
+    for name in ("ideal", *names):
+        for row in matrices[name][used]:
+            present = row[~np.isnan(row)]
+            if np.ptp(np.round(present, TIE_DECIMALS)) == 0:
+                label = "the ideal measure" if name == "ideal" else measure_label(name)
+                return f"{label} is equal for every algorithm of a seed"
+    return ""
+
+
+def _clearly(clearly: int, of: int) -> str:
+    """How many of `of` scenarios are clear: "clearly", "not clearly", "clearly in 2", ..."""
+    if of == 1:
+        return "clearly" if clearly else "not clearly"
+    if clearly == of:
+        return f"clearly in all {of}"
+    return "in none clearly" if clearly == 0 else f"clearly in {clearly}"
+
+
+def _verdict(record: dict[str, Any]) -> str:
+    difference = record["difference"]
+    if abs(difference) <= _TIE:
+        return "tied"
+    if difference > 0:
+        return "clearly ahead" if record["difference_low"] > 0 else "ahead"
+    return "clearly behind" if record["difference_high"] < 0 else "behind"
+
+
+def verdict_sentence(
+    verdicts: Mapping[str, Any],
+    measure: str = "worst_plus_gap",
+    baseline: str = "average",
+    *,
+    confidence: float = 0.95,
+) -> str:
+    """One plain sentence summarising `correlation_verdicts`' table, counted from its rows.
+
+    >>> table = {"verdict": np.array(["clearly ahead", "ahead", "behind", "undefined"]),
+    ...          "reason": np.array(["", "", "", "fewer than 3 algorithms in every seed"])}
+    >>> print(verdict_sentence(table))  # doctest: +NORMALIZE_WHITESPACE
+    worst+gap tracks the true worst-case error (the ideal measure) better than average in 2 of
+    4 scenarios (clearly in 1: the 95% bootstrap interval of the difference in Spearman's rho
+    excludes 0); average tracks it better in 1 (not clearly); 1 has no verdict (fewer than 3
+    algorithms in every seed).
+    """
+    verdict = [str(v) for v in _column(verdicts, "verdict")]
+    reasons = [str(r) for r in _column(verdicts, "reason")]
+    if not verdict:
+        return "No scenario has finished units yet, so there is no verdict."
+    m, b = measure_label(measure), measure_label(baseline)
+    n = len(verdict)
+    count = {v: verdict.count(v) for v in VERDICTS}
+    ahead = count["ahead"] + count["clearly ahead"]
+    behind = count["behind"] + count["clearly behind"]
+    scenarios = "scenario" if n == 1 else "scenarios"
+    text = (
+        f"{m} tracks the true worst-case error (the ideal measure) better than {b} in {ahead} "
+        f"of {n} {scenarios}"
+    )
+    interval = f"the {confidence:.0%} bootstrap interval of the difference in Spearman's rho"
+    if ahead:
+        how = _clearly(count["clearly ahead"], ahead)
+        excludes = "includes 0" if count["clearly ahead"] == 0 else "excludes 0"
+        text += f" ({how}: {interval} {excludes}{' in each' if how == 'in none clearly' else ''})"
+    parts = [text]
+    if behind:
+        parts.append(
+            f"{b} tracks it better in {behind} ({_clearly(count['clearly behind'], behind)})"
+        )
+    if count["tied"]:
+        parts.append(f"the two tie in {count['tied']}")
+    if count["undefined"]:
+        why = [r for r, v in zip(reasons, verdict, strict=True) if v == "undefined"]
+        kinds = "; ".join(
+            r if why.count(r) == 1 or count["undefined"] == why.count(r) else f"{r}: {why.count(r)}"
+            for r in dict.fromkeys(why)
+        )
+        has = "has" if count["undefined"] == 1 else "have"
+        parts.append(f"{count['undefined']} {has} no verdict ({kinds})")
+    return "; ".join(parts) + "."
 
 
 # ----------------------------------------------------------------------------- selection

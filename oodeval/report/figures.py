@@ -2,6 +2,8 @@
 
 Each function returns a `Figure` whose `data` DataFrame holds the plotted numbers, so tests can
 check that what is drawn equals what the analysis computed, and the HTML page can embed the PNG.
+Users' names are drawn shortened (`oodeval.report.names`); `Figure.labels` pairs each shortened
+label with its full name, which the page shows beside the figure.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from oodeval.measures.domain import measure_label
+from oodeval.report.names import FIGURE_WIDTH, short_labels
 
 # Okabe & Ito's colour-blind-safe palette (Color Universal Design), black last.
 PALETTE: tuple[str, ...] = (
@@ -30,13 +35,15 @@ MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 @dataclass(frozen=True)
 class Figure:
-    """A rendered plot: PNG bytes, its caption, and the exact data it shows."""
+    """A rendered plot: PNG bytes, its caption, the exact data it shows, and the (shortened
+    label, full name) pairs of the names it shows shortened."""
 
     key: str
     title: str
     caption: str
     png: bytes
     data: pd.DataFrame
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def data_uri(self) -> str:
@@ -81,8 +88,22 @@ def plain(text: object) -> str:
     return str(text).replace("$", r"\$")
 
 
-def _short(labels: Sequence[str], width: int = 28) -> list[str]:
-    return [plain(s if len(s) <= width else s[: width - 1] + "…") for s in map(str, labels)]
+class _Labels:
+    """Shortened labels of one figure (distinct per call), remembering which were shortened."""
+
+    def __init__(self, width: int = FIGURE_WIDTH) -> None:
+        self.width = width
+        self.shortened: dict[str, str] = {}
+
+    def __call__(self, values: Sequence[object]) -> dict[str, str]:
+        """{value: label as matplotlib draws it}; multi-line values are shortened line by line."""
+        values = [str(v) for v in values]
+        lines = short_labels((ln for v in values for ln in v.split("\n")), self.width)
+        self.shortened.update({full: s for full, s in lines.items() if s != full})
+        return {v: "\n".join(plain(lines[ln]) for ln in v.split("\n")) for v in values}
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        return tuple((s, full) for full, s in self.shortened.items())
 
 
 def scatter_with_identity(
@@ -108,6 +129,9 @@ def scatter_with_identity(
     hi = float(np.nanmax(data[[x, y]].to_numpy())) if len(data) else 1.0
     pad = 0.03 * max(hi - lo, 1e-6)
     hues = [None] if hue is None else list(dict.fromkeys(data[hue]))
+    labels = _Labels()
+    hue_label = labels([h for h in hues if h is not None])
+    panel_label = labels([p for p in panels if p is not None])
     for ax, value in zip(axes[0], panels, strict=True):
         part = data if value is None else data[data[panel] == value]
         ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#999999", lw=1, ls="--")
@@ -119,7 +143,7 @@ def scatter_with_identity(
                 s=22,
                 color=color_for(i),
                 marker=MARKERS[i % len(MARKERS)],
-                label=None if h is None else plain(h),
+                label=None if h is None else hue_label[str(h)],
                 alpha=0.85,
                 edgecolor="white",
                 linewidth=0.4,
@@ -128,11 +152,11 @@ def scatter_with_identity(
         ax.set_ylim(lo - pad, hi + pad)
         ax.set_xlabel(xlabel)
         if value is not None:
-            ax.set_title(plain(f"{panel} = {value}"))
+            ax.set_title(f"{plain(panel)} = {panel_label[str(value)]}")
     axes[0][0].set_ylabel(ylabel)
     if hue is not None and len(hues) > 1:
         axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True))
+    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True), labels.pairs())
 
 
 def grouped_bars(
@@ -165,7 +189,12 @@ def grouped_bars(
     )
     xs = np.arange(len(cats))
     top = float(np.nanmax(data[value])) if len(data) else 0.0
-    slanted = len(cats) > 4 or any(len(line) > 12 for c in cats for line in str(c).split("\n"))
+    labels = _Labels()
+    cat_label, group_label = labels(cats), labels(groups)
+    panel_label = labels([p for p in panels if p is not None])
+    slanted = len(cats) > 4 or any(
+        len(line) > 12 for c in cats for line in cat_label[str(c)].split("\n")
+    )
     for ax, pv in zip(axes[0], panels, strict=True):
         part = data if pv is None else data[data[panel] == pv]
         for i, g in enumerate(groups):
@@ -175,7 +204,7 @@ def grouped_bars(
                 xs + (i - (len(groups) - 1) / 2) * width,
                 heights,
                 width,
-                label=plain(g),
+                label=group_label[str(g)],
                 color=color_for(i),
                 hatch=("", "//", "..", "xx")[i % 4],
                 edgecolor="white",
@@ -183,14 +212,17 @@ def grouped_bars(
             if len(cats) * len(groups) <= 24:
                 ax.bar_label(bars, fmt="%.3f", fontsize=6, padding=1)
         ax.set_xticks(
-            xs, _short(cats, 40), rotation=35 if slanted else 0, ha="right" if slanted else "center"
+            xs,
+            [cat_label[str(c)] for c in cats],
+            rotation=35 if slanted else 0,
+            ha="right" if slanted else "center",
         )
         ax.set_ylim(0, max(0.01, 1.15 * top))
         if pv is not None:
-            ax.set_title(plain(f"{panel} = {pv}"))
+            ax.set_title(f"{plain(panel)} = {panel_label[str(pv)]}")
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True))
+    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True), labels.pairs())
 
 
 def lines(
@@ -214,6 +246,9 @@ def lines(
         1, len(panels), figsize=(3.6 * len(panels) + 1.4, 3.3), squeeze=False, sharey=True
     )
     hues = list(dict.fromkeys(data[hue]))
+    labels = _Labels()
+    hue_label = labels(hues)
+    panel_label = labels([p for p in panels if p is not None])
     for ax, pv in zip(axes[0], panels, strict=True):
         part = data if pv is None else data[data[panel] == pv]
         for i, h in enumerate(hues):
@@ -223,38 +258,75 @@ def lines(
                 sub[y],
                 color=color_for(i),
                 lw=1.4,
-                label=plain(h),
+                label=hue_label[str(h)],
                 marker=MARKERS[i % len(MARKERS)] if markers else None,
                 ms=4,
             )
         ax.set_xlabel(xlabel)
         if pv is not None:
-            ax.set_title(plain(f"{panel} = {pv}"))
+            ax.set_title(f"{plain(panel)} = {panel_label[str(pv)]}")
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True))
+    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True), labels.pairs())
+
+
+def bump_chart_figure(ranks: pd.DataFrame, *, label: str, left: str, right: str):
+    """The matplotlib figure `bump_chart` renders (open; the caller closes it).
+
+    Layout, so that no two texts overlap whatever the names: each algorithm has its own row per
+    column (tied algorithms share a rank but take consecutive rows, ordered by name), its label
+    reads "name  rank" left of the left column and "rank  name" right of the right column, so
+    the rank numbers sit between the names and the lines; the column headers stand above the
+    labels on their own side, and the axis title above the headers. There are no ticks or axis
+    labels to collide with; names are shortened to `FIGURE_WIDTH` characters (distinct).
+    """
+    plt = _pyplot()
+    n = len(ranks)
+    names = _Labels()(ranks[label])
+    height = 0.3 * n + 0.8
+    fig, ax = plt.subplots(figsize=(2.0, height))
+    fig.subplots_adjust(left=0.05, right=0.95, top=1 - 0.6 / height, bottom=0.15 / height)
+    rows = {}
+    for column in (left, right):
+        order = sorted(range(n), key=lambda k: (ranks[column].iloc[k], str(ranks[label].iloc[k])))
+        rows[column] = {k: slot + 1 for slot, k in enumerate(order)}
+    for k in range(n):
+        name, colour = names[str(ranks[label].iloc[k])], color_for(k)
+        y0, y1 = rows[left][k], rows[right][k]
+        ax.plot([0, 1], [y0, y1], color=colour, lw=1.8, marker="o", ms=5)
+        r0, r1 = (int(ranks[c].iloc[k]) for c in (left, right))
+        text = {"va": "center", "fontsize": 8, "textcoords": "offset points"}
+        ax.annotate(f"{name}  {r0}", (0, y0), xytext=(-7, 0), ha="right", **text)
+        ax.annotate(f"{r1}  {name}", (1, y1), xytext=(7, 0), ha="left", **text)
+    head = {"xycoords": ("data", "axes fraction"), "textcoords": "offset points", "va": "bottom"}
+    for x, column, dx, ha in ((0, left, -7, "right"), (1, right, 7, "left")):
+        ax.annotate(
+            plain(measure_label(column)),
+            (x, 1),
+            xytext=(dx, 6),
+            ha=ha,
+            weight="bold",
+            fontsize=8,
+            **head,
+        )
+    ax.set_title("rank (1 = lowest error)", fontsize=8, pad=24)
+    ax.set_xlim(-0.04, 1.04)
+    ax.set_ylim(n + 0.5, 0.5)
+    ax.axis("off")
+    return fig
 
 
 def bump_chart(
     ranks: pd.DataFrame, *, label: str, left: str, right: str, key: str, title: str, caption: str
 ) -> Figure:
-    """Lines joining each algorithm's rank under `left` to its rank under `right` (1 = best)."""
-    plt = _pyplot()
-    n = len(ranks)
-    fig, ax = plt.subplots(figsize=(4.6, 0.32 * n + 1.4))
-    for i, row in enumerate(ranks.itertuples(index=False)):
-        r0, r1 = getattr(row, left), getattr(row, right)
-        ax.plot([0, 1], [r0, r1], color=color_for(i), lw=1.8, marker="o")
-        name = _short([getattr(row, label)], 24)[0]
-        ax.text(-0.04, r0, name, ha="right", va="center", fontsize=8)
-        ax.text(1.04, r1, name, ha="left", va="center", fontsize=8)
-    ax.set_xlim(-0.9, 1.9)
-    ax.set_ylim(n + 0.5, 0.5)
-    ax.set_xticks([0, 1], [left.replace("_", " "), right.replace("_", " ")])
-    ax.set_yticks(range(1, n + 1))
-    ax.set_ylabel("rank (1 = lowest error)")
-    ax.spines["left"].set_visible(False)
-    return Figure(key, title, caption, _render(fig), ranks.reset_index(drop=True))
+    """Lines joining each algorithm's rank under `left` to its rank under `right` (1 = best).
+
+    Laid out by `bump_chart_figure`; the data are `ranks` as given.
+    """
+    fig = bump_chart_figure(ranks, label=label, left=left, right=right)
+    pairs = _Labels()
+    pairs(ranks[label])
+    return Figure(key, title, caption, _render(fig), ranks.reset_index(drop=True), pairs.pairs())
 
 
 def heatmap(matrix: pd.DataFrame, *, key: str, title: str, caption: str, colorbar: str) -> Figure:
@@ -264,11 +336,16 @@ def heatmap(matrix: pd.DataFrame, *, key: str, title: str, caption: str, colorba
     fig, ax = plt.subplots(figsize=(min(0.45 * cols + 2.5, 14), 0.35 * rows + 1.5))
     values = matrix.to_numpy(dtype=float)
     im = ax.imshow(values, aspect="auto", cmap="cividis", interpolation="nearest")
-    ax.set_yticks(range(rows), _short(matrix.index))
+    labels = _Labels()
+    row_label = labels(matrix.index)
+    ax.set_yticks(range(rows), [row_label[str(r)] for r in matrix.index])
     step = max(1, cols // 30)
+    column_label = _Labels(12)
+    shown = column_label(matrix.columns[::step])
+    labels.shortened.update(column_label.shortened)
     ax.set_xticks(
         range(0, cols, step),
-        _short(matrix.columns[::step], 12),
+        [shown[str(c)] for c in matrix.columns[::step]],
         rotation=60,
         ha="right",
         fontsize=7,
@@ -289,7 +366,7 @@ def heatmap(matrix: pd.DataFrame, *, key: str, title: str, caption: str, colorba
     fig.colorbar(im, ax=ax, label=colorbar, shrink=0.8)
     tidy = matrix.copy()
     tidy.index.name = tidy.index.name or "row"
-    return Figure(key, title, caption, _render(fig), tidy.reset_index())
+    return Figure(key, title, caption, _render(fig), tidy.reset_index(), labels.pairs())
 
 
 def curves(
@@ -307,11 +384,13 @@ def curves(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(3.8, 3.4))
     frames = []
+    labels = _Labels()
+    name_label = labels([name for name, _, _ in series])
     for i, (name, xs, ys) in enumerate(series):
         if step:
-            ax.step(xs, ys, where="post", color=color_for(i), lw=1.6, label=plain(name))
+            ax.step(xs, ys, where="post", color=color_for(i), lw=1.6, label=name_label[str(name)])
         else:
-            ax.plot(xs, ys, color=color_for(i), lw=1.6, label=plain(name))
+            ax.plot(xs, ys, color=color_for(i), lw=1.6, label=name_label[str(name)])
         frames.append(pd.DataFrame({"curve": name, "x": np.asarray(xs), "y": np.asarray(ys)}))
     if diagonal:
         ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--")
@@ -322,4 +401,4 @@ def curves(
     if len(series) > 1:
         ax.legend(fontsize=7, frameon=False)
     data = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return Figure(key, title, caption, _render(fig), data)
+    return Figure(key, title, caption, _render(fig), data, labels.pairs())

@@ -1,7 +1,10 @@
 """The self-contained HTML page: sections of text, tables and embedded figures.
 
 Every string that may come from a user's file (algorithm, environment and file names) reaches the
-page only through Jinja2 with autoescaping on, so `<script>` in a name is shown as text.
+page only escaped (Jinja2 with autoescaping on, or markupsafe), so `<script>` in a name is shown
+as text. Names can be any length: the page shows them shortened (`oodeval.report.names`) with the
+full text in a tooltip (``title``) and in the collapsed "Full names" list at the end, so a
+5,000-character name costs one line, not a page.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from dataclasses import dataclass, field
 
 import jinja2
 import pandas as pd
+from markupsafe import Markup, escape
 
 from oodeval import __version__
 from oodeval.report.figures import Figure
+from oodeval.report.names import NAME_WIDTH, TEXT_WIDTH, shorten
 
 
 @dataclass
@@ -26,18 +31,52 @@ class Table:
     frame: pd.DataFrame
     caption: str = ""
     digits: int = 3
+    widths: dict[str, int] = field(default_factory=dict)
+    """Characters shown of a text cell per column (default `NAME_WIDTH`); longer text is
+    shortened, the full text in its tooltip."""
 
 
 @dataclass
 class Section:
-    """One titled part of the report."""
+    """One titled part of the report.
+
+    ``facts`` are (key, value) pairs; a value is a text or a list of names (each shortened on its
+    own). A ``lead`` section comes before the table of contents, as the page's opening block;
+    ``anchor`` names its id (default ``s<position>``).
+    """
 
     title: str
     intro: str = ""
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    facts: list[tuple[str, str]] = field(default_factory=list)
+    facts: list[tuple[str, str | list[str]]] = field(default_factory=list)
+    lead: bool = False
+    anchor: str = ""
+
+
+class _Clipper:
+    """Escaped text, shortened to a width with the full text in a tooltip; remembers every text
+    it shortened, for the page's list of full names."""
+
+    def __init__(self) -> None:
+        self.full: dict[str, None] = {}
+
+    def __call__(self, text: object, width: int = TEXT_WIDTH) -> Markup:
+        text = "" if text is None else str(text)
+        if len(text) <= width:
+            return escape(text)
+        return self.labelled(shorten(text, width), text)
+
+    def labelled(self, short: str, full: str) -> Markup:
+        """`short` with `full` as its tooltip (and in the list of full names)."""
+        self.full[full] = None
+        return Markup('<span class="clip" title="{}">{}</span>').format(full, short)
+
+    def names(self, values: Sequence[str]) -> Markup:
+        """Each name shortened on its own; "; " between names that hold ", " themselves."""
+        joiner = "; " if any(", " in v for v in values) else ", "
+        return Markup(joiner).join(self(v, NAME_WIDTH) for v in values)
 
 
 def _cell(value: object, digits: int) -> str:
@@ -48,18 +87,45 @@ def _cell(value: object, digits: int) -> str:
     return "" if value is None else str(value)
 
 
-def _table_view(table: Table) -> dict:
+def _table_view(table: Table, clip: _Clipper) -> dict:
     frame = table.frame
     numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    widths = [table.widths.get(str(c), NAME_WIDTH) for c in frame.columns]
     return {
-        "title": table.title,
-        "caption": table.caption,
+        "title": clip(table.title),
+        "caption": clip(table.caption, 4 * TEXT_WIDTH),
         "numeric": numeric,
-        "columns": [str(c) for c in frame.columns],
+        "columns": [clip(c, NAME_WIDTH) for c in frame.columns],
         "rows": [
-            [_cell(v, table.digits) for v in row]
+            [clip(_cell(v, table.digits), w) for v, w in zip(row, widths, strict=True)]
             for row in frame.itertuples(index=False, name=None)
         ],
+    }
+
+
+def _figure_view(figure: Figure, clip: _Clipper) -> dict:
+    return {
+        "title": clip(figure.title),
+        "caption": clip(figure.caption, 4 * TEXT_WIDTH),
+        "src": figure.data_uri,
+        "key": figure.key,
+        "labels": [clip.labelled(short, full) for short, full in figure.labels],
+    }
+
+
+def _section_view(section: Section, i: int, clip: _Clipper) -> dict:
+    return {
+        "title": clip(section.title),
+        "anchor": section.anchor or f"s{i}",
+        "lead": section.lead,
+        "intro": clip(section.intro, 4 * TEXT_WIDTH),
+        "facts": [
+            (clip(k, NAME_WIDTH), clip.names(v) if isinstance(v, list) else clip(v))
+            for k, v in section.facts
+        ],
+        "notes": [clip(n) for n in section.notes],
+        "tables": [_table_view(t, clip) for t in section.tables],
+        "figures": [_figure_view(f, clip) for f in section.figures],
     }
 
 
@@ -73,26 +139,22 @@ _ENV = jinja2.Environment(
 
 
 def render_page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
-    """Render the report as one HTML string with every figure embedded as a data URI."""
+    """Render the report as one HTML string with every figure embedded as a data URI.
+
+    Lead sections open the page, before the table of contents of the others; every shortened
+    text is listed in full, escaped, in a collapsed list at the end.
+    """
     template = _ENV.get_template("report.html.j2")
+    clip = _Clipper()
+    views = [_section_view(s, i, clip) for i, s in enumerate(sections)]
+    heading = (clip(title, TEXT_WIDTH), clip(subtitle, 2 * NAME_WIDTH))
     return template.render(
-        title=title,
-        subtitle=subtitle,
+        title=shorten(title, TEXT_WIDTH),
+        heading=heading[0],
+        subtitle=heading[1],
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         version=__version__,
-        sections=[
-            {
-                "title": s.title,
-                "anchor": f"s{i}",
-                "intro": s.intro,
-                "facts": s.facts,
-                "notes": s.notes,
-                "tables": [_table_view(t) for t in s.tables],
-                "figures": [
-                    {"title": f.title, "caption": f.caption, "src": f.data_uri, "key": f.key}
-                    for f in s.figures
-                ],
-            }
-            for i, s in enumerate(sections)
-        ],
+        lead=[v for v in views if v["lead"]],
+        sections=[v for v in views if not v["lead"]],
+        full_names=list(clip.full),
     )

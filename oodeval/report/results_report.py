@@ -64,8 +64,8 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
         "worst+gap paper).",
         facts=[
             ("file", str(path)),
-            ("algorithms", ", ".join(results.algorithms)),
-            ("seeds", ", ".join(results.seeds) if results.has_seed else "none (one run each)"),
+            ("algorithms", list(results.algorithms)),
+            ("seeds", list(results.seeds) if results.has_seed else "none (one run each)"),
             ("given environments (N)", f"{len(results.given_environments)}"),
             (
                 "environments of E_all",

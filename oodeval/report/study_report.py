@@ -1,4 +1,6 @@
-"""Report sections for a study folder: the worst+gap paper's tables and figures on your run."""
+"""Report sections for a study folder: the verdict first (does worst+gap order algorithms like the
+ideal measure better than average, and how sure are we), then the worst+gap paper's tables and
+figures on your run."""
 
 from __future__ import annotations
 
@@ -11,10 +13,19 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
+from oodeval.measures.meta_tables import verdict_sentence
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section, Table
 from oodeval.report.results_report import numeric_environment
-from oodeval.study.analysis import PAPER_REFERENCES, SELECTION_MEASURES, analyze
+from oodeval.study.analysis import (
+    CORRELATION_MEASURES,
+    PAPER_REFERENCES,
+    SELECTION_MEASURES,
+    VERDICT_FOOTNOTE,
+    analyze,
+    completeness_sentence,
+    verdict_view,
+)
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
 
 MAX_CURVE_PANELS = 12
@@ -38,6 +49,32 @@ def _wall_time(units: pd.DataFrame) -> str:
     return f"{span} from first start to last finish; {compute / 60:.1f} unit-minutes of compute"
 
 
+def verdict_section(
+    study: Study, results: dict[str, pd.DataFrame] | None, problem: str = ""
+) -> Section:
+    """The report's opening block: the verdict sentence, the units it uses, the table.
+
+    `results` is `analyze`'s output, or None with `problem` saying why there is none yet.
+    """
+    section = Section("Verdict", lead=True, anchor="verdict")
+    section.facts.append(("units", completeness_sentence(study)))
+    if results is None:
+        section.intro = f"No verdict yet: {problem}"
+        return section
+    verdicts = results["verdict"]
+    section.intro = verdict_sentence(verdicts, *CORRELATION_MEASURES)
+    section.tables.append(
+        Table(
+            "Per scenario: Spearman's rho with the ideal measure, 95% bootstrap intervals",
+            verdict_view(verdicts),
+            VERDICT_FOOTNOTE,
+            widths={"worst+gap vs average": 90},
+        )
+    )
+    section.notes += [f"Warning: {note}" for note in study.integrity_notes()]
+    return section
+
+
 def summary_section(study: Study) -> Section:
     """Config, unit counts, wall time, versions and failures of a stored study."""
     cfg = study.config
@@ -52,7 +89,7 @@ def summary_section(study: Study) -> Section:
         "the given environment it did not see, and one model trained on all given environments, "
         "tested on every environment of E_all.",
         facts=[
-            ("study", str(cfg.get("name", ""))),
+            ("study", [str(cfg.get("name", ""))]),
             ("folder", str(study.directory)),
             (
                 "units",
@@ -62,9 +99,9 @@ def summary_section(study: Study) -> Section:
             ),
             ("backend", str(cfg.get("backend") or "oodeval.study.trainer_backend (the default)")),
             ("data source", str(cfg.get("source", ""))),
-            ("algorithms", ", ".join(cfg.get("algorithms", []))),
+            ("algorithms", [str(a) for a in cfg.get("algorithms", [])]),
             ("seeds", ", ".join(str(s) for s in cfg.get("seeds", []))),
-            ("scenarios", "; ".join(scenarios)),
+            ("scenarios", scenarios),
             (
                 "training",
                 f"{cfg.get('steps')} steps, model {cfg.get('model')}, hyperparameters "
@@ -86,6 +123,7 @@ def summary_section(study: Study) -> Section:
                 "Failed units",
                 failed[["scenario", "algorithm", "seed", "failure"]].reset_index(drop=True),
                 "The reason each failed unit gave; re-run with --retry-failed after fixing it.",
+                widths={"failure": 160},
             )
         )
     if counts["pending"]:
@@ -380,22 +418,23 @@ def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> l
     study = load_study(directory, exclude_damaged=exclude_damaged)
     for note in study.integrity_notes():
         warnings.warn(note, StoreIntegrityWarning, stacklevel=2)
-    sections = [summary_section(study)]
+    summary = summary_section(study)
     if study.counts()["done"] == 0:
-        sections[0].notes.append(
+        summary.notes.append(
             "No finished units yet, so there is nothing to analyse: the tables and figures of "
             "the worst+gap paper need at least one finished unit per algorithm."
         )
-        return sections
+        return [verdict_section(study, None, "no unit has finished yet."), summary]
     try:
         results = analyze(study)
     except OodevalError as exc:
-        sections[0].notes.append(f"The analyses could not be computed: {exc}")
-        return sections
+        summary.notes.append(f"The analyses could not be computed: {exc}")
+        return [verdict_section(study, None, f"the analyses could not be computed: {exc}"), summary]
     if results["units"]["algorithm"].nunique() < 2:
-        sections[0].notes.append(
+        summary.notes.append(
             "Only one algorithm finished: correlations and selections need at least two."
         )
+    sections = [verdict_section(study, results), summary]
     sections.append(table_sections(results))
     sections.append(figure_section(study, results))
     sections.append(
@@ -409,6 +448,7 @@ def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> l
                         [(k, json.dumps(v)) for k, v in study.config.items()],
                         columns=["key", "value"],
                     ),
+                    widths={"value": 160},
                 )
             ],
         )
@@ -416,4 +456,11 @@ def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> l
     return sections
 
 
-__all__ = ["environment_curves", "figure1_data", "figure5_data", "figure7_data", "study_sections"]
+__all__ = [
+    "environment_curves",
+    "figure1_data",
+    "figure5_data",
+    "figure7_data",
+    "study_sections",
+    "verdict_section",
+]

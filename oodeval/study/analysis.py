@@ -19,6 +19,12 @@ this module reads the store, adds each scenario's family, Ratio and Scale, and s
   Ratio (Section 6.3, Figure 7).
 - `baseline_vs_ideal_best`: ERM against the ideal-best algorithm under each measure (Figure 1).
 - `ideal_measure_pairs`: the raw (ideal, measure) pairs of every unit (Figure 5).
+- `correlation_verdicts`: the answer the study is run for, beyond the paper: per scenario, rho of
+  worst+gap and of average with the ideal measure with paired bootstrap intervals over
+  algorithms, and whether worst+gap is ahead; `verdict_markdown` puts it in words.
+
+Partial studies (units pending or failed) are analysed on their finished units; a seed of a
+scenario with a single finished algorithm has no correlation and is left out of Tables 1 and 5.
 
 `analyze` returns them under the paper's numbers (``table1``, ``figure7``, ...; see
 `PAPER_REFERENCES`); `write_analysis(DIR)` writes each as CSV plus one ``analysis.md`` to
@@ -47,6 +53,7 @@ _META = ("scenario", "family", "ratio", "scale")
 
 #: Each table of `analyze` (its CSV file's stem) -> the part of the worst+gap paper it reproduces.
 PAPER_REFERENCES = {
+    "verdict": "Verdict (Table 1 with bootstrap intervals)",
     "units": "per-unit measures",
     "table1": "Table 1",
     "table1_vs_paper": "Table 1",
@@ -143,11 +150,11 @@ def correlation_with_ideal(
 
     Columns: scenario, family, ratio, scale, n_seeds, n_algorithms, and for each measure ``m``:
     ``rho_<m>_mean``, ``rho_<m>_std``, ``tau_<m>_mean``, ``tau_<m>_std`` (std with ddof=1; NaN
-    for a single seed). `frame` is `unit_measures`' output.
+    for a single seed). `frame` is `unit_measures`' output; seeds of a scenario with a single
+    finished algorithm (a partial study) are left out.
     """
-    summary = pd.DataFrame(
-        meta_tables.correlation_summary(meta_tables.ideal_correlations(frame, list(measures)))
-    )
+    correlations = meta_tables.ideal_correlations(correlatable(frame), list(measures))
+    summary = pd.DataFrame(meta_tables.correlation_summary(correlations))
     records = []
     for scenario, group in summary.groupby("scenario", sort=False):
         row = {"scenario": scenario, "n_seeds": int(group["n_seeds"].iloc[0])}
@@ -159,6 +166,119 @@ def correlation_with_ideal(
                 row[f"{stat}_{measure}_std"] = by_measure.loc[measure, f"{column}_std"]
         records.append(row)
     return _sort_scenarios(_with_meta(pd.DataFrame.from_records(records), frame))
+
+
+def correlatable(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` without the (scenario, seed) groups of a single algorithm, which have no rank
+    correlation; unchanged when no group has two (the correlations then say why they fail)."""
+    size = frame.groupby(["scenario", "seed"], sort=False)["algorithm"].transform("size")
+    kept = frame[size >= 2]
+    return frame if kept.empty else kept.reset_index(drop=True)
+
+
+VERDICT_RESAMPLES = 2000
+"""Bootstrap resamples of the verdict's intervals (seeded: same study, same intervals)."""
+
+
+def correlation_verdicts(
+    frame: pd.DataFrame, *, n_resamples: int = VERDICT_RESAMPLES, seed: int = 0
+) -> pd.DataFrame:
+    """The verdict: per scenario, does worst+gap order algorithms like the ideal measure better
+    than average does, and how sure are we (`oodeval.measures.meta_tables.correlation_verdicts`).
+
+    rho is the mean over seeds of the per-seed Spearman's rho (Table 1's mean when every seed has
+    at least `meta_tables.MIN_VERDICT_ALGORITHMS` algorithms); intervals are 95% percentile
+    bootstrap intervals over algorithms, the same draw for every seed and both measures.
+    Columns: scenario, family, ratio, scale, then those of `meta_tables.correlation_verdicts`.
+    """
+    table = meta_tables.correlation_verdicts(
+        frame, *CORRELATION_MEASURES, n_resamples=n_resamples, bootstrap_seed=seed
+    )
+    return _sort_scenarios(_with_meta(pd.DataFrame(table), frame))
+
+
+def completeness_sentence(study: Study) -> str:
+    """How many of the study's units the analyses use, and how many are missing and why.
+
+    E.g. "18 of 24 units done; 6 missing (4 pending, 2 failed): the verdict uses the 18."
+    """
+    counts = study.counts()
+    done, planned = counts["done"], counts["planned"]
+    if done >= planned:
+        return f"All {planned} units done."
+    parts = [f"{counts[k]} {k}" for k in ("pending", "failed") if counts[k]]
+    if counts.get("damaged"):
+        parts.append(f"{counts['damaged']} damaged (excluded)")
+    missing = planned - done
+    return (
+        f"{done} of {planned} units done; {missing} missing ({', '.join(parts)}): the verdict "
+        f"uses the {done}."
+    )
+
+
+def verdict_view(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table as printed: rho [low, high] per measure, the difference, the verdict."""
+
+    def interval(stem: str) -> list[str]:
+        return [
+            "–" if math.isnan(v) else f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+            for v, lo, hi in zip(
+                verdicts[stem], verdicts[f"{stem}_low"], verdicts[f"{stem}_high"], strict=True
+            )
+        ]
+
+    seeds = [
+        f"{n} ({left} left out)" if left else f"{n}"
+        for n, left in zip(verdicts["n_seeds"], verdicts["n_seeds_left_out"], strict=True)
+    ]
+    verdict = [
+        f"undefined: {r}" if v == "undefined" else v
+        for v, r in zip(verdicts["verdict"], verdicts["reason"], strict=True)
+    ]
+    return pd.DataFrame(
+        {
+            "scenario": verdicts["scenario"],
+            "algorithms": verdicts["n_algorithms"],
+            "seeds": seeds,
+            "rho worst+gap [95% CI]": interval("rho_worst_plus_gap"),
+            "rho average [95% CI]": interval("rho_average"),
+            "difference [95% CI]": interval("difference"),
+            "worst+gap vs average": verdict,
+        }
+    )
+
+
+VERDICT_FOOTNOTE = (
+    "rho: Spearman's rho across algorithms between a measure and the ideal measure (Eq. 4, the "
+    "largest error over E_all of the model trained on all given environments), the mean over "
+    "seeds as in Table 1. [low, high]: 95% percentile bootstrap interval from "
+    f"{VERDICT_RESAMPLES} resamples of the algorithms with replacement; one draw serves every "
+    "seed (seeds are repeated runs of the same algorithms) and both measures, so the difference "
+    "(rho worst+gap - rho average) is paired. ahead / behind: the sign of the difference; "
+    "clearly: its interval excludes 0; tied: equal rho. A seed enters only with at least "
+    f"{meta_tables.MIN_VERDICT_ALGORITHMS} finished algorithms (with two, rho is +1 or -1 "
+    "whatever the scores)."
+)
+
+
+def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
+    """The verdict block: one sentence, the units it uses, the per-scenario table, the footnote.
+
+    Printed first by `oodeval study analyze` and at the top of ``analysis.md``.
+    """
+    verdicts = results["verdict"]
+    return "\n".join(
+        [
+            f"Verdict: {meta_tables.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
+            "",
+            completeness_sentence(study),
+            "",
+            markdown_table(verdict_view(verdicts)),
+            "",
+            VERDICT_FOOTNOTE,
+            "",
+        ]
+    )
 
 
 def correlation_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
@@ -332,8 +452,8 @@ def ideal_measure_pairs(
 
 
 def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
-    """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``units``,
-    ``table1``, ``table1_vs_paper``, ``table5``, ``table6``, ``selection_agreement``,
+    """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``verdict``,
+    ``units``, ``table1``, ``table1_vs_paper``, ``table5``, ``table6``, ``selection_agreement``,
     ``figure6``, ``figure7``, ``figure1``, ``figure5``."""
     study = study if isinstance(study, Study) else load_study(study)
     frame = unit_measures(study)
@@ -347,6 +467,7 @@ def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
     correlations = correlation_with_ideal(frame)
     selections = selected_algorithms(frame)
     return {
+        "verdict": correlation_verdicts(frame),
         "units": frame,
         "table1": correlations,
         "table1_vs_paper": correlation_vs_paper(correlations),
@@ -361,21 +482,25 @@ def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
 
 
 def write_analysis(
-    directory: Study | str | Path, *, exclude_damaged: bool = False
+    directory: Study | str | Path,
+    *,
+    exclude_damaged: bool = False,
+    results: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, Path]:
     """Compute `analyze` for the study in `directory`; write CSVs and ``analysis.md``.
 
-    Returns {name: path} of the written files (in ``directory/analysis/``). A damaged store is
-    refused unless ``exclude_damaged`` (see `load_study`); then every file starts with the
-    study's integrity notes (``# `` comment lines in the CSVs: read them with
-    ``pd.read_csv(path, comment="#")``).
+    Returns {name: path} of the written files (in ``directory/analysis/``; the verdict in
+    ``verdict.csv``). A damaged store is refused unless ``exclude_damaged`` (see `load_study`);
+    then every file starts with the study's integrity notes (``# `` comment lines in the CSVs:
+    read them with ``pd.read_csv(path, comment="#")``). `results`: `analyze`'s output for this
+    study when the caller has it already.
     """
     study = (
         directory
         if isinstance(directory, Study)
         else load_study(directory, exclude_damaged=exclude_damaged)
     )
-    results = analyze(study)
+    results = analyze(study) if results is None else results
     out_dir = Path(study.directory) / "analysis"
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
@@ -391,8 +516,9 @@ def write_analysis(
 
 
 def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
-    """One markdown document with every table of `analyze`."""
+    """One markdown document with every table of `analyze`, the verdict first."""
     lines = _markdown_header(study)
+    lines[2:2] = [verdict_markdown(study, results)]
     for key, title, table in _markdown_sections(results):
         lines += [f"## {PAPER_REFERENCES[key]}: {title}", "", markdown_table(table), ""]
         if key == "table1" and len(results["table1_vs_paper"]):
