@@ -660,12 +660,13 @@ def import_module_or_file(entry: str) -> ModuleType:
     loaded = sys.modules.get(name)
     if loaded is not None:
         where = getattr(loaded, "__file__", None)
-        if where is None or Path(where).resolve() != path.resolve():
+        mine = where is not None and Path(where) in _LOADED_FILES  # a file loaded here before
+        if not mine and (where is None or Path(where).resolve() != path.resolve()):
             raise ImportError(
                 f"{path.name} would be imported as {name!r}, the name of the module {where or ''}"
                 " already imported; rename the file"
             )
-        if _LOADED_FILES.get(path) == digest:
+        if Path(where) == path and _LOADED_FILES.get(path) == digest:
             return loaded
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
