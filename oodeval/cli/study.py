@@ -284,6 +284,9 @@ def merge_command(
     except StudyInterrupted as exc:  # the unit being copied was rolled back; one line, exit 130
         typer.echo(str(exc), err=True)
         raise typer.Exit(code=130) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted while reading the inputs; nothing was written", err=True)
+        raise typer.Exit(code=130) from None
     typer.echo(summary.line())
 
 

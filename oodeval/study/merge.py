@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from oodeval.errors import OodevalError
-from oodeval.study.config import ConfigError, config_changes, config_from_dict, scenario_key
+from oodeval.study.config import (
+    DEFAULT_MEASURES,
+    ConfigError,
+    config_changes,
+    config_from_dict,
+    scenario_key,
+)
 from oodeval.study.integrity import NAMED_IN_LINE, printable, unit_checksum
 from oodeval.study.runner import StudyInterrupted, progress_bar
 from oodeval.study.store import (
@@ -44,6 +50,8 @@ from oodeval.study.store import (
 
 #: Keys that name a value of a growing axis: the merged config lists the union of the inputs'.
 _UNION_KEYS = ("algorithms", "seeds", "measures")
+#: A key a stored config leaves out has its default.
+_DEFAULTS = {"measures": list(DEFAULT_MEASURES)}
 
 
 @dataclass(frozen=True)
@@ -133,36 +141,44 @@ def merge_studies(
     if not (out / STORE_NAME).exists():
         _plan(read, None)  # refuse differing copies before creating anything
     with ResultStore(out, create=True) as store:  # the writer: holds C/study.lock
-        target = _target(store, out)
-        everyone = ([target] if target is not None else []) + read
-        _check_compatible(everyone)
-        config = _union_config([i.config for i in everyone])
-        names = {}
-        for item in everyone:
-            names.update(item.names)
-        keys = {scenario_key(_spec(s)) for s in config["scenarios"]}
-        names = {k: v for k, v in names.items() if k in keys}
-        plan = _plan(read, target)
-        store.bind_config(
-            config,
-            scenario_names=names,
-            origin="merge of " + ", ".join(str(f.resolve()) for f in folders),
-        )
-        copied = dict.fromkeys((i.label for i in read), 0)
+        plan: _Plan | None = None
         try:
+            config, names, plan = _prepare(store, out, read)
+            store.bind_config(
+                config,
+                scenario_names=names,
+                origin="merge of " + ", ".join(str(f.resolve()) for f in folders),
+            )
+            copied = dict.fromkeys((i.label for i in read), 0)
             with progress_bar(len(plan.copy), enabled=progress, desc="merge") as bar:
                 for label, unit in plan.copy:
                     if store.adopt_unit(unit):
                         copied[label] += 1
                     bar.update(1)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the unit being copied was committed or rolled back
+            keys = plan.keys if plan is not None else []
             stored = store.statuses()
-            total = len(plan.keys)
-            raise StudyInterrupted(sum(k in stored for k in plan.keys), total) from None
-        planned = len(config["scenarios"]) * len(config["algorithms"]) * len(config["seeds"])
+            raise StudyInterrupted(sum(k in stored for k in keys), len(keys)) from None
+    planned = len(config["scenarios"]) * len(config["algorithms"]) * len(config["seeds"])
     return MergeSummary(
         out, copied, plan.duplicates, plan.already, plan.replaced, planned, plan.left_out
     )
+
+
+def _prepare(
+    store: ResultStore, out: Path, read: Sequence[_Input]
+) -> tuple[dict[str, Any], dict[str, str], _Plan]:
+    """The merged config (C's own study, if any, first), its scenario names, and the plan."""
+    target = _target(store, out)
+    everyone = ([target] if target is not None else []) + list(read)
+    _check_compatible(everyone)
+    config = _union_config([i.config for i in everyone])
+    names: dict[str, str] = {}
+    for item in everyone:
+        names.update(item.names)
+    keys = {scenario_key(_spec(s)) for s in config["scenarios"]}
+    names = {k: v for k, v in names.items() if k in keys}
+    return config, names, _plan(read, target)
 
 
 def _checked_paths(inputs: Sequence[str | Path], out: Path) -> list[Path]:
@@ -262,8 +278,10 @@ def _union_config(configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged.setdefault("import_digests", {})
     for other in configs[1:]:
         for key in _UNION_KEYS:
-            merged[key] = list(merged.get(key) or [])
-            merged[key] += [v for v in other.get(key) or [] if v not in merged[key]]
+            merged[key] = list(merged.get(key, _DEFAULTS.get(key, [])))
+            merged[key] += [
+                v for v in other.get(key, _DEFAULTS.get(key, [])) if v not in merged[key]
+            ]
         have = {scenario_key(_spec(s)) for s in merged["scenarios"]}
         merged["scenarios"] = list(merged["scenarios"]) + [
             s for s in other.get("scenarios") or [] if scenario_key(_spec(s)) not in have
