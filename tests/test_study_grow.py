@@ -22,7 +22,7 @@ from oodeval.cli.main import app
 from oodeval.results.variance import study_checkpoints
 from oodeval.study import load_study, preset
 from oodeval.study.integrity import text_checksum
-from oodeval.study.store import SCHEMA_VERSION, STORE_NAME, StoreDamagedError, verify_store
+from oodeval.study.store import SCHEMA_VERSION, STORE_NAME, verify_store
 from tests.test_study_config import fake_mnist
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -252,15 +252,29 @@ def test_the_config_history_is_checksummed_and_verified(base):
     with sqlite3.connect(out / STORE_NAME) as conn:  # an earlier config rewritten
         conn.execute("UPDATE configs SET config = replace(config, '\"grow\"', '\"x\"') WHERE seq=1")
     conn.close()
-    with pytest.raises(StoreDamagedError, match="row 1 of its config history fails its checksum"):
-        load_study(out)
+    study = load_study(out)  # the numbers never depend on the history: the current config is
+    assert [r.seq for r in study.history] == [2]  # checksummed on its own
+    assert study.health.history_damage == {"row 1": "fails its checksum"}
+    assert (
+        "1 row(s) of the store's config history are damaged (row 1 (fails its checksum))"
+        in (study.integrity_notes()[0])
+    )
+    status = invoke("study", "status", out)
+    assert "damaged: config history row 1: fails its checksum" in status.output
     verify = invoke("study", "verify", out)
-    assert verify.exit_code == 1 and "config: row 1 of its config history fails" in verify.output
-    refused = run(write(tmp_path, BASE), out)
-    assert refused.exit_code == 2 and "config history fails its checksum" in refused.output
+    assert verify.exit_code == 1 and "damaged: config history row 1: fails its checksum" in (
+        verify.output
+    )
+    merged = invoke("study", "merge", out, "--out", tmp_path / "m")
+    assert merged.exit_code == 2 and "its config history is damaged (row 1" in merged.output
+    repaired = run(write(tmp_path, BASE.replace("[0, 1]", "[0, 1, 2]")), out)  # sets it aside
+    assert "1 damaged row(s) of the config history moved aside" in repaired.output
+    assert summary_counts(repaired.output) == (18, 18, 0)
+    assert verify_store(out).clean and verify_store(out).quarantined == 1
+    assert [r.seq for r in load_study(out).history] == [2]
 
 
-def test_a_history_row_whose_checksum_was_recomputed_still_must_end_in_the_current_config(base):
+def test_a_history_whose_last_row_is_not_the_current_config_is_recorded_again(base):
     tmp_path, out = base
     with sqlite3.connect(out / STORE_NAME) as conn:
         row = list(conn.execute("SELECT * FROM configs WHERE seq=1").fetchone()[:-1])
@@ -268,8 +282,18 @@ def test_a_history_row_whose_checksum_was_recomputed_still_must_end_in_the_curre
         checksum = text_checksum(json.dumps(row, ensure_ascii=False))
         conn.execute("UPDATE configs SET config=?, checksum=? WHERE seq=1", (row[1], checksum))
     conn.close()
-    with pytest.raises(StoreDamagedError, match="current config is not the last of its config"):
-        load_study(out)
+    study = load_study(out)
+    assert study.history == [] and study.health.history_damage == {
+        "row 1": "is not the current config"
+    }
+    assert study.counts() == {"done": 8, "failed": 4, "damaged": 0, "pending": 0, "planned": 12}
+    again = run(write(tmp_path, BASE), out)
+    assert summary_counts(again.output) == (12, 12, 0)
+    assert "1 damaged row(s) of the config history moved aside" in again.output
+    history = load_study(out).history
+    assert [(r.seq, r.origin) for r in history] == [(2, "recorded again (history row damaged)")]
+    assert history[0].config["steps"] == 5 and len(history[0].scenario_names) == 2
+    assert verify_store(out).clean
 
 
 def schema_2_store(folder: Path) -> Path:
@@ -338,6 +362,27 @@ def test_a_schema_2_store_losing_a_scenario_names_it_by_building_it(tmp_path):
         assert after[table] == first[table]
     assert dict(after["study"])["config"] == dict(first["study"])["config"]
     assert [r[5] for r in after["configs"]] == ["migrated from schema 2"]
+
+
+def test_a_schema_2_store_failing_sqlites_check_is_rebuilt_with_a_history(tmp_path):
+    out = schema_2_store(tmp_path / "legacy")
+    path = out / STORE_NAME
+    with sqlite3.connect(path) as conn:
+        (root,) = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name='sqlite_autoindex_results_1'"
+        ).fetchone()
+    conn.close()
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * 4096 + 8 : root * 4096] = bytes(4096 - 8)  # an index page zeroed
+    path.write_bytes(bytes(data))
+    grown = run(write(tmp_path, LEGACY.replace('"IRM"]', '"IRM", "VREx"]')), out)
+    assert grown.exit_code == 0, grown.output
+    assert "the store failed SQLite's integrity check and was rebuilt" in grown.output
+    assert verify_store(out).clean
+    history = load_study(out).history
+    assert [r.origin for r in history] == ["migrated from schema 2"]
+    assert history[0].config["algorithms"] == ["ERM", "IRM", "VREx"]  # the grown config
+    assert load_study(out).counts()["done"] == 6
 
 
 MODULE = '''"""A user's module: imported by the study (it could register algorithms)."""

@@ -278,7 +278,7 @@ def test_a_damaged_input_is_refused_naming_it(studies, tmp_path):
     assert result.output.strip() == (
         f"error: {damaged} is damaged: 1 unit(s) fail verification: {KEY} (rows differ from "
         "their checksum); run `oodeval study run` with its config on it first (then merge): it "
-        "moves the damaged units aside and runs them again"
+        "moves the damaged units (and rows) aside and runs them again"
     )
     assert not out.exists()
 

@@ -220,6 +220,8 @@ def status_command(
     health = study.health
     for key, reason in health.damaged.items():
         typer.echo(f"damaged: {key}: {reason}")
+    for key, reason in health.history_damage.items():
+        typer.echo(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
     if not health.sqlite_ok:
         typer.echo(f"store: SQLite's quick check FAILED: {health.sqlite_problem()}")
     if not health.trusted:

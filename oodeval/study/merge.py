@@ -38,7 +38,7 @@ from oodeval.study.config import (
     config_from_dict,
     scenario_key,
 )
-from oodeval.study.integrity import NAMED_IN_LINE, printable, unit_checksum
+from oodeval.study.integrity import named, printable, unit_checksum
 from oodeval.study.runner import StudyInterrupted, progress_bar
 from oodeval.study.store import (
     STORE_NAME,
@@ -225,16 +225,15 @@ def _refuse_unverified(contents: StoreContents, label: str, then: str) -> None:
         raise StoreDamagedError(
             f"{label} is damaged: {health.problems[0]}; restore it from a backup"
         )
-    if not health.trusted:
+    if not health.trusted or health.history_damage:
         what = f"SQLite's integrity check fails ({health.sqlite_problem()})"
+        if health.history_damage:
+            what = f"its config history is damaged ({named(health.history_damage)})"
         if health.damaged:
-            damaged = "; ".join(
-                f"{k} ({v})" for k, v in list(health.damaged.items())[:NAMED_IN_LINE]
-            )
-            what = f"{len(health.damaged)} unit(s) fail verification: {damaged}"
+            what = f"{len(health.damaged)} unit(s) fail verification: {named(health.damaged)}"
         raise StoreDamagedError(
-            f"{label} is damaged: {what}; {run}: it moves the damaged units aside and runs them "
-            "again"
+            f"{label} is damaged: {what}; {run}: it moves the damaged units (and rows) aside and "
+            "runs them again"
         )
     if health.unverified:
         raise OodevalError(

@@ -347,7 +347,8 @@ class StoreContents:
     @property
     def scenario_names(self) -> dict[str, str]:
         """The built scenario names of the current config's specs (empty when not recorded)."""
-        return dict(self.history[-1].scenario_names) if self.history else {}
+        last = self.history[-1] if self.history else None
+        return dict(last.scenario_names) if last is not None and last.config == self.config else {}
 
     def scope(self) -> UnitScope:
         """The units the current config asks for."""
@@ -414,6 +415,7 @@ class SetAside:
     units: dict[str, str] = field(default_factory=dict)
     stray_keys: int = 0
     damaged_copy: Path | None = None
+    history_rows: int = 0
 
     def summary(self) -> str | None:
         """One line for the user, or None when nothing was done."""
@@ -429,6 +431,8 @@ class SetAside:
             )
         if self.stray_keys:
             parts.append(f"rows of {self.stray_keys} unknown unit key(s) moved aside")
+        if self.history_rows:
+            parts.append(f"{self.history_rows} damaged row(s) of the config history moved aside")
         return "; ".join(parts) or None
 
 
@@ -455,6 +459,8 @@ class ResultStore:
         self.check_kind = "integrity check" if full_check or create else "quick check"
         self._conn: sqlite3.Connection | None = None
         self._lock: StudyLock | None = None
+        #: rows of the config history `bind_config` moved aside (damaged), for `SetAside`
+        self.history_set_aside = 0
         if self.path.exists() and not self.path.is_file():
             raise OodevalError(f"{self.path} is not a file; the study store must be one")
         if not self.path.exists() and not create:
@@ -648,7 +654,8 @@ class ResultStore:
                 self._append_config(text, names, origin)
                 self._set_study("schema", SCHEMA_VERSION)
             return None
-        history = self.config_history()
+        with self._guard("reading the config history"):
+            history, bad_rows = self._read_history()
         known: dict[str, str] = {}
         for record in history:
             known.update(record.scenario_names)
@@ -667,33 +674,38 @@ class ResultStore:
             raise OodevalError(refused.refusal(self.directory))
         # a store written before identities existed gets the identity of its data recorded
         identified = not stored.get("source_identity") and bool(config.get("source_identity"))
+        differs = bool(differing_keys(stored, config)) or identified
         with self._guard("recording the config"):
-            if differing_keys(stored, config) or identified:
+            if "configs" not in self._tables:  # an old store failing SQLite's check: its rebuild
+                if differs:  # adds the history (`move_damaged_aside`)
+                    with self._transaction():
+                        self._set_current(text)
+            elif differs or bad_rows or (names and names != history[-1].scenario_names):
                 with self._transaction():
-                    self._set_current(text)
-                    self._append_config(text, names, origin)
-            elif history and names and names != history[-1].scenario_names:
-                with self._transaction():  # the names of a migrated store's config, once known
-                    self._rewrite_names(history[-1], names)
+                    # damaged rows leave first: they must never pass for earlier configs
+                    self._set_history_aside(bad_rows, history, stored)
+                    self.history_set_aside += len(bad_rows)
+                    if differs:
+                        self._set_current(text)
+                        self._append_config(text, names, origin)
+                    else:  # the names of a migrated store's config, once known
+                        self._rewrite_names(self._read_history()[0][-1], names)
         return changes
 
     def config_history(self) -> list[ConfigRecord]:
-        """The configs the study was run with, oldest first (the last is the current one).
-
-        Raises StoreDamagedError when a row fails its checksum or the last one is not the
-        current config. A store of schema 1 or 2 that no writer upgraded yet reads as the one
-        config it holds, its scenario names unknown.
+        """The configs the study was run with, oldest first; the last is the current one unless
+        its row was damaged. Rows that fail their checksum are left out (`read` names them in
+        ``health.history_damage``; a writer sets them aside). A store of schema 1 or 2 that no
+        writer upgraded yet reads as the one config it holds, its scenario names unknown.
         """
         with self._guard("reading the config history"):
-            records, problem = self._read_history()
-        if problem:
-            raise StoreDamagedError(f"{self.path}: {problem}; {_RESTORE}")
-        return records
+            return self._read_history()[0]
 
-    def _read_history(self) -> tuple[list[ConfigRecord], str | None]:
+    def _read_history(self) -> tuple[list[ConfigRecord], dict[int, str]]:
+        """The rows of the config history that verify, and {seq: what is wrong} of the others."""
         config, problem = self._config()
         if problem or config is None:
-            return [], None
+            return [], {}
         rows = []
         if "configs" in self._tables:
             rows = self._execute(
@@ -702,25 +714,25 @@ class ResultStore:
         if not rows:
             study = self._study_rows()
             legacy = f"schema {study.get('schema', '1')}"
-            return [ConfigRecord(1, config, {}, "", "", f"recorded by a store of {legacy}")], None
-        records = []
+            return [ConfigRecord(1, config, {}, "", "", f"recorded by a store of {legacy}")], {}
+        records, damaged = [], {}
         for row in rows:
             if _history_checksum(row[:-1]) != row[-1]:
-                return [], f"row {printable(row[0])} of its config history fails its checksum"
+                damaged[row[0]] = "fails its checksum"
+                continue
             try:
                 seq, text, names, recorded, version, origin = row[:-1]
                 record = ConfigRecord(
                     int(seq), json.loads(text), dict(json.loads(names)), recorded, version, origin
                 )
             except (TypeError, ValueError):
-                return (
-                    [],
-                    f"row {printable(row[0])} of its config history is not readable (damaged)",
-                )
+                damaged[row[0]] = "is not readable"
+                continue
             records.append(record)
-        if records[-1].config != config:
-            return [], "its current config is not the last of its config history (damaged)"
-        return records, None
+        if records and row[0] == records[-1].seq and records[-1].config != config:
+            damaged[row[0]] = "is not the current config"
+            records.pop()
+        return records, damaged
 
     def _set_current(self, text: str) -> None:
         self._set_study("config", text)
@@ -859,11 +871,12 @@ class ResultStore:
         if problem:
             health.problems.append(problem)
         try:
-            history, problem = self._read_history()
+            history, damaged = self._read_history()
         except sqlite3.DatabaseError as exc:
-            history, problem = [], f"its config history cannot be read ({exc})"
-        if problem:
-            health.problems.append(problem)
+            history, damaged = [], {0: f"cannot be read ({exc})"}
+        health.history_damage = {
+            (f"row {printable(k)}" if k else "the table"): v for k, v in damaged.items()
+        }
         units = self._read_units(legacy=not self.has_checksums)
         for unit in units:
             if unit.damage is not None:
@@ -967,9 +980,11 @@ class ResultStore:
             raise StoreDamagedError(f"{self.path}: {contents.health.problems[0]}; {_RESTORE}")
         damaged = [u for u in contents.units if u.damage is not None]
         with self._guard("moving damaged units aside"):
+            history, bad_rows = self._read_history()
             stray = self._stray_rows({u.key for u in contents.units})
-            if not damaged and not stray:
-                return SetAside()
+            earlier = self.history_set_aside
+            if not damaged and not stray and not bad_rows:
+                return SetAside(history_rows=earlier)
             with self._transaction():
                 for unit in damaged:
                     self._quarantine(unit.key, unit.damage, unit.as_json(self._unit_columns()))
@@ -977,7 +992,24 @@ class ResultStore:
                 for key, data in stray.items():
                     self._quarantine(key, "rows of no stored unit", data)
                     self._delete_unit(key)
-        return SetAside({printable(u.key): u.damage for u in damaged}, len(stray))
+                self._set_history_aside(bad_rows, history, contents.config)
+        units = {printable(u.key): u.damage for u in damaged}
+        return SetAside(units, len(stray), history_rows=earlier + len(bad_rows))
+
+    def _set_history_aside(
+        self, bad_rows: Mapping[int, str], history: Sequence[ConfigRecord], config: Any
+    ) -> None:
+        """Move damaged rows of the config history to the quarantine table; record the current
+        config again when its own row was among them (inside the caller's transaction)."""
+        if bad_rows and (not history or history[-1].config != config):
+            names = history[-1].scenario_names if history else {}
+            text = self._study_rows()["config"]
+            self._append_config(text, names, "recorded again (history row damaged)")
+        for seq, reason in bad_rows.items():
+            row = self._execute("SELECT * FROM configs WHERE seq=?", (seq,)).fetchone()
+            data = json.dumps(list(row), default=repr)
+            self._quarantine(f"config history row {seq}", f"config history row {reason}", data)
+            self._execute("DELETE FROM configs WHERE seq=?", (seq,))
 
     def _stray_rows(self, known: set) -> dict[Any, str]:
         stray: dict[Any, dict[str, list]] = {}
@@ -1014,10 +1046,15 @@ class ResultStore:
             raise StoreDamagedError(f"{self.path}: {contents.health.problems[0]}; {_RESTORE}")
         study = self._study_rows()
         kept_quarantine = _quiet(lambda: self._execute("SELECT * FROM quarantine").fetchall(), [])
-        configs = []
-        if "configs" in self._tables:  # verified by read() above
+        configs, last = [], 0
+        if "configs" in self._tables:  # the rows that verify (read() above)
+            good = {r.seq for r in contents.history if r.recorded}
             columns = ", ".join((*CONFIG_COLUMNS, "checksum"))
-            configs = self._execute(f"SELECT {columns} FROM configs ORDER BY seq").fetchall()
+            rows = _quiet(
+                lambda: self._execute(f"SELECT {columns} FROM configs ORDER BY seq").fetchall(), []
+            )
+            configs = [r for r in rows if r[0] in good]
+            last = max((r[0] for r in rows if isinstance(r[0], int)), default=0)
         aside = _unused(self.directory / f"{STORE_NAME}.damaged-{_stamp()}")
         record = {
             "at": _now(),
@@ -1027,6 +1064,7 @@ class ResultStore:
             "damaged": len(contents.health.damaged),
         }
         history = _json_list(study.get("rebuilt")) + [record]
+        old_schema = study.get("schema", "1")
         tmp = self.directory / f"{STORE_NAME}.rebuild"
         tmp.unlink(missing_ok=True)
         new = sqlite3.connect(tmp, isolation_level=None)
@@ -1036,12 +1074,17 @@ class ResultStore:
             study.update(rebuilt=json.dumps(history), schema=SCHEMA_VERSION)
             new.executemany("INSERT INTO study(key, value) VALUES (?, ?)", list(study.items()))
             new.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?)", kept_quarantine)
-            if not configs:
+            if not configs or json.loads(configs[-1][1]) != config:
                 from oodeval import __version__
 
-                origin = f"migrated from schema {study.get('schema', '1')}"
-                row = (1, study["config"], "{}", _now(), __version__, origin)
-                configs = [(*row, _history_checksum(row))]
+                origin = (
+                    "recorded again (history row damaged)"
+                    if "configs" in self._tables
+                    else f"migrated from schema {old_schema}"
+                )
+                names = configs[-1][2] if configs else "{}"
+                row = (last + 1, study["config"], names, _now(), __version__, origin)
+                configs.append((*row, _history_checksum(row)))
             new.executemany("INSERT INTO configs VALUES (?, ?, ?, ?, ?, ?, ?)", configs)
             columns = self._unit_columns()
             for unit in contents.units:
@@ -1068,7 +1111,8 @@ class ResultStore:
         finally:
             new.close()
         self._swap_in(tmp, aside)
-        return SetAside(dict(contents.health.damaged), 0, aside)
+        lost = self.history_set_aside + len(contents.health.history_damage)
+        return SetAside(dict(contents.health.damaged), 0, aside, history_rows=lost)
 
     def _swap_in(self, rebuilt: Path, aside: Path) -> None:
         """Replace the damaged store by `rebuilt`, keeping the damaged file (and its WAL) as
@@ -1193,7 +1237,9 @@ class Study:
     @property
     def scope(self) -> UnitScope:
         """The units the current config asks for."""
-        return UnitScope.of(self.config, self.history[-1].scenario_names if self.history else {})
+        last = self.history[-1] if self.history else None
+        names = last.scenario_names if last is not None and last.config == self.config else {}
+        return UnitScope.of(self.config, names)
 
     def _damaged_in_config(self) -> list[str]:
         if self.health is None:
@@ -1351,7 +1397,13 @@ class StoreVerification:
         """Everything verified: SQLite's full check passes and every unit has a checksum that
         matches, no row belongs to no unit."""
         h = self.health
-        return h is not None and h.trusted and not h.unverified and self.stray_rows == 0
+        return (
+            h is not None
+            and h.trusted
+            and not h.unverified
+            and not h.history_damage
+            and self.stray_rows == 0
+        )
 
     def lines(self) -> list[str]:
         """The report `oodeval study verify` prints."""
@@ -1370,6 +1422,7 @@ class StoreVerification:
             f"{len(h.unverified)} without checksum"
         )
         out += [f"damaged: {k}: {v}" for k, v in h.damaged.items()]
+        out += [f"damaged: config history {k}: {v}" for k, v in h.history_damage.items()]
         if self.stray_rows is None:
             out.append("stray rows: cannot be counted (the tables cannot be read in full)")
         elif self.stray_rows:
@@ -1388,7 +1441,7 @@ class StoreVerification:
             return "clean"
         if h.problems:
             return f"DAMAGED; {_RESTORE}"
-        if not h.trusted or self.stray_rows:
+        if not h.trusted or self.stray_rows or h.history_damage:
             return (
                 "DAMAGED; `oodeval study run` with the same config moves the damaged units "
                 "aside (rebuilding the file when SQLite's check fails) and runs them again"
