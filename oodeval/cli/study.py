@@ -111,6 +111,11 @@ def run_command(
 ) -> None:
     """Run (or resume) a study; finished units are skipped, failed ones kept unless retried.
 
+    A folder holding a study accepts a config that only adds (or removes) algorithms, seeds,
+    scenarios or imports: the stored units are kept and only the new ones run. A change that
+    would make stored units incomparable (steps, model, data, trainer options, hyperparameters
+    of a stored algorithm) is refused, naming the keys.
+
     At the end the HTML report is written to DIR/report.html and its path printed. Units run in
     local worker processes, or with --executor ray / slurm on a Ray cluster or as Slurm jobs;
     this process alone writes the store, so resuming works the same everywhere.

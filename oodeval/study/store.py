@@ -661,14 +661,17 @@ class ResultStore:
             known.update(record.scenario_names)
         known.update(names)
         changes = config_changes(stored, config, scenario_names=known)
-        # every earlier config too: the units of a removed algorithm (seed, scenario) stay in the
-        # store and come back when it is added again, so its hyperparameters must not change
+        # earlier configs too: the units of a removed algorithm (scenario) stay in the store and
+        # come back when it is added again, so its hyperparameters (parameters) must not change.
+        # Every other key equals the current config's in every earlier config (each bind checked
+        # it), so only these can differ from an earlier config and not from the current one.
         incompatible = {key: (key, old, new) for key, old, new in changes.incompatible}
         for record in reversed(history[:-1]):
             for key, old, new in config_changes(
                 record.config, config, scenario_names=known
             ).incompatible:
-                incompatible.setdefault(key, (key, old, new))
+                if key.startswith(("hparams", "scenarios[")):
+                    incompatible.setdefault(key, (key, old, new))
         if incompatible:
             refused = dataclasses.replace(changes, incompatible=tuple(incompatible.values()))
             raise OodevalError(refused.refusal(self.directory))
