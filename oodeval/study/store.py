@@ -1049,15 +1049,6 @@ class ResultStore:
             raise StoreDamagedError(f"{self.path}: {contents.health.problems[0]}; {_RESTORE}")
         study = self._study_rows()
         kept_quarantine = _quiet(lambda: self._execute("SELECT * FROM quarantine").fetchall(), [])
-        configs, last = [], 0
-        if "configs" in self._tables:  # the rows that verify (read() above)
-            good = {r.seq for r in contents.history if r.recorded}
-            columns = ", ".join((*CONFIG_COLUMNS, "checksum"))
-            rows = _quiet(
-                lambda: self._execute(f"SELECT {columns} FROM configs ORDER BY seq").fetchall(), []
-            )
-            configs = [r for r in rows if r[0] in good]
-            last = max((r[0] for r in rows if isinstance(r[0], int)), default=0)
         aside = _unused(self.directory / f"{STORE_NAME}.damaged-{_stamp()}")
         record = {
             "at": _now(),
@@ -1077,17 +1068,7 @@ class ResultStore:
             study.update(rebuilt=json.dumps(history), schema=SCHEMA_VERSION)
             new.executemany("INSERT INTO study(key, value) VALUES (?, ?)", list(study.items()))
             new.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?)", kept_quarantine)
-            if not configs or json.loads(configs[-1][1]) != config:
-                from oodeval import __version__
-
-                origin = (
-                    "recorded again (history row damaged)"
-                    if "configs" in self._tables
-                    else f"migrated from schema {old_schema}"
-                )
-                names = configs[-1][2] if configs else "{}"
-                row = (last + 1, study["config"], names, _now(), __version__, origin)
-                configs.append((*row, _history_checksum(row)))
+            configs = self._history_to_keep(contents, study["config"], old_schema)
             new.executemany("INSERT INTO configs VALUES (?, ?, ?, ?, ?, ?, ?)", configs)
             columns = self._unit_columns()
             for unit in contents.units:
@@ -1116,6 +1097,31 @@ class ResultStore:
         self._swap_in(tmp, aside)
         lost = self.history_set_aside + len(contents.health.history_damage)
         return SetAside(dict(contents.health.damaged), 0, aside, history_rows=lost)
+
+    def _history_to_keep(self, contents: StoreContents, current: str, schema: str) -> list[tuple]:
+        """The ``configs`` rows a rebuilt store keeps: those that verify, then the current config
+        again when its own row is not among them (or the store had no history yet)."""
+        configs, last = [], 0
+        if "configs" in self._tables:
+            good = {r.seq for r in contents.history if r.recorded}
+            columns = ", ".join((*CONFIG_COLUMNS, "checksum"))
+            rows = _quiet(
+                lambda: self._execute(f"SELECT {columns} FROM configs ORDER BY seq").fetchall(), []
+            )
+            configs = [r for r in rows if r[0] in good]
+            last = max((r[0] for r in rows if isinstance(r[0], int)), default=0)
+        if not configs or json.loads(configs[-1][1]) != contents.config:
+            from oodeval import __version__
+
+            origin = (
+                "recorded again (history row damaged)"
+                if "configs" in self._tables
+                else f"migrated from schema {schema}"
+            )
+            names = configs[-1][2] if configs else "{}"
+            row = (last + 1, current, names, _now(), __version__, origin)
+            configs.append((*row, _history_checksum(row)))
+        return configs
 
     def _swap_in(self, rebuilt: Path, aside: Path) -> None:
         """Replace the damaged store by `rebuilt`, keeping the damaged file (and its WAL) as
