@@ -11,10 +11,10 @@ environment::
     P_m  = (1 / |E_m|) sum_{e in E_m} mean_c (v_e,c - vbar_c)^2,   vbar = mean_{e in E_m} v_e
     L_m  = mean_{e in E_m} CE_e + fishr_lite_lambda * P_m
 
-Run it in a study from the repository root (``PYTHONPATH`` makes ``imports = ["my_algorithm"]`` of
-the config importable, in the driver and in every worker)::
+Run it in a study from the repository root (``imports = ["my_algorithm.py"]`` of the config names
+this file, relative to the config; the driver and every worker load it)::
 
-    PYTHONPATH=examples .venv/bin/oodeval study run examples/my_algorithm.toml --out out/mine
+    .venv/bin/oodeval study run examples/my_algorithm.toml --out out/mine
     .venv/bin/oodeval study analyze out/mine
     .venv/bin/oodeval report out/mine --out out/mine/report.html
 

@@ -257,7 +257,7 @@ def user_env(pythonpath: str | None) -> dict[str, str]:
 
 def test_study_analyze_and_report_with_the_example_algorithm(tmp_path):
     out = tmp_path / "mine"
-    env = user_env(str(EXAMPLES))
+    env = user_env(None)  # imports = ["my_algorithm.py"]: found beside the config, no PYTHONPATH
     config = str(EXAMPLES / "my_algorithm.toml")
     run = oodeval_command(
         "study",
@@ -281,6 +281,11 @@ def test_study_analyze_and_report_with_the_example_algorithm(tmp_path):
     stored = units.loc["FishrLite", "hparams"]
     stored = json.loads(stored) if isinstance(stored, str) else stored
     assert stored["fishr_lite_lambda"] == 1000.0
+    source = EXAMPLES / "my_algorithm.py"
+    config = load_study(out).config
+    assert config["imports"] == [str(source.resolve())]
+    digest = config["import_digests"][str(source.resolve())]
+    assert set(units["versions"].map(lambda v: v["import:my_algorithm"])) == {digest}
 
     analyze = oodeval_command("study", "analyze", str(out), cwd=tmp_path, env=env)
     assert analyze.returncode == 0, analyze.stderr
@@ -298,18 +303,22 @@ def test_study_analyze_and_report_with_the_example_algorithm(tmp_path):
     assert "FishrLite" in (out / "report.html").read_text(encoding="utf-8")
 
 
-def test_without_the_module_on_the_path_the_study_stops_with_one_line(tmp_path):
+def test_without_the_file_beside_the_config_the_study_stops_with_one_line(tmp_path):
+    """The config copied elsewhere names my_algorithm.py relative to itself: not found there."""
+    config = tmp_path / "my_algorithm.toml"
+    config.write_text((EXAMPLES / "my_algorithm.toml").read_text(encoding="utf-8"))
     proc = oodeval_command(
         "study",
         "run",
-        str(EXAMPLES / "my_algorithm.toml"),
+        str(config),
         "--out",
         str(tmp_path / "x"),
         "--no-progress",
-        cwd=tmp_path,
+        cwd=EXAMPLES,  # the working directory does not matter: the path is the config's
         env=user_env(None),
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert "cannot import module 'my_algorithm'" in proc.stderr
+    assert f"imports: file {tmp_path / 'my_algorithm.py'} not found" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x" / "results.sqlite").exists()

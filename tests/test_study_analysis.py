@@ -53,7 +53,7 @@ def stored(tmp_path_factory):
     errors = make_errors()
     config = {
         "name": "toy",
-        "algorithms": ALGOS,
+        "algorithms": [*ALGOS, "D"],  # D's one unit failed
         "seeds": SEEDS,
         "scenarios": [{"family": "toy", **p} for p, _g in SCENARIOS.values()],
         "measures": ["average", "worst_plus_gap", "worst_only", "gap_only"],

@@ -229,7 +229,9 @@ def test_a_crashed_worker_fails_its_unit_and_the_study_goes_on(tmp_path):
 
 def test_resuming_with_another_config_is_refused(tmp_path):
     run_study(synthetic_config(), tmp_path, workers=1, progress=False)
-    with pytest.raises(OodevalError, match=r"keys differ: seeds, steps"):
+    with pytest.raises(
+        OodevalError, match=r"would not compare with this config's: steps \(10 -> 11\)"
+    ):
         run_study(synthetic_config(seeds=[0, 1, 2], steps=11), tmp_path, progress=False)
 
 

@@ -102,8 +102,10 @@ def test_other_config_is_refused_naming_the_keys(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
         store.bind_config(CONFIG)
         store.bind_config(dict(CONFIG))  # the same config binds again
-        with pytest.raises(OodevalError, match=r"keys differ: seeds, steps"):
+        with pytest.raises(OodevalError, match=r"would not compare with this config's: steps \("):
             store.bind_config({**CONFIG, "seeds": [0, 1], "steps": 3})
+        assert store.bind_config({**CONFIG, "seeds": [0, 1]}).added_seeds == (1,)  # a growth
+        assert [r.seq for r in store.config_history()] == [1, 2]
 
 
 def test_missing_or_foreign_store_is_a_clear_error(tmp_path):
@@ -348,8 +350,8 @@ def test_a_new_store_never_exists_without_its_tables(tmp_path):
     with raw(tmp_path / "new" / "results.sqlite") as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         schema = conn.execute("SELECT value FROM study WHERE key='schema'").fetchone()
-    assert tables == {"study", "units", "results", "checkpoints", "quarantine"}
-    assert schema == ("2",)
+    assert tables == {"study", "units", "results", "checkpoints", "quarantine", "configs"}
+    assert schema == ("3",)
 
 
 def test_readers_and_verify_never_change_the_store(tmp_path):
@@ -396,6 +398,7 @@ def make_schema_1(path):
         for column in ("checksum", "n_checkpoints", "n_results"):
             conn.execute(f"ALTER TABLE units DROP COLUMN {column}")
         conn.execute("DROP TABLE quarantine")
+        conn.execute("DROP TABLE configs")
         conn.execute("DELETE FROM study WHERE key='config_sha256'")
         conn.execute("UPDATE study SET value='1' WHERE key='schema'")
 
@@ -418,8 +421,9 @@ def test_a_schema_1_store_is_read_as_unverified_then_checksummed_by_a_writer(tmp
     assert study.health.verified == 2 and study.integrity_notes() == []
     pd.testing.assert_frame_equal(study.results, reference.results)
     report = verify_store(tmp_path)
-    assert report.clean and report.schema == "2"
+    assert report.clean and report.schema == "3"
     assert "checksums added on" in report.history[0]
+    assert "(migrated from schema 1, " in report.history[1]
 
 
 def test_a_damaged_schema_1_store_cannot_be_salvaged_and_says_so(tmp_path):

@@ -111,6 +111,11 @@ def run_command(
 ) -> None:
     """Run (or resume) a study; finished units are skipped, failed ones kept unless retried.
 
+    A folder holding a study accepts a config that only adds (or removes) algorithms, seeds,
+    scenarios or imports: the stored units are kept and only the new ones run. A change that
+    would make stored units incomparable (steps, model, data, trainer options, hyperparameters
+    of a stored algorithm) is refused, naming the keys.
+
     At the end the HTML report is written to DIR/report.html and its path printed. Units run in
     local worker processes, or with --executor ray / slurm on a Ray cluster or as Slurm jobs;
     this process alone writes the store, so resuming works the same everywhere.
@@ -165,6 +170,8 @@ def run_command(
     except KeyboardInterrupt:
         typer.echo("interrupted before the study started; the store is unchanged", err=True)
         raise typer.Exit(code=130) from None
+    if summary.changes is not None and summary.changes.describe():
+        typer.echo(f"config: {summary.changes.describe()} (stored units are kept)")
     typer.echo(
         f"{summary.planned} units: {summary.skipped} already stored, {summary.ran} run "
         f"({summary.done} done, {summary.failed} failed) in {summary.wall_seconds:.1f} s; "
@@ -188,11 +195,13 @@ _EXCLUDE_HELP = (
 def status_command(
     directory: Path = typer.Argument(..., help="Study folder."),
 ) -> None:
-    """Print done/failed/damaged/pending unit counts, the failure reasons and the damaged units.
+    """Print done/failed/damaged/pending unit counts of the current config, its coverage per
+    scenario, algorithm and seed, the failure reasons and the damaged units.
 
     The store is verified as it is read (SQLite's quick check, each unit's row counts and
     checksum); `oodeval study verify DIR` gives the full report.
     """
+    from oodeval.cli.importers import render_table
     from oodeval.study import load_study
     from oodeval.study.integrity import printable
 
@@ -203,12 +212,21 @@ def status_command(
         f"study {study.config.get('name')}: {counts['done']} done, {counts['failed']} failed, "
         f"{damaged}{counts['pending']} pending (of {counts['planned']})"
     )
+    coverage = study.coverage()
+    if not coverage["damaged"].any():
+        coverage = coverage.drop(columns="damaged")
+    rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
+    typer.echo(render_table(list(coverage.columns), rows, markdown=False))
+    for note in filter(None, [study.outside_note(), *study.code_notes()]):
+        typer.echo(f"note: {note}")
     failed = study.units[study.units["status"] == "failed"]
     for unit in failed.itertuples(index=False):
         typer.echo(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
     health = study.health
     for key, reason in health.damaged.items():
         typer.echo(f"damaged: {key}: {reason}")
+    for key, reason in health.history_damage.items():
+        typer.echo(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
     if not health.sqlite_ok:
         typer.echo(f"store: SQLite's quick check FAILED: {health.sqlite_problem()}")
     if not health.trusted:
@@ -244,8 +262,42 @@ def analyze_command(
     written = write_analysis(study, results=results)
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
-    for note in study.integrity_notes():
+    for note in [*study.integrity_notes(), *study.code_notes()]:
         typer.echo(f"warning: {note}", err=True)
+    if study.outside_note():
+        typer.echo(f"note: {study.outside_note()}", err=True)
+
+
+@app.command("merge")
+@reports_errors
+def merge_command(
+    inputs: list[Path] = typer.Argument(..., help="Study folders to merge."),
+    out: Path = typer.Option(
+        ..., "--out", help="Study folder to merge into (created, or resumed)."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+) -> None:
+    """Merge study folders run apart (other machines, other algorithms or seeds) into one.
+
+    The inputs' configs must be compatible: they may differ in algorithms, seeds, scenarios and
+    imports, never in steps, model, data, trainer options or the hyperparameters of an algorithm
+    two of them run. A unit found in several inputs is kept once when its results (result and
+    checkpoint rows, hyperparameters) are identical, and refused when they differ; a done unit
+    wins over a failed one. Damaged inputs are refused. Each unit is copied in its own
+    transaction: an interrupted merge resumes when run again.
+    """
+    from oodeval.study import StudyInterrupted
+    from oodeval.study.merge import merge_studies
+
+    try:
+        summary = merge_studies(inputs, out, progress=progress)
+    except StudyInterrupted as exc:  # the unit being copied was rolled back; one line, exit 130
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(code=130) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted while reading the inputs; nothing was written", err=True)
+        raise typer.Exit(code=130) from None
+    typer.echo(summary.line())
 
 
 @app.command("verify")

@@ -113,6 +113,9 @@ def summary_section(study: Study) -> Section:
         ],
     )
     section.notes += [f"Warning: {note}" for note in study.integrity_notes()]
+    section.notes += [f"Warning: {note}." for note in study.code_notes()]
+    if study.outside_note():
+        section.notes.append(f"{study.outside_note()}.")
     failed = study.units[study.units["status"] == "failed"]
     if not failed.empty:
         section.notes.append(

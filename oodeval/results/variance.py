@@ -220,7 +220,7 @@ def study_checkpoints(directory: str | Path) -> pd.DataFrame:
     from oodeval.study.store import ResultStore
 
     with ResultStore(directory) as store:
-        stored = store.checkpoints_frame()
+        stored = store.checkpoints_frame(current_only=True)  # the current config's units
     if stored.empty:
         raise OodevalError(
             f"{directory} holds no per-checkpoint records (the study was run before they were "

@@ -553,13 +553,9 @@ def _markdown_header(study: Study) -> list[str]:
     ]
     for note in study.integrity_notes():
         lines += [f"**Warning:** {note}", ""]
-    digests = {v.get("oodeval_source") for v in study.units["versions"]} - {None}
-    if len(digests) > 1:
-        lines += [
-            f"Warning: the units were computed by {len(digests)} different versions of the "
-            "oodeval sources (see `versions` in the units table); results may not be comparable.",
-            "",
-        ]
+    lines += [x for note in study.code_notes() for x in (f"Warning: {note}.", "")]
+    if study.outside_note():
+        lines += [f"Note: {study.outside_note()}.", ""]
     failed = study.units[study.units["status"] == "failed"]
     if len(failed):
         lines += ["Failed units (left out of every analysis):", ""]

@@ -28,12 +28,19 @@ The data is named by what it is: a resolved source gets a ``source_identity`` (k
 digest, `oodeval.environments.sources.source_identity`) and the ``source`` path is only a hint, so
 `differing_keys` and `config_changes` accept the same data at another path and refuse other data
 at the same path. `config_changes` says whether a new config only grows a stored study.
+
+``imports`` lists module names or paths of ``.py`` files (relative to the config file, stored
+resolved): a file is loaded under its stem by `import_module_or_file`, in the parent and in every
+worker, so no ``PYTHONPATH`` is needed; its `code_digest` is kept in ``import_digests``, and
+configs compare such an import by file name and digest, not by where it lies.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -81,6 +88,7 @@ _TOP_KEYS = {
     "name",
     "backend",
     "imports",
+    "import_digests",
     "source",
     "source_identity",
     "data_seed",
@@ -247,7 +255,10 @@ class StudyConfig:
         ``sample_hparams`` and ``run_unit`` (default: the real trainer, `DEFAULT_BACKEND`), and
         optionally ``available_models`` (without it, ``model`` is not checked up front).
     imports : extra modules imported in the parent and in every worker before anything else, e.g.
-        a module that registers your own algorithm with ``oodeval.algorithms.register_algorithm``.
+        a module that registers your own algorithm with ``oodeval.algorithms.register_algorithm``:
+        module names, or paths of ``.py`` files (`import_module_or_file`), stored absolute.
+    import_digests : {path: `code_digest`} of each ``.py`` file of ``imports``, computed when the
+        config is built unless given (a stored config carries them).
     source : image source spec (``digits``, ``mnist:DIR``, ...); ``auto`` is resolved by
         `resolve_source` when the study runs. Once resolved, the path is a hint: the data is
         identified by `source_identity`.
@@ -277,6 +288,7 @@ class StudyConfig:
     data_seed: int = 0
     backend: str = DEFAULT_BACKEND
     imports: tuple[str, ...] = ()
+    import_digests: dict[str, str] = field(default_factory=dict)
     hparams_mode: str = "default"
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
     trainer: dict[str, Any] = field(default_factory=dict)
@@ -338,18 +350,22 @@ def load_config(path: str | Path) -> StudyConfig:
         raise OodevalError(f"study config {path} is not valid TOML: {exc}") from None
     data.setdefault("name", path.stem)
     problems = []
-    if "source_identity" in data:
-        problems.append(
-            "source_identity is computed from the data, not written in a config; remove it"
-        )
-        del data["source_identity"]
+    for key, what in (("source_identity", "the data"), ("import_digests", "the imported files")):
+        if key in data:
+            problems.append(f"{key} is computed from {what}, not written in a config; remove it")
+            del data[key]
+    imports = data.get("imports")
+    if isinstance(imports, list):  # a .py file is named relative to the config file
+        data["imports"] = [resolved_import(i, path.parent) for i in imports]
     return _checked_config(data, problems)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
     """Build a StudyConfig from plain data (parsed TOML or stored JSON), checking every key.
 
-    Checks every key's type and range and, for a concrete source, computes its identity. When
+    Checks every key's type and range and, for a concrete source, computes its identity (and the
+    digest of every ``.py`` file of ``imports``, a relative path being relative to the working
+    directory, unless ``import_digests`` gives it). When
     anything is wrong, the backend is asked about the rest too (`validate_config`'s checks) and
     one `ConfigError` lists every problem found.
     """
@@ -403,6 +419,11 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
     )
     values["algorithms"] = _names(data, "algorithms", (), problems) if "algorithms" in data else ()
     values["imports"] = _names(data, "imports", (), problems, may_be_empty=True)
+    values["imports"] = tuple(resolved_import(i, Path.cwd()) for i in values["imports"])
+    count = len(problems)
+    values["import_digests"] = _import_digests(values["imports"], data, problems)
+    if len(problems) > count:
+        bad.add("imports")
     values["measures"] = _names(data, "measures", DEFAULT_MEASURES, problems)
     unknown_measures = sorted(set(values["measures"]) - set(KNOWN_MEASURES))
     if unknown_measures:
@@ -561,6 +582,106 @@ def _unit_options(value: Any, problems: list[str]) -> dict[str, Any]:
     return copy.deepcopy(dict(value))
 
 
+def is_path_import(entry: str) -> bool:
+    """True when an ``imports`` entry names a ``.py`` file rather than a module.
+
+    >>> is_path_import("my_algorithm.py"), is_path_import("my_package.algorithms")
+    (True, False)
+    """
+    return entry.endswith(".py")
+
+
+def resolved_import(entry: Any, base: Path) -> Any:
+    """An ``imports`` entry with a ``.py`` path made absolute (relative to `base`); anything
+    else unchanged (a module name, or a bad value for `_names` to report)."""
+    if not isinstance(entry, str) or not is_path_import(entry):
+        return entry
+    path = Path(entry).expanduser()
+    return str((path if path.is_absolute() else base / path).resolve())
+
+
+def code_digest(path: str | Path) -> str:
+    """SHA-256 (first 16 hex digits) of Python code: a file's bytes, or for a folder every
+    ``*.py`` below it (relative path and bytes, in sorted order)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    if path.is_dir():
+        for file in sorted(path.rglob("*.py")):
+            digest.update(file.relative_to(path).as_posix().encode())
+            digest.update(file.read_bytes())
+    else:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _import_digests(
+    imports: Sequence[str], data: Mapping[str, Any], problems: list[str]
+) -> dict[str, str]:
+    """{path: code_digest} of the ``.py`` files of `imports`: given by `data` (a stored config),
+    else read from the files."""
+    given = data.get("import_digests") or {}
+    if not isinstance(given, Mapping):
+        problems.append(f"import_digests must be a table, got {_shown(given)}")
+        given = {}
+    out = {}
+    for entry in imports:
+        if not is_path_import(entry):
+            continue
+        if isinstance(given.get(entry), str):
+            out[entry] = given[entry]
+        elif Path(entry).is_file():
+            out[entry] = code_digest(entry)
+        else:
+            problems.append(
+                f"imports: file {entry} not found; a .py path is relative to the config file"
+            )
+    return out
+
+
+#: Prefix of the keys of a unit's ``versions`` holding the code digest of each of ``imports``
+#: (``"import:my_algorithm"``; `oodeval.study.worker.import_versions`).
+IMPORT_VERSION_PREFIX = "import:"
+#: {path: digest} of the files `import_module_or_file` executed in this process
+_LOADED_FILES: dict[Path, str] = {}
+
+
+def import_module_or_file(entry: str) -> ModuleType:
+    """Import an ``imports`` entry: a module by name, or a ``.py`` file as the module named by
+    its stem (`importlib.util.spec_from_file_location`), executed again when the file changed.
+
+    A file whose stem names another module already imported is refused (it would shadow it).
+    """
+    if not is_path_import(entry):
+        return importlib.import_module(entry)
+    path = Path(entry)
+    if not path.is_file():
+        raise ImportError(f"file {entry} not found")
+    name, digest = path.stem, code_digest(path)
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        where = getattr(loaded, "__file__", None)
+        mine = where is not None and Path(where) in _LOADED_FILES  # a file loaded here before
+        if not mine and (where is None or Path(where).resolve() != path.resolve()):
+            raise ImportError(
+                f"{path.name} would be imported as {name!r}, the name of the module {where or ''}"
+                " already imported; rename the file"
+            )
+        if Path(where) == path and _LOADED_FILES.get(path) == digest:
+            return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{entry} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    _LOADED_FILES[path] = digest
+    return module
+
+
 def _source(data: Mapping[str, Any], problems: list[str]) -> tuple[str, dict[str, str] | None]:
     """The source spec and its identity: the one `data` carries, else computed from the data."""
     source = data.get("source", "digits")
@@ -630,7 +751,7 @@ def _imported(config: StudyConfig) -> tuple[ModuleType | None, list[str]]:
 
 def _import_problem(name: str, key: str) -> str | None:
     try:
-        importlib.import_module(name)
+        import_module_or_file(name)
     except ImportError as exc:
         return f"{key}: cannot import module {name!r} ({exc})"
     except Exception as exc:  # a user's module failing at import time is a config problem too
@@ -707,7 +828,7 @@ def validate_config(config: StudyConfig, backend: ModuleType | None = None) -> d
 def _grid_problems_of_partial(values: dict[str, Any], bad: set[str]) -> list[str]:
     """The backend's complaints about the good parts of a config that has bad ones."""
     partial = StudyConfig(**values)
-    if "backend" in bad:
+    if "backend" in bad or "imports" in bad:  # a missing import may register an algorithm
         return []
     backend, problems = _imported(partial)
     if backend is None or problems:
@@ -835,10 +956,18 @@ def _plain(config: StudyConfig | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _by_identity(stored: dict[str, Any], new: dict[str, Any]) -> None:
-    """Compare the source by what it is when both configs know it (by path for older stores)."""
+    """Compare the source by what it is when both configs know it (by path for older stores),
+    and a ``.py`` import by its file name and digest (``my_algorithm.py@<digest>``)."""
     mine, theirs = stored.pop("source_identity", None), new.pop("source_identity", None)
     if mine and theirs:
         stored["source"], new["source"] = mine, theirs
+    for config in (stored, new):
+        digests = config.pop("import_digests", None)
+        digests = digests if isinstance(digests, dict) else {}
+        config["imports"] = [
+            f"{Path(i).name}@{digests[i]}" if isinstance(i, str) and i in digests else i
+            for i in config.get("imports") or ()
+        ]
 
 
 def differing_keys(
@@ -886,6 +1015,21 @@ class ConfigChanges:
             self.added_algorithms or self.added_seeds or self.added_scenarios or self.added_imports
         )
 
+    def describe(self) -> str:
+        """What changed along the growing axes, in one line ('' when nothing did).
+
+        >>> ConfigChanges(added_algorithms=("VREx",), removed_seeds=(2,)).describe()
+        'added algorithm VREx; removed seed 2'
+        """
+        parts = []
+        for verb in ("added", "removed"):
+            for axis in ("algorithms", "seeds", "scenarios", "imports"):
+                values = getattr(self, f"{verb}_{axis}")
+                if values:
+                    shown = ", ".join(_axis_label(v) for v in values)
+                    parts.append(f"{verb} {axis[:-1] if len(values) == 1 else axis} {shown}")
+        return "; ".join(parts)
+
     def refusal(self, directory: str | Path) -> str:
         """The one-line error for an incompatible config: the differing keys and the way out."""
         parts = [f"{k} ({_brief(old)} -> {_brief(new)})" for k, old, new in self.incompatible]
@@ -896,6 +1040,15 @@ class ConfigChanges:
             f"{listed}; a stored study grows only by new algorithms, seeds, scenarios or "
             "imports: keep these values, or use a new --out folder"
         )
+
+
+def _axis_label(value: Any) -> str:
+    """A value of a growing axis as shown: a scenario spec by `ScenarioSpec.label`."""
+    if isinstance(value, Mapping) and "family" in value:
+        return ScenarioSpec(
+            value["family"], {k: v for k, v in value.items() if k != "family"}
+        ).label()
+    return str(value)
 
 
 def _brief(value: Any) -> str:

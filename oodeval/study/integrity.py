@@ -121,7 +121,9 @@ class StoreHealth:
     quick (or, for ``verify``, full) integrity check messages, empty when it passed; ``damaged``
     maps each unit that fails verification to the reason; ``unverified`` lists units stored
     without a checksum (by an oodeval before checksums); ``verified`` counts the units that
-    match their checksums; ``excluded`` is True when damaged units were left out on request.
+    match their checksums; ``excluded`` is True when damaged units were left out on request;
+    ``history_damage`` maps each row of the config history that fails its checksum to what is
+    wrong (the current config has its own checksum, so numbers never depend on those rows).
     """
 
     path: Path
@@ -132,6 +134,7 @@ class StoreHealth:
     unverified: list[str] = field(default_factory=list)
     verified: int = 0
     excluded: bool = False
+    history_damage: dict[str, str] = field(default_factory=dict)
 
     @property
     def sqlite_ok(self) -> bool:
@@ -192,6 +195,12 @@ class StoreHealth:
                 f"The store fails SQLite's {self.check_kind} ({self.sqlite_problem()}); the "
                 "numbers come only from units whose rows match their checksums, and units whose "
                 "records were lost count as pending."
+            )
+        if self.history_damage:
+            out.append(
+                f"{len(self.history_damage)} row(s) of the store's config history are damaged "
+                f"({named(self.history_damage)}); the current config is intact; `oodeval study "
+                "run` with the same config sets them aside."
             )
         if self.unverified:
             out.append(

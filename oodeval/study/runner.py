@@ -22,7 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oodeval.study.config import StudyConfig, import_backend, resolve_source, validate_config
+from oodeval.errors import OodevalError
+from oodeval.study.config import (
+    ConfigChanges,
+    ScenarioSpec,
+    StudyConfig,
+    build,
+    import_backend,
+    resolve_source,
+    scenario_key,
+    validate_config,
+)
 from oodeval.study.executors import Executor, make_executor
 from oodeval.study.store import ResultStore, UnitRecord, unit_key
 from oodeval.study.worker import UnitOutcome, UnitTask
@@ -30,7 +40,8 @@ from oodeval.study.worker import UnitOutcome, UnitTask
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What `run_study` did: units planned, skipped (already stored), run, done and failed."""
+    """What `run_study` did: units planned, skipped (already stored), run, done and failed;
+    `changes` says how the config grew (or shrank) a stored study (None for a new study)."""
 
     directory: Path
     planned: int
@@ -39,6 +50,7 @@ class RunSummary:
     done: int
     failed: int
     wall_seconds: float
+    changes: ConfigChanges | None = None
 
 
 def plan_units(config: StudyConfig, validated: dict[str, Any] | None = None) -> list[UnitTask]:
@@ -108,8 +120,10 @@ def run_study(
     backend = import_backend(config)
     validated = validate_config(config, backend)
     tasks = plan_units(config, validated)
+    names = {scenario_key(spec): name for spec, name, _given, _params in validated["scenarios"]}
     with ResultStore(directory, create=True) as store:  # the writer: holds DIR/study.lock
-        store.bind_config(config.to_dict())
+        names.update(_stored_scenario_names(store, config, backend, names))
+        changes = store.bind_config(config.to_dict(), scenario_names=names)
         set_aside = store.move_damaged_aside()  # damaged units leave the store and run again
         if set_aside.summary():
             print(f"warning: {set_aside.summary()}", file=sys.stderr)
@@ -133,7 +147,36 @@ def run_study(
         done=done,
         failed=failed,
         wall_seconds=time.perf_counter() - start,
+        changes=changes,
     )
+
+
+def _stored_scenario_names(
+    store: ResultStore, config: StudyConfig, backend: Any, names: dict[str, str]
+) -> dict[str, str]:
+    """Built names of the stored config's scenarios that neither `config` nor the store's config
+    history names (a store of schema 1 or 2 losing a scenario): built here with `config`'s
+    source and data seed, so that a re-parametrised scenario is told from a new one. A scenario
+    that no longer builds is left out (the store then compares it by its parameters only)."""
+    stored = store.stored_config()
+    if stored is None:
+        return {}
+    known = dict(names)
+    for record in store.config_history():
+        known.update(record.scenario_names)
+    out = {}
+    for data in stored.get("scenarios") or ():
+        spec = {"family": data} if isinstance(data, str) else dict(data)
+        if scenario_key(spec) in known:
+            continue
+        params = {k: v for k, v in spec.items() if k != "family"}
+        try:
+            out[scenario_key(spec)] = build(
+                backend, config, ScenarioSpec(spec["family"], params)
+            ).name
+        except OodevalError:
+            continue
+    return out
 
 
 class StudyInterrupted(KeyboardInterrupt):
@@ -163,7 +206,7 @@ def _store_units(
     """
     done = failed = 0
     warned: set[str] = set()
-    with _progress_bar(total, enabled=progress) as bar, contextlib.closing(stream):
+    with progress_bar(total, enabled=progress) as bar, contextlib.closing(stream):
         for task, outcome in stream:
             record = _record(task, outcome)
             store.record_unit(record, outcome.rows)
@@ -183,12 +226,13 @@ def _store_units(
     return done, failed
 
 
-def _progress_bar(total: int, *, enabled: bool) -> Any:
+def progress_bar(total: int, *, enabled: bool, desc: str = "study") -> Any:
+    """A tqdm bar on stderr counting units (disabled: prints nothing)."""
     from tqdm import tqdm
 
     return tqdm(
         total=total,
-        desc="study",
+        desc=desc,
         unit="unit",
         file=sys.stderr,
         disable=not enabled,

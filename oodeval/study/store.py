@@ -1,10 +1,19 @@
 """The SQLite results store of a study: one file, one writer, crash-safe, verified on every read.
 
-Layout (``DIR/results.sqlite``, schema version 2):
+Layout (``DIR/results.sqlite``, schema version 3):
 
-- ``study(key, value)``: the study config as canonical JSON (``key = 'config'``), its SHA-256
-  (``config_sha256``) and the schema version; ``migrated`` / ``rebuilt`` record upgrades and
-  repairs. A directory belongs to one config; resuming with another is refused.
+- ``study(key, value)``: the *current* study config as canonical JSON (``key = 'config'``), its
+  SHA-256 (``config_sha256``) and the schema version; ``migrated`` / ``rebuilt`` record upgrades
+  and repairs.
+- ``configs``: the history of the configs the study was run (or merged) with, one row each:
+  ``seq`` (1, 2, ...), the config JSON, the built scenario name of each of its scenario specs
+  (``scenario_names``, {`oodeval.study.config.scenario_key`: name}), when and by which oodeval
+  it was recorded, its ``origin`` (``run``, ``merge of ...``, ``migrated from schema N``) and a
+  SHA-256 of the row. The last row is the current config (the ``study`` table's copy). A config
+  may only grow the study (`oodeval.study.config.config_changes`): new algorithms, seeds,
+  scenarios and imports run, stored units are kept; a change that makes stored units
+  incomparable is refused. Readers (`load_study`) use the units of the current config only;
+  units of removed values stay in the store and come back when the values are added again.
 - ``units``: one row per finished unit (scenario, algorithm, seed) with its hyperparameters,
   steps, model, ``status`` (``done`` or ``failed``), failure reason, timings, library versions,
   start/finish times (UTC, ISO 8601), and its integrity record: ``n_results``,
@@ -35,11 +44,14 @@ damaged file beside it. An empty or unreadable file is refused, never started ov
 
 Stores of schema 1 (no checksums) are read as *unverified* (every output says so); the first
 writer to open one checks it with SQLite's full integrity check and then adds the checksums.
+Stores of schema 1 and 2 (no ``configs`` table) are read as a history of their one config; the
+first writer adds the table with that config as its first row.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -54,8 +66,15 @@ from typing import Any
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.study.config import differing_keys
+from oodeval.study.config import (
+    IMPORT_VERSION_PREFIX,
+    ConfigChanges,
+    config_changes,
+    differing_keys,
+    scenario_key,
+)
 from oodeval.study.integrity import (
+    NAMED_IN_LINE,
     StoreHealth,
     named,
     printable,
@@ -66,7 +85,7 @@ from oodeval.study.integrity import (
 from oodeval.study.lock import StudyLock
 
 STORE_NAME = "results.sqlite"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 ALL_FOLD = "all"
 
 _SCHEMA = """
@@ -117,6 +136,15 @@ CREATE TABLE IF NOT EXISTS quarantine (
     moved TEXT NOT NULL,
     reason TEXT NOT NULL,
     data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS configs (
+    seq INTEGER PRIMARY KEY,
+    config TEXT NOT NULL,
+    scenario_names TEXT NOT NULL,
+    recorded TEXT NOT NULL,
+    oodeval TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    checksum TEXT NOT NULL
 )
 """
 
@@ -142,6 +170,9 @@ UNIT_COLUMNS = (
 INTEGRITY_COLUMNS = ("n_results", "n_checkpoints", "checksum")
 RESULT_COLUMNS = ("fold", "environment", "error", "count")
 CHECKPOINT_COLUMNS = ("fold", "step", "train_val_acc", "test_acc", "oracle_val_acc")
+CONFIG_COLUMNS = ("seq", "config", "scenario_names", "recorded", "oodeval", "origin")
+#: The tables a store of the current schema has (`ResultStore` adds missing ones on upgrade).
+_TABLES = {"study", "units", "results", "checkpoints", "quarantine", "configs"}
 _JSON_COLUMNS = ("params", "hparams", "timings", "versions")
 
 _RESTORE = "restore it from a backup, or start the study in a new folder"
@@ -208,6 +239,10 @@ class StoredUnit:
     def key(self) -> Any:
         return self.row[0]
 
+    def value(self, column: str) -> Any:
+        """The stored value of one of `UNIT_COLUMNS` (JSON text for the JSON columns)."""
+        return self.row[UNIT_COLUMNS.index(column)]
+
     def as_json(self, columns: Sequence[str]) -> str:
         """Everything read of the unit, for the quarantine table."""
         return json.dumps(
@@ -220,6 +255,81 @@ class StoredUnit:
         )
 
 
+@dataclass(frozen=True)
+class ConfigRecord:
+    """One row of a store's config history (the ``configs`` table), JSON fields decoded.
+
+    ``scenario_names`` maps `oodeval.study.config.scenario_key` of each scenario spec of
+    ``config`` to the name its built scenario has (empty for a config recorded before names
+    were kept: a store migrated from schema 1 or 2).
+    """
+
+    seq: int
+    config: dict[str, Any]
+    scenario_names: dict[str, str]
+    recorded: str
+    oodeval: str
+    origin: str
+
+    def line(self) -> str:
+        """'config 2 (run, 2025-01-01T00:00:00+00:00, oodeval 0.1): 3 algorithms x ...'"""
+        c = self.config
+        grid = " x ".join(
+            f"{len(c.get(k) or [])} {k if len(c.get(k) or []) != 1 else k[:-1]}"
+            for k in ("scenarios", "algorithms", "seeds")
+        )
+        return f"config {self.seq} ({self.origin}, {self.recorded}, oodeval {self.oodeval}): {grid}"
+
+
+@dataclass(frozen=True)
+class UnitScope:
+    """The units a config asks for: its scenarios (by built name) x algorithms x seeds.
+
+    ``scenarios`` is None when the built names of the config's scenarios are not all known (a
+    store recorded before they were kept): then every stored scenario counts as the config's.
+    """
+
+    scenarios: tuple[str, ...] | None
+    algorithms: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any], names: Mapping[str, str]) -> UnitScope:
+        """The scope of a stored `config` whose specs built the scenarios `names`."""
+        keys = [scenario_key(_spec(s)) for s in config.get("scenarios") or ()]
+        known = all(k in names for k in keys)
+        return cls(
+            tuple(names[k] for k in keys) if known else None,
+            tuple(str(a) for a in config.get("algorithms") or ()),
+            tuple(int(x) for x in config.get("seeds") or ()),
+        )
+
+    def why_outside(self, scenario: str, algorithm: str, seed: int) -> str | None:
+        """Which axis leaves the unit out ('algorithm IRM'), or None when the config has it."""
+        if algorithm not in self.algorithms:
+            return f"algorithm {algorithm}"
+        if int(seed) not in self.seeds:
+            return f"seed {int(seed)}"
+        if self.scenarios is not None and scenario not in self.scenarios:
+            return f"scenario {scenario}"
+        return None
+
+    def planned_keys(self) -> set[str] | None:
+        """Every unit key of the grid, or None when the scenario names are not known."""
+        if self.scenarios is None:
+            return None
+        return {
+            unit_key(s, a, seed)
+            for s in self.scenarios
+            for a in self.algorithms
+            for seed in self.seeds
+        }
+
+
+def _spec(spec: Any) -> dict[str, Any]:
+    return {"family": spec} if isinstance(spec, str) else dict(spec)
+
+
 @dataclass
 class StoreContents:
     """What one verified read of a store found: the config, every unit, the health verdict."""
@@ -227,11 +337,40 @@ class StoreContents:
     config: dict[str, Any] | None
     units: list[StoredUnit]
     health: StoreHealth
+    history: list[ConfigRecord] = field(default_factory=list)
 
     @property
     def usable(self) -> list[StoredUnit]:
         """Units whose numbers may be used: verified, or unverified (schema 1) but readable."""
         return [u for u in self.units if u.damage is None]
+
+    @property
+    def scenario_names(self) -> dict[str, str]:
+        """The built scenario names of the current config's specs (empty when not recorded)."""
+        last = self.history[-1] if self.history else None
+        return dict(last.scenario_names) if last is not None and last.config == self.config else {}
+
+    def scope(self) -> UnitScope:
+        """The units the current config asks for."""
+        return UnitScope.of(self.config or {}, self.scenario_names)
+
+    def in_config(self) -> tuple[StoreContents, dict[str, str]]:
+        """These contents restricted to the units of the current config, and {unit key: the
+        axis that leaves it out} of the usable units left out (kept in the store)."""
+        scope = self.scope()
+        at = {c: i for i, c in enumerate(UNIT_COLUMNS)}
+        kept, outside = [], {}
+        for unit in self.units:
+            row = unit.row
+            try:
+                why = scope.why_outside(row[at["scenario"]], row[at["algorithm"]], row[at["seed"]])
+            except (TypeError, ValueError):
+                why = None  # a damaged row: verification names it
+            if why is None:
+                kept.append(unit)
+            elif unit.damage is None:
+                outside[printable(unit.key)] = why
+        return StoreContents(self.config, kept, self.health, self.history), outside
 
     def units_frame(self) -> pd.DataFrame:
         """The usable units, JSON columns decoded, sorted by unit key."""
@@ -276,6 +415,7 @@ class SetAside:
     units: dict[str, str] = field(default_factory=dict)
     stray_keys: int = 0
     damaged_copy: Path | None = None
+    history_rows: int = 0
 
     def summary(self) -> str | None:
         """One line for the user, or None when nothing was done."""
@@ -291,6 +431,8 @@ class SetAside:
             )
         if self.stray_keys:
             parts.append(f"rows of {self.stray_keys} unknown unit key(s) moved aside")
+        if self.history_rows:
+            parts.append(f"{self.history_rows} damaged row(s) of the config history moved aside")
         return "; ".join(parts) or None
 
 
@@ -317,6 +459,8 @@ class ResultStore:
         self.check_kind = "integrity check" if full_check or create else "quick check"
         self._conn: sqlite3.Connection | None = None
         self._lock: StudyLock | None = None
+        #: rows of the config history `bind_config` moved aside (damaged), for `SetAside`
+        self.history_set_aside = 0
         if self.path.exists() and not self.path.is_file():
             raise OodevalError(f"{self.path} is not a file; the study store must be one")
         if not self.path.exists() and not create:
@@ -382,8 +526,10 @@ class ResultStore:
         return "checksum" in self._columns
 
     def _upgrade(self) -> None:
-        """Writer only: add missing tables, and checksums to a schema 1 store that passes
-        SQLite's full integrity check. A damaged store is left alone until it is rebuilt."""
+        """Writer only: bring an older store to this schema: add missing tables, checksums to a
+        schema 1 store that passes SQLite's full integrity check, and the config history (its one
+        config as the first row) to a schema 1 or 2 store. A damaged store is left alone until
+        it is rebuilt."""
         if self.sqlite_check:
             if not self.has_checksums:
                 raise StoreDamagedError(
@@ -392,15 +538,31 @@ class ResultStore:
                     f"verified or salvaged; {_RESTORE}"
                 )
             return
-        if self.has_checksums and {"checkpoints", "quarantine"} <= self._tables:
-            return
-        with self._guard("upgrading"), self._transaction():
-            for statement in _SCHEMA.split(";"):
-                self._execute(statement)
-            if not self.has_checksums:
-                self._migrate()
-        self._tables = self._tables | {"checkpoints", "quarantine"}
-        self._columns = [r[1] for r in self._execute("PRAGMA table_info(units)")]
+        with self._guard("upgrading"):
+            if self.has_checksums and _TABLES <= self._tables and not self._history_missing():
+                return
+            with self._transaction():
+                for statement in _SCHEMA.split(";"):
+                    self._execute(statement)
+                self._tables = self._tables | _TABLES
+                if not self.has_checksums:
+                    self._migrate()
+                self._columns = [r[1] for r in self._execute("PRAGMA table_info(units)")]
+                study = self._study_rows()
+                if self._history_missing():
+                    schema = study.get("schema", "1")
+                    self._append_config(study["config"], {}, f"migrated from schema {schema}")
+                self._set_study("schema", SCHEMA_VERSION)
+
+    def _history_missing(self) -> bool:
+        """True when the store has a config but no config history (written by an oodeval before
+        schema 3); a damaged config is left for the readers to report."""
+        config, problem = self._config()
+        if config is None or problem:
+            return False
+        if "configs" not in self._tables:
+            return True
+        return self._execute("SELECT 1 FROM configs LIMIT 1").fetchone() is None
 
     def _migrate(self) -> None:
         """Add the integrity record to every unit of a schema 1 store; `_upgrade` calls it only
@@ -423,7 +585,6 @@ class ResultStore:
         study = self._study_rows()
         if "config" in study:
             self._set_study("config_sha256", text_checksum(study["config"]))
-        self._set_study("schema", SCHEMA_VERSION)
         self._set_study(
             "migrated",
             json.dumps(
@@ -459,12 +620,26 @@ class ResultStore:
             return None, "its study config is not a table (damaged)"
         return config, None
 
-    def bind_config(self, config: Mapping[str, Any]) -> None:
-        """Record `config` in a fresh store, or check that it equals the stored one.
+    def bind_config(
+        self,
+        config: Mapping[str, Any],
+        *,
+        scenario_names: Mapping[str, str] | None = None,
+        origin: str = "run",
+    ) -> ConfigChanges | None:
+        """Record `config` in a fresh store, or make it the current config of a stored study it
+        only grows (`oodeval.study.config.config_changes`); return the changes (None for a fresh
+        store).
 
-        Raises OodevalError naming the differing keys when the directory holds another study; the
-        same data at another path is the same study (`oodeval.study.config.differing_keys`).
+        `scenario_names` ({scenario_key: built name}) names the scenarios of `config`'s specs;
+        it is kept with the config, and with the names kept for earlier configs it tells a
+        re-parametrised scenario from a new one. A config that makes stored units incomparable
+        is refused (OodevalError naming the keys and the way out) and nothing is written. A
+        config that differs from the current one (`oodeval.study.config.differing_keys`: the
+        same data or import at another path is no difference) becomes a new row of the history.
         """
+        names = {str(k): str(v) for k, v in (scenario_names or {}).items()}
+        text = json.dumps(dict(config), sort_keys=True)
         stored = self.stored_config()
         if stored is None:
             with self._guard("reading the units"):
@@ -474,19 +649,131 @@ class ResultStore:
                     f"{self.path} holds units but no study config (damaged), so its study "
                     f"cannot be told; {_RESTORE}"
                 )
-            text = json.dumps(dict(config), sort_keys=True)
             with self._guard("recording the config"), self._transaction():
-                self._set_study("config", text)
-                self._set_study("config_sha256", text_checksum(text))
+                self._set_current(text)
+                self._append_config(text, names, origin)
                 self._set_study("schema", SCHEMA_VERSION)
-            return
-        # the source is compared by identity (kind, content digest), its path being a hint
-        differing = differing_keys(stored, config)
-        if differing:
-            raise OodevalError(
-                f"{self.directory} holds a study with a different config (keys differ: "
-                f"{', '.join(differing)}); use a new --out folder or the original config"
-            )
+            return None
+        with self._guard("reading the config history"):
+            history, bad_rows = self._read_history()
+        known: dict[str, str] = {}
+        for record in history:
+            known.update(record.scenario_names)
+        known.update(names)
+        changes = config_changes(stored, config, scenario_names=known)
+        # earlier configs too: the units of a removed algorithm (scenario) stay in the store and
+        # come back when it is added again, so its hyperparameters (parameters) must not change.
+        # Every other key equals the current config's in every earlier config (each bind checked
+        # it), so only these can differ from an earlier config and not from the current one.
+        incompatible = {key: (key, old, new) for key, old, new in changes.incompatible}
+        for record in reversed(history[:-1]):
+            for key, old, new in config_changes(
+                record.config, config, scenario_names=known
+            ).incompatible:
+                if key.startswith(("hparams", "scenarios[")):
+                    incompatible.setdefault(key, (key, old, new))
+        if incompatible:
+            refused = dataclasses.replace(changes, incompatible=tuple(incompatible.values()))
+            raise OodevalError(refused.refusal(self.directory))
+        # a store written before identities existed gets the identity of its data recorded
+        identified = not stored.get("source_identity") and bool(config.get("source_identity"))
+        differs = bool(differing_keys(stored, config)) or identified
+        with self._guard("recording the config"):
+            if "configs" not in self._tables:  # an old store failing SQLite's check: its rebuild
+                if differs:  # adds the history (`move_damaged_aside`)
+                    with self._transaction():
+                        self._set_current(text)
+            elif differs or bad_rows or (names and names != history[-1].scenario_names):
+                with self._transaction():
+                    # damaged rows leave first: they must never pass for earlier configs
+                    self._set_history_aside(bad_rows, history, stored)
+                    self.history_set_aside += len(bad_rows)
+                    if differs:
+                        self._set_current(text)
+                        self._append_config(text, names, origin)
+                    else:  # the names of a migrated store's config, once known
+                        self._rewrite_names(self._read_history()[0][-1], names)
+        return changes
+
+    def config_history(self) -> list[ConfigRecord]:
+        """The configs the study was run with, oldest first; the last is the current one unless
+        its row was damaged. Rows that fail their checksum are left out (`read` names them in
+        ``health.history_damage``; a writer sets them aside). A store of schema 1 or 2 that no
+        writer upgraded yet reads as the one config it holds, its scenario names unknown.
+        """
+        with self._guard("reading the config history"):
+            return self._read_history()[0]
+
+    def _read_history(self) -> tuple[list[ConfigRecord], dict[int, str]]:
+        """The rows of the config history that verify, and {seq: what is wrong} of the others."""
+        config, problem = self._config()
+        if problem or config is None:
+            return [], {}
+        rows = []
+        if "configs" in self._tables:
+            rows = self._execute(
+                f"SELECT {', '.join(CONFIG_COLUMNS)}, checksum FROM configs ORDER BY seq"
+            ).fetchall()
+        if not rows:
+            study = self._study_rows()
+            legacy = f"schema {study.get('schema', '1')}"
+            return [ConfigRecord(1, config, {}, "", "", f"recorded by a store of {legacy}")], {}
+        records, damaged = [], {}
+        for row in rows:
+            if _history_checksum(row[:-1]) != row[-1]:
+                damaged[row[0]] = "fails its checksum"
+                continue
+            try:
+                seq, text, names, recorded, version, origin = row[:-1]
+                record = ConfigRecord(
+                    int(seq), json.loads(text), dict(json.loads(names)), recorded, version, origin
+                )
+            except (TypeError, ValueError):
+                damaged[row[0]] = "is not readable"
+                continue
+            records.append(record)
+        if records and row[0] == records[-1].seq and records[-1].config != config:
+            damaged[row[0]] = "is not the current config"
+            records.pop()
+        return records, damaged
+
+    def _set_current(self, text: str) -> None:
+        self._set_study("config", text)
+        self._set_study("config_sha256", text_checksum(text))
+
+    def _append_config(self, text: str, names: Mapping[str, str], origin: str) -> None:
+        """Add `text` as the next row of the config history (inside the caller's transaction)."""
+        from oodeval import __version__
+
+        (last,) = self._execute("SELECT COALESCE(MAX(seq), 0) FROM configs").fetchone()
+        row = (
+            int(last) + 1,
+            text,
+            json.dumps(dict(names), sort_keys=True),
+            _now(),
+            __version__,
+            origin,
+        )
+        self._execute(
+            f"INSERT INTO configs({', '.join(CONFIG_COLUMNS)}, checksum) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?)",
+            (*row, _history_checksum(row)),
+        )
+
+    def _rewrite_names(self, record: ConfigRecord, names: Mapping[str, str]) -> None:
+        (text,) = self._execute("SELECT config FROM configs WHERE seq=?", (record.seq,)).fetchone()
+        row = (
+            record.seq,
+            text,
+            json.dumps(dict(names), sort_keys=True),
+            record.recorded,
+            record.oodeval,
+            record.origin,
+        )
+        self._execute(
+            "UPDATE configs SET scenario_names=?, checksum=? WHERE seq=?",
+            (row[2], _history_checksum(row), record.seq),
+        )
 
     # -- units --------------------------------------------------------------------------------
     def statuses(self) -> dict[str, str]:
@@ -528,6 +815,27 @@ class ResultStore:
             )
             self._insert_rows(key, rows, checkpoints)
 
+    def adopt_unit(self, unit: StoredUnit) -> bool:
+        """Copy a verified unit read from another store, its rows exactly as stored (checksum,
+        attempts and time stamps included), in one transaction. A ``failed`` unit of the same key
+        is replaced; a ``done`` one never is: then nothing is written and False is returned."""
+        self._require_writable()
+        if unit.damage is not None or not unit.verified:
+            raise OodevalError(f"unit {printable(unit.key)} is not verified; it cannot be copied")
+        key = unit.key
+        columns = UNIT_COLUMNS + INTEGRITY_COLUMNS
+        with self._guard(f"copying unit {printable(key)}"), self._transaction():
+            prior = self._execute("SELECT status FROM units WHERE unit_key=?", (key,)).fetchone()
+            if prior is not None and prior[0] == "done":
+                return False
+            self._delete_unit(key)
+            self._execute(
+                f"INSERT INTO units({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                unit.row + unit.integrity,
+            )
+            self._insert_rows(key, unit.results, unit.checkpoints)
+        return True
+
     def _insert_rows(self, key: Any, rows: Sequence[Sequence], checkpoints: Sequence[Sequence]):
         self._conn.executemany(
             f"INSERT INTO results(unit_key, {', '.join(RESULT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)",
@@ -565,6 +873,13 @@ class ResultStore:
             config, problem = self._config()
         if problem:
             health.problems.append(problem)
+        try:
+            history, damaged = self._read_history()
+        except sqlite3.DatabaseError as exc:
+            history, damaged = [], {0: f"cannot be read ({exc})"}
+        health.history_damage = {
+            (f"row {printable(k)}" if k else "the table"): v for k, v in damaged.items()
+        }
         units = self._read_units(legacy=not self.has_checksums)
         for unit in units:
             if unit.damage is not None:
@@ -573,7 +888,7 @@ class ResultStore:
                 health.verified += 1
             else:
                 health.unverified.append(printable(unit.key))
-        return StoreContents(config, units, health)
+        return StoreContents(config, units, health, history)
 
     def _read_units(self, *, legacy: bool) -> list[StoredUnit]:
         columns = UNIT_COLUMNS if legacy else UNIT_COLUMNS + INTEGRITY_COLUMNS
@@ -622,13 +937,13 @@ class ResultStore:
                 unit.damage, unit.verified = "its metadata is not readable JSON", False
         return unit
 
-    def _trusted(self) -> StoreContents:
+    def _trusted(self, current_only: bool = False) -> StoreContents:
         contents = self.read()
         if not contents.health.trusted:
             raise StoreDamagedError(contents.health.refusal(option=None))
         for note in contents.health.notes():
             warnings.warn(note, StoreIntegrityWarning, stacklevel=3)
-        return contents
+        return contents.in_config()[0] if current_only else contents
 
     def units_frame(self) -> pd.DataFrame:
         """The ``units`` table (verified), JSON columns decoded, sorted by unit key.
@@ -641,11 +956,12 @@ class ResultStore:
         """The ``results`` table (verified) sorted by (unit_key, fold, environment)."""
         return self._trusted().results_frame()
 
-    def checkpoints_frame(self) -> pd.DataFrame:
+    def checkpoints_frame(self, *, current_only: bool = False) -> pd.DataFrame:
         """The ``checkpoints`` table of ``done`` units (verified) joined with their scenario,
         algorithm, seed and hparams (JSON text), sorted by (unit_key, fold, step); empty when
-        the store has none (or predates the table)."""
-        return self._trusted().checkpoints_frame()
+        the store has none (or predates the table). ``current_only``: of the units of the
+        current config only (`StoreContents.in_config`)."""
+        return self._trusted(current_only).checkpoints_frame()
 
     # -- repairs (writer) -------------------------------------------------------------------
     def move_damaged_aside(self) -> SetAside:
@@ -667,9 +983,11 @@ class ResultStore:
             raise StoreDamagedError(f"{self.path}: {contents.health.problems[0]}; {_RESTORE}")
         damaged = [u for u in contents.units if u.damage is not None]
         with self._guard("moving damaged units aside"):
+            history, bad_rows = self._read_history()
             stray = self._stray_rows({u.key for u in contents.units})
-            if not damaged and not stray:
-                return SetAside()
+            earlier = self.history_set_aside
+            if not damaged and not stray and not bad_rows:
+                return SetAside(history_rows=earlier)
             with self._transaction():
                 for unit in damaged:
                     self._quarantine(unit.key, unit.damage, unit.as_json(self._unit_columns()))
@@ -677,7 +995,24 @@ class ResultStore:
                 for key, data in stray.items():
                     self._quarantine(key, "rows of no stored unit", data)
                     self._delete_unit(key)
-        return SetAside({printable(u.key): u.damage for u in damaged}, len(stray))
+                self._set_history_aside(bad_rows, history, contents.config)
+        units = {printable(u.key): u.damage for u in damaged}
+        return SetAside(units, len(stray), history_rows=earlier + len(bad_rows))
+
+    def _set_history_aside(
+        self, bad_rows: Mapping[int, str], history: Sequence[ConfigRecord], config: Any
+    ) -> None:
+        """Move damaged rows of the config history to the quarantine table; record the current
+        config again when its own row was among them (inside the caller's transaction)."""
+        if bad_rows and (not history or history[-1].config != config):
+            names = history[-1].scenario_names if history else {}
+            text = self._study_rows()["config"]
+            self._append_config(text, names, "recorded again (history row damaged)")
+        for seq, reason in bad_rows.items():
+            row = self._execute("SELECT * FROM configs WHERE seq=?", (seq,)).fetchone()
+            data = json.dumps(list(row), default=repr)
+            self._quarantine(f"config history row {seq}", f"config history row {reason}", data)
+            self._execute("DELETE FROM configs WHERE seq=?", (seq,))
 
     def _stray_rows(self, known: set) -> dict[Any, str]:
         stray: dict[Any, dict[str, list]] = {}
@@ -710,6 +1045,8 @@ class ResultStore:
                 f"{self.path} fails SQLite's integrity check and holds no study config; {_RESTORE}"
             )
         contents = self.read()
+        if contents.health.problems:
+            raise StoreDamagedError(f"{self.path}: {contents.health.problems[0]}; {_RESTORE}")
         study = self._study_rows()
         kept_quarantine = _quiet(lambda: self._execute("SELECT * FROM quarantine").fetchall(), [])
         aside = _unused(self.directory / f"{STORE_NAME}.damaged-{_stamp()}")
@@ -721,6 +1058,7 @@ class ResultStore:
             "damaged": len(contents.health.damaged),
         }
         history = _json_list(study.get("rebuilt")) + [record]
+        old_schema = study.get("schema", "1")
         tmp = self.directory / f"{STORE_NAME}.rebuild"
         tmp.unlink(missing_ok=True)
         new = sqlite3.connect(tmp, isolation_level=None)
@@ -730,6 +1068,8 @@ class ResultStore:
             study.update(rebuilt=json.dumps(history), schema=SCHEMA_VERSION)
             new.executemany("INSERT INTO study(key, value) VALUES (?, ?)", list(study.items()))
             new.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?)", kept_quarantine)
+            configs = self._history_to_keep(contents, study["config"], old_schema)
+            new.executemany("INSERT INTO configs VALUES (?, ?, ?, ?, ?, ?, ?)", configs)
             columns = self._unit_columns()
             for unit in contents.units:
                 if unit.damage is not None:
@@ -755,7 +1095,33 @@ class ResultStore:
         finally:
             new.close()
         self._swap_in(tmp, aside)
-        return SetAside(dict(contents.health.damaged), 0, aside)
+        lost = self.history_set_aside + len(contents.health.history_damage)
+        return SetAside(dict(contents.health.damaged), 0, aside, history_rows=lost)
+
+    def _history_to_keep(self, contents: StoreContents, current: str, schema: str) -> list[tuple]:
+        """The ``configs`` rows a rebuilt store keeps: those that verify, then the current config
+        again when its own row is not among them (or the store had no history yet)."""
+        configs, last = [], 0
+        if "configs" in self._tables:
+            good = {r.seq for r in contents.history if r.recorded}
+            columns = ", ".join((*CONFIG_COLUMNS, "checksum"))
+            rows = _quiet(
+                lambda: self._execute(f"SELECT {columns} FROM configs ORDER BY seq").fetchall(), []
+            )
+            configs = [r for r in rows if r[0] in good]
+            last = max((r[0] for r in rows if isinstance(r[0], int)), default=0)
+        if not configs or json.loads(configs[-1][1]) != contents.config:
+            from oodeval import __version__
+
+            origin = (
+                "recorded again (history row damaged)"
+                if "configs" in self._tables
+                else f"migrated from schema {schema}"
+            )
+            names = configs[-1][2] if configs else "{}"
+            row = (last + 1, current, names, _now(), __version__, origin)
+            configs.append((*row, _history_checksum(row)))
+        return configs
 
     def _swap_in(self, rebuilt: Path, aside: Path) -> None:
         """Replace the damaged store by `rebuilt`, keeping the damaged file (and its WAL) as
@@ -851,13 +1217,16 @@ class _Transaction:
 
 @dataclass
 class Study:
-    """A stored study, loaded: its config, units and results as DataFrames.
+    """A stored study, loaded: its current config, the units it asks for and their results.
 
-    ``units`` has one row per recorded unit that verifies (see the ``units`` table; ``params``,
-    ``hparams``, ``timings`` and ``versions`` decoded to dicts); ``results`` one row per
-    (unit_key, fold, environment) with ``error`` and ``count``. ``health`` is what verifying the
-    store found; when damaged units were excluded (``load_study(..., exclude_damaged=True)``)
-    they are in ``health.damaged`` and in no frame.
+    ``units`` has one row per recorded unit of the current config (its scenarios x algorithms x
+    seeds) that verifies (see the ``units`` table; ``params``, ``hparams``, ``timings`` and
+    ``versions`` decoded to dicts); ``results`` one row per (unit_key, fold, environment) of
+    those units with ``error`` and ``count``. ``outside`` maps each stored unit the current
+    config does not ask for (a removed algorithm, seed or scenario: kept in the store, used by
+    no analysis) to the axis that leaves it out. ``health`` is what verifying the store found;
+    when damaged units were excluded (``load_study(..., exclude_damaged=True)``) they are in
+    ``health.damaged`` and in no frame. ``history`` is the store's config history.
     """
 
     directory: Path
@@ -865,6 +1234,8 @@ class Study:
     units: pd.DataFrame
     results: pd.DataFrame
     health: StoreHealth | None = None
+    outside: dict[str, str] = field(default_factory=dict)
+    history: list[ConfigRecord] = field(default_factory=list)
 
     @property
     def planned(self) -> int:
@@ -872,11 +1243,24 @@ class Study:
         c = self.config
         return len(c["scenarios"]) * len(c["algorithms"]) * len(c["seeds"])
 
+    @property
+    def scope(self) -> UnitScope:
+        """The units the current config asks for."""
+        last = self.history[-1] if self.history else None
+        names = last.scenario_names if last is not None and last.config == self.config else {}
+        return UnitScope.of(self.config, names)
+
+    def _damaged_in_config(self) -> list[str]:
+        if self.health is None:
+            return []
+        planned = self.scope.planned_keys()
+        return [k for k in self.health.damaged if planned is None or k in planned]
+
     def counts(self) -> dict[str, int]:
-        """{"done", "failed", "damaged", "pending", "planned"} unit counts."""
+        """{"done", "failed", "damaged", "pending", "planned"} unit counts of the current config."""
         done = int((self.units["status"] == "done").sum())
         failed = int((self.units["status"] == "failed").sum())
-        damaged = len(self.health.damaged) if self.health is not None else 0
+        damaged = len(self._damaged_in_config())
         return {
             "done": done,
             "failed": failed,
@@ -885,16 +1269,102 @@ class Study:
             "planned": self.planned,
         }
 
+    def coverage(self) -> pd.DataFrame:
+        """Per value of each axis (scenario, algorithm, seed): planned, done, failed, damaged and
+        pending units of the current config. Scenarios whose built names were never recorded
+        (a store of schema 1 or 2 not run since) are those of the stored units."""
+        scope = self.scope
+        at_key = {"scenario": 0, "algorithm": 1, "seed": 2}
+        damaged = [k.rsplit("|", 2) for k in self._damaged_in_config()]
+        units = self.units
+        scenarios = scope.scenarios
+        if scenarios is None:
+            scenarios = tuple(dict.fromkeys(units["scenario"]))
+        axes = {"scenario": scenarios, "algorithm": scope.algorithms, "seed": scope.seeds}
+        sizes = {a: len(v) for a, v in axes.items()}
+        sizes["scenario"] = len(self.config["scenarios"])
+        rows = []
+        for axis, values in axes.items():
+            per_value = self.planned // max(sizes[axis], 1)
+            for value in values:
+                mine = units[units[axis] == value]
+                shown = f"seed={value}" if axis == "seed" else str(value)
+                bad = sum(1 for parts in damaged if parts[at_key[axis]] == shown)
+                done = int((mine["status"] == "done").sum())
+                failed = int((mine["status"] == "failed").sum())
+                rows.append(
+                    (
+                        axis,
+                        str(value),
+                        per_value,
+                        done,
+                        failed,
+                        bad,
+                        per_value - done - failed - bad,
+                    )
+                )
+        columns = ["axis", "value", "planned", "done", "failed", "damaged", "pending"]
+        return pd.DataFrame.from_records(rows, columns=columns)
+
     def integrity_notes(self) -> list[str]:
         """What every output computed from this study must say about the store's integrity
         (damaged units left out, units without checksums); empty for a verified store."""
         return self.health.notes() if self.health is not None else []
 
+    def outside_note(self) -> str | None:
+        """One sentence on the stored units the current config does not ask for, or None."""
+        if not self.outside:
+            return None
+        by_axis: dict[str, list[str]] = {}
+        for why in dict.fromkeys(sorted(self.outside.values())):
+            axis, _, value = why.partition(" ")
+            by_axis.setdefault(axis, []).append(value)
+        shown = "; ".join(
+            f"{axis}{'s' if len(values) > 1 else ''} {', '.join(values[:NAMED_IN_LINE])}"
+            + (f" and {len(values) - NAMED_IN_LINE} more" if len(values) > NAMED_IN_LINE else "")
+            for axis, values in by_axis.items()
+        )
+        return (
+            f"{len(self.outside)} stored unit(s) are outside the current config (removed "
+            f"{shown}); they are kept in the store and not analysed"
+        )
+
+    def code_notes(self) -> list[str]:
+        """Warnings for finished units computed by different code: different oodeval sources,
+        or, per algorithm, different versions of an imported module (``versions`` of each unit,
+        `oodeval.study.worker.import_versions`)."""
+        notes = []
+        versions = list(self.units["versions"]) if "versions" in self.units else []
+        digests = {(v or {}).get("oodeval_source") for v in versions} - {None}
+        if len(digests) > 1:
+            notes.append(
+                f"the units were computed by {len(digests)} different versions of the oodeval "
+                "sources (see `versions` in the units table); results may not be comparable"
+            )
+        done = self.units[self.units["status"] == "done"] if len(self.units) else self.units
+        seen: dict[str, dict[str, set[str]]] = {}
+        for algorithm, v in zip(done.get("algorithm", []), done.get("versions", []), strict=True):
+            for key, digest in (v or {}).items():
+                if key.startswith(IMPORT_VERSION_PREFIX):
+                    name = key[len(IMPORT_VERSION_PREFIX) :]
+                    seen.setdefault(name, {}).setdefault(algorithm, set()).add(str(digest))
+        for name, by_algorithm in sorted(seen.items()):
+            changed = sorted(a for a, d in by_algorithm.items() if len(d) > 1)
+            if changed:
+                count = max(len(by_algorithm[a]) for a in changed)
+                notes.append(
+                    f"the units of {', '.join(changed)} were computed with {count} different "
+                    f"versions of the imported module {name} (its code changed between runs; "
+                    "digests in `versions` of the units table); their numbers may not compare"
+                )
+        return notes
+
 
 def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study:
     """Read and verify a study folder written by `oodeval study run` (or `run_study`).
 
-    Raises StoreDamagedError (naming the damaged units) when the store fails SQLite's quick check
+    The study holds the units of the current config (`Study.outside` names the others). Raises
+    StoreDamagedError (naming the damaged units) when the store fails SQLite's quick check
     or a unit fails verification; with ``exclude_damaged=True`` the damaged units are left out
     instead and `Study.integrity_notes` says so. A damaged config is always refused.
     """
@@ -906,8 +1376,15 @@ def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study
     if contents.config is None:
         raise OodevalError(f"{store.path} has no study config; was the run interrupted early?")
     health.excluded = exclude_damaged
+    current, outside = contents.in_config()
     return Study(
-        Path(directory), contents.config, contents.units_frame(), contents.results_frame(), health
+        Path(directory),
+        contents.config,
+        current.units_frame(),
+        current.results_frame(),
+        health,
+        outside,
+        contents.history,
     )
 
 
@@ -929,7 +1406,13 @@ class StoreVerification:
         """Everything verified: SQLite's full check passes and every unit has a checksum that
         matches, no row belongs to no unit."""
         h = self.health
-        return h is not None and h.trusted and not h.unverified and self.stray_rows == 0
+        return (
+            h is not None
+            and h.trusted
+            and not h.unverified
+            and not h.history_damage
+            and self.stray_rows == 0
+        )
 
     def lines(self) -> list[str]:
         """The report `oodeval study verify` prints."""
@@ -948,6 +1431,7 @@ class StoreVerification:
             f"{len(h.unverified)} without checksum"
         )
         out += [f"damaged: {k}: {v}" for k, v in h.damaged.items()]
+        out += [f"damaged: config history {k}: {v}" for k, v in h.history_damage.items()]
         if self.stray_rows is None:
             out.append("stray rows: cannot be counted (the tables cannot be read in full)")
         elif self.stray_rows:
@@ -966,7 +1450,7 @@ class StoreVerification:
             return "clean"
         if h.problems:
             return f"DAMAGED; {_RESTORE}"
-        if not h.trusted or self.stray_rows:
+        if not h.trusted or self.stray_rows or h.history_damage:
             return (
                 "DAMAGED; `oodeval study run` with the same config moves the damaged units "
                 "aside (rebuilding the file when SQLite's check fails) and runs them again"
@@ -995,13 +1479,14 @@ def verify_store(directory: str | Path) -> StoreVerification:
         return report
     with store:
         try:
-            report.health = store.read().health
+            contents = store.read()
         except StoreDamagedError as exc:
             report.unreadable = str(exc)
             return report
+        report.health = contents.health
         study = _quiet(store._study_rows, {})
         report.schema = study.get("schema", "1")
-        report.history = _history(study)
+        report.history = _history(study) + [r.line() for r in contents.history if r.recorded]
         report.stray_rows = _quiet(lambda: _count_stray(store), None)
         if "quarantine" in store._tables:
             report.quarantined = _quiet(
@@ -1074,6 +1559,11 @@ def _unit_values(record: UnitRecord, attempts: int) -> tuple:
         None if record.finished is None else str(record.finished),
         int(attempts),
     )
+
+
+def _history_checksum(row: Sequence[Any]) -> str:
+    """SHA-256 of a ``configs`` row (`CONFIG_COLUMNS` order): the canonical JSON of its values."""
+    return text_checksum(json.dumps(list(row), ensure_ascii=False))
 
 
 def _refuse_duplicates(key: str, pairs: Sequence[tuple], what: str) -> None:

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from oodeval.pool import set_threads
-from oodeval.study.config import StudyConfig, build, config_from_dict, import_backend
+from oodeval.study.config import (
+    IMPORT_VERSION_PREFIX,
+    StudyConfig,
+    build,
+    code_digest,
+    config_from_dict,
+    import_backend,
+    is_path_import,
+)
 
 #: The failure reason of a unit whose worker process died under it.
 WORKER_DIED = (
@@ -115,16 +123,23 @@ _STATE: dict[str, Any] = {}
 def setup_worker(config_json: str, settings: WorkerSettings | None = None) -> None:
     """Set this process up to run units of the config `config_json` (`StudyConfig.to_json`).
 
-    Runs ``settings.threads`` threads, imports the config's ``imports`` and backend. Calling it
-    again with the same config only applies `settings`, so a process reused by several tasks
-    (Ray, Slurm jobs) keeps its imports and its built scenario.
+    Runs ``settings.threads`` threads, imports the config's ``imports`` and backend, and digests
+    the code of each import (`import_versions`). Calling it again with the same config only
+    applies `settings`, so a process reused by several tasks (Ray, Slurm jobs) keeps its imports
+    and its built scenario.
     """
     settings = WorkerSettings() if settings is None else settings
     set_threads(settings.threads)  # before the backend may import torch
     if _STATE.get("config_json") != config_json:
         config = config_from_dict(json.loads(config_json))
         _STATE.clear()
-        _STATE.update(config_json=config_json, config=config, backend=import_backend(config))
+        backend = import_backend(config)
+        _STATE.update(
+            config_json=config_json,
+            config=config,
+            backend=backend,
+            import_versions=import_versions(config),
+        )
     set_threads(settings.threads)
 
 
@@ -165,7 +180,7 @@ def run_task(task: UnitTask) -> UnitOutcome:
         outcome,
         started=started,
         finished=now(),
-        versions=versions(),
+        versions={**versions(), **_STATE.get("import_versions", {})},
         warnings=tuple(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught)),
     )
 
@@ -220,18 +235,34 @@ def versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
-    """SHA-256 (first 16 hex digits) of the oodeval package's Python sources.
+    """SHA-256 (first 16 hex digits) of the oodeval package's Python sources (`code_digest`).
 
     Stored with every unit, so units computed by different code (an edited checkout with the same
     version number) can be told apart.
     """
-    import hashlib
-
     import oodeval
 
-    root = Path(oodeval.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return code_digest(Path(oodeval.__file__).resolve().parent)
+
+
+def import_versions(config: StudyConfig) -> dict[str, str]:
+    """``{"import:<name>": code_digest}`` of each of the config's ``imports`` as this process
+    imported it: a ``.py`` file (name: its stem), or a module's file (a package: its folder).
+
+    Stored in every unit's ``versions``, so units of one algorithm computed with different code
+    of a user's module are flagged by the analyses (`oodeval.study.store.Study.code_notes`).
+    """
+    out = {}
+    for entry in config.imports:
+        if is_path_import(entry):
+            name, where = Path(entry).stem, Path(entry)
+        else:
+            module = sys.modules.get(entry)
+            file = getattr(module, "__file__", None)
+            if file is None:
+                continue  # a namespace package: no file of its own
+            name, where = entry, Path(file)
+            if getattr(module, "__path__", None) is not None:
+                where = where.parent
+        out[f"{IMPORT_VERSION_PREFIX}{name}"] = code_digest(where)
+    return out
