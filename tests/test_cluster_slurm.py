@@ -121,12 +121,30 @@ def _run_cli(cmd: list[str], env: dict[str, str], timeout: float = 300) -> str:
     return result.stdout
 
 
-def _sacct(env: dict[str, str], *options: str) -> list[list[str]]:
-    """sacct rows (allocations only, no steps) as lists of fields."""
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", *options], env=env, capture_output=True, text=True, check=True
-    ).stdout
-    return [line.split("|") for line in out.splitlines() if line]
+def _sacct(
+    env: dict[str, str], *options: str, expect: int = 0, timeout: float = 60.0
+) -> list[list[str]]:
+    """sacct rows (allocations only, no steps) as lists of fields.
+
+    slurmctld hands finished jobs to slurmdbd asynchronously, so a job can reach the accounting
+    database a few seconds after its array completed: with `expect`, sacct is asked again until it
+    lists that many jobs, none of them still pending or running (or `timeout` seconds pass and the
+    last answer is returned for the caller's assertion to show).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", *options],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = [line.split("|") for line in out.splitlines() if line]
+        settled = not any(field in ("PENDING", "RUNNING") for row in rows for field in row)
+        if len(rows) >= expect and settled or time.monotonic() > deadline:
+            return rows
+        time.sleep(1.0)
 
 
 def _squeue(env: dict[str, str], name: str) -> list[tuple[str, str]]:
@@ -195,7 +213,7 @@ def test_slurm_study_completes_and_its_store_equals_the_local_executors(tmp_path
     assert_same_store(out, reference)  # failure reasons included
     # slurmctld scheduled them: one array of 8 jobs (2 units each), all completed on this node
     (array,) = {p.name.split("_")[0] for p in (out / "slurm").glob("*_0_log.out")}
-    jobs = _sacct(slurm_env, "-j", array, "-o", "JobID,JobName,State,NodeList")
+    jobs = _sacct(slurm_env, "-j", array, "-o", "JobID,JobName,State,NodeList", expect=8)
     assert sorted(job[0] for job in jobs) == sorted(f"{array}_{i}" for i in range(8)), jobs
     assert {tuple(job[1:3]) for job in jobs} == {("oodeval-slurm-cli", "COMPLETED")}
     print("sacct:", *("|".join(job) for job in jobs), sep="\n")
@@ -305,7 +323,9 @@ def test_scancelled_job_is_failed_with_slurms_reason_and_retry_failed_reruns_it(
     assert "\n" not in reason
     (state,) = [
         s
-        for job_id, s in _sacct(slurm_env, "-j", victim.split("_")[0], "-o", "JobID,State")
+        for job_id, s in _sacct(
+            slurm_env, "-j", victim.split("_")[0], "-o", "JobID,State", expect=1
+        )
         if job_id == victim
     ]
     assert state.startswith("CANCELLED"), state
