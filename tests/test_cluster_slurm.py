@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from oodeval.study import load_config, load_study, run_study
-from tests.test_study_runner import assert_same_store, stored_rows
+from tests.test_study_runner import assert_same_store, count_stored_units, stored_rows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -177,15 +177,6 @@ scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
     return path
 
 
-def _count_units(directory: Path) -> int:
-    if not (directory / "results.sqlite").exists():
-        return 0
-    try:
-        with sqlite3.connect(directory / "results.sqlite", timeout=5) as conn:
-            return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-    except sqlite3.OperationalError:  # tables not created yet
-        return 0
-
 
 def _wait(condition, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout
@@ -243,7 +234,7 @@ def test_driver_killed_mid_study_resumes_without_duplicate_or_loss(tmp_path, slu
 
         def midway() -> bool:
             states = [state for _, state in _squeue(slurm_env, "oodeval-slurm-kill")]
-            return _count_units(out) >= 2 and "RUNNING" in states
+            return count_stored_units(out) >= 2 and "RUNNING" in states
 
         _wait(midway, 240, "2 stored units and a running job", proc)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, while Slurm runs its jobs
@@ -251,7 +242,7 @@ def test_driver_killed_mid_study_resumes_without_duplicate_or_loss(tmp_path, slu
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    interrupted = _count_units(out)
+    interrupted = count_stored_units(out)
     assert 2 <= interrupted < 8, log.read_text()
     with sqlite3.connect(out / "results.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -298,12 +289,13 @@ def test_scancelled_job_is_failed_with_slurms_reason_and_retry_failed_reruns_it(
         def both_waiting() -> bool:
             states = [state for _, state in _squeue(slurm_env, "oodeval-slurm-cancel")]
             started = len(list(trace.glob("GroupDRO.*")))
-            return _count_units(out) == 2 and states == ["RUNNING", "RUNNING"] and started == 2
+            stored = count_stored_units(out)
+            return stored == 2 and states == ["RUNNING", "RUNNING"] and started == 2
 
         _wait(both_waiting, 240, "the ERM units stored and both GroupDRO jobs running", proc)
         victim = _squeue(slurm_env, "oodeval-slurm-cancel")[0][0]
         subprocess.run(["scancel", victim], env=slurm_env, check=True)
-        _wait(lambda: _count_units(out) >= 3, 120, "the cancelled unit's record", proc)
+        _wait(lambda: count_stored_units(out) >= 3, 120, "the cancelled unit's record", proc)
         gate.touch()  # the other GroupDRO job completes
         stdout, stderr = proc.communicate(timeout=120)
     finally:

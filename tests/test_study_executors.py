@@ -28,7 +28,7 @@ from oodeval.study.executors import (
     make_executor,
 )
 from tests.requires import requires_module
-from tests.test_study_runner import assert_same_store, synthetic_config
+from tests.test_study_runner import assert_same_store, count_stored_units, synthetic_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -134,7 +134,7 @@ fail_algorithms = ["CORAL"]
     deadline = time.monotonic() + 90
     try:
         while time.monotonic() < deadline:
-            if _count_units(killed) >= 4:
+            if count_stored_units(killed) >= 4:
                 break
             if proc.poll() is not None:
                 pytest.fail(f"the driver ended before it was killed: {log.read_text()!r}")
@@ -142,7 +142,7 @@ fail_algorithms = ["CORAL"]
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, while Ray's workers run its units
     finally:
         proc.wait(timeout=30)
-    interrupted = _count_units(killed)
+    interrupted = count_stored_units(killed)
     assert 4 <= interrupted < 16
     with sqlite3.connect(killed / "results.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -156,15 +156,6 @@ fail_algorithms = ["CORAL"]
     run_study(load_config(cfg_path), reference, workers=2, progress=False)
     assert_same_store(killed, reference)
 
-
-def _count_units(directory: Path) -> int:
-    if not (directory / "results.sqlite").exists():
-        return 0
-    try:
-        with sqlite3.connect(directory / "results.sqlite", timeout=5) as conn:
-            return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-    except sqlite3.OperationalError:  # tables not created yet
-        return 0
 
 
 def test_submitit_local_jobs_give_the_local_executors_store(tmp_path, local_reference):

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from oodeval.study import load_config, load_study, run_study, synthetic
-from tests.test_study_runner import assert_same_store, synthetic_config
+from tests.test_study_runner import assert_same_store, count_stored_units, synthetic_config
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "OODEVAL_TEST_STUDY"
@@ -101,15 +101,6 @@ def assert_no_process_survives(token: str, seconds: float = 30.0) -> None:
     assert not left, f"still running {seconds} s after the driver ended: {left}"
 
 
-def stored_units(directory: Path) -> int:
-    if not (directory / "results.sqlite").exists():
-        return 0
-    try:
-        with sqlite3.connect(directory / "results.sqlite", timeout=5) as conn:
-            return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-    except sqlite3.OperationalError:  # tables not created yet
-        return 0
-
 
 def wait_for(condition, proc: subprocess.Popen, what: str, seconds: float = 120.0) -> None:
     deadline = time.monotonic() + seconds
@@ -132,7 +123,7 @@ def test_ctrl_c_abandons_the_units_in_flight_and_the_same_command_resumes(tmp_pa
     try:
         # units run scenario by scenario, seed by seed: ERM, IRM, GroupDRO (hangs), CORAL, then
         # seed 1's ERM and IRM, and its GroupDRO hangs the second worker
-        wait_for(lambda: stored_units(out) >= 5, proc, "five stored units")
+        wait_for(lambda: count_stored_units(out) >= 5, proc, "five stored units")
         time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the driver and its workers
         returncode = proc.wait(timeout=60)  # not the ten minutes of the units in flight
@@ -141,7 +132,7 @@ def test_ctrl_c_abandons_the_units_in_flight_and_the_same_command_resumes(tmp_pa
             os.killpg(proc.pid, signal.SIGKILL)
     stderr = proc.stderr.read().decode()
     assert returncode == 130, stderr
-    stored = stored_units(out)
+    stored = count_stored_units(out)
     # besides the stored CORAL failures' lines: one line, no traceback
     assert [line for line in stderr.splitlines() if not line.startswith("failed: ")] == [
         f"interrupted: {stored} of 16 units stored; run the same command again to resume"

@@ -34,6 +34,7 @@ from oodeval.study.store import (
     UnitRecord,
     verify_store,
 )
+from tests.test_study_runner import count_stored_units
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -376,26 +377,15 @@ def merge_process(a: Path, b: Path, out: Path) -> subprocess.Popen:
     )
 
 
-def stored_units(out: Path) -> int:
-    """Units in `out`'s store, read without waiting for its writer (0 while it has none)."""
-    try:
-        conn = sqlite3.connect(f"{(out / STORE_NAME).as_uri()}?mode=ro", uri=True, timeout=5)
-        try:
-            return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return 0
-
 
 def wait_for_units(process: subprocess.Popen, out: Path, at_least: int) -> int:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        count = stored_units(out)
+        count = count_stored_units(out)
         if count >= at_least:
             return count
         time.sleep(0.01)
-    return stored_units(out)
+    return count_stored_units(out)
 
 
 def assert_equal_stores(out: Path, reference: Path) -> None:
@@ -419,7 +409,7 @@ def test_a_merge_killed_at_a_random_point_completes_when_run_again(large, tmp_pa
     seen = wait_for_units(process, out, point)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    killed = stored_units(out)
+    killed = count_stored_units(out)
     assert seen <= killed < total, (seen, killed, point)  # killed mid-merge
     again = merge_process(a, b, out)
     stdout, stderr = again.communicate(timeout=300)
@@ -438,7 +428,7 @@ def test_ctrl_c_stops_a_merge_with_one_line_and_the_same_command_resumes(large, 
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    stored = stored_units(out)
+    stored = count_stored_units(out)
     assert stderr.strip() == (
         f"interrupted: {stored} of {total} units stored; run the same command again to resume"
     )

@@ -125,14 +125,14 @@ fail_algorithms = ["CORAL"]
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
-            if (killed / "results.sqlite").exists() and _count_units(killed) >= 4:
+            if (killed / "results.sqlite").exists() and count_stored_units(killed) >= 4:
                 break
             assert proc.poll() is None, "the study finished before it could be killed"
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGKILL)  # the parent and its workers, mid-study
     finally:
         proc.wait(timeout=30)
-    interrupted = _count_units(killed)
+    interrupted = count_stored_units(killed)
     assert 4 <= interrupted < 16
     with sqlite3.connect(killed / "results.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -155,11 +155,17 @@ fail_algorithms = ["CORAL"]
     assert_same_store(killed, reference)
 
 
-def _count_units(directory: Path) -> int:
+def count_stored_units(directory: Path) -> int:
+    """Units in `directory`'s store, read-only and without waiting for its writer (0 while the
+    store or its tables do not exist yet)."""
     try:
-        with sqlite3.connect(directory / "results.sqlite", timeout=5) as conn:
+        uri = f"{(directory / 'results.sqlite').as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=5)
+        try:
             return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-    except sqlite3.OperationalError:  # tables not created yet
+        finally:
+            conn.close()
+    except sqlite3.Error:
         return 0
 
 

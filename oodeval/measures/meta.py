@@ -214,6 +214,17 @@ def _rowwise_kendall_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
+
+def _percentile_interval(
+    draws: np.ndarray, valid: np.ndarray, confidence: float
+) -> tuple[float, float]:
+    """The percentile bootstrap interval: the (1 - c)/2 and (1 + c)/2 quantiles of the valid
+    draws, or (nan, nan) when no draw is valid."""
+    if not valid.any():
+        return (float("nan"), float("nan"))
+    lo, hi = np.quantile(draws[valid], [(1 - confidence) / 2, (1 + confidence) / 2])
+    return (float(lo), float(hi))
+
 def bootstrap_correlation_ci(
     measure_scores: Any,
     ideal_scores: Any,
@@ -263,17 +274,9 @@ def bootstrap_correlation_ci(
                 [stats.kendalltau(a, b, variant="b").statistic for a, b in zip(x, y, strict=True)]
             )
     valid = np.isfinite(rho) & np.isfinite(tau)
-    q = [(1 - confidence) / 2, (1 + confidence) / 2]
-
-    def bounds(v: np.ndarray) -> tuple[float, float]:
-        if not valid.any():
-            return (float("nan"), float("nan"))
-        lo, hi = np.quantile(v[valid], q)
-        return (float(lo), float(hi))
-
     return {
-        "spearman": bounds(rho),
-        "kendall": bounds(tau),
+        "spearman": _percentile_interval(rho, valid, confidence),
+        "kendall": _percentile_interval(tau, valid, confidence),
         "n_valid": int(valid.sum()),
         "n_resamples": int(n_resamples),
         "confidence": float(confidence),
@@ -381,21 +384,14 @@ def paired_spearman_ci(
         draws[1, k] = _rowwise_spearman(s[k][idx], ideal)
     first, second = draws.mean(axis=1)  # NaN when any seed's rho is undefined
     valid = np.isfinite(first) & np.isfinite(second)
-    q = [(1 - confidence) / 2, (1 + confidence) / 2]
-
-    def bounds(v: np.ndarray) -> tuple[float, float]:
-        if not valid.any():
-            return (float("nan"), float("nan"))
-        lo, hi = np.quantile(v[valid], q)
-        return (float(lo), float(hi))
 
     return {
         "first": rho_first,
         "second": rho_second,
         "difference": rho_first - rho_second,
-        "first_ci": bounds(first),
-        "second_ci": bounds(second),
-        "difference_ci": bounds(first - second),
+        "first_ci": _percentile_interval(first, valid, confidence),
+        "second_ci": _percentile_interval(second, valid, confidence),
+        "difference_ci": _percentile_interval(first - second, valid, confidence),
         "n_valid": int(valid.sum()),
         "n_resamples": int(n_resamples),
         "confidence": float(confidence),

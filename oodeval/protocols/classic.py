@@ -51,22 +51,10 @@ def classic_domains(
         return NICO_TRAIN_DOMAINS, NICO_TEST_DOMAINS
     if train_domains is None:
         test = check_domains(tree, test_domains or (), "test")
-        train = tuple(d for d in tree.common_domains() if d not in test)
-        if not train:
-            raise OodevalError(
-                f"no domain common to every class is left for training besides the test "
-                f"domains {', '.join(test)}; name the training domains too"
-            )
-        return train, test
+        return _remaining_common(tree, test, "test", "training"), test
     train = check_domains(tree, train_domains, "training")
     if test_domains is None:
-        test = tuple(d for d in tree.common_domains() if d not in train)
-        if not test:
-            raise OodevalError(
-                f"no domain common to every class is left for test besides the training "
-                f"domains {', '.join(train)}; name the test domains too"
-            )
-        return train, test
+        return train, _remaining_common(tree, train, "training", "test")
     return train, check_domains(tree, test_domains, "test")
 
 
@@ -112,3 +100,16 @@ def classic_split(
                 f"class {cls} has no images in the training domains {', '.join(train)}"
             )
     return with_validation(rows, val_fraction, seed)
+
+
+def _remaining_common(
+    tree: ImageTree, named: tuple[str, ...], named_role: str, role: str
+) -> tuple[str, ...]:
+    """The domains common to every class that are not `named` (the other side of the split)."""
+    rest = tuple(d for d in tree.common_domains() if d not in named)
+    if not rest:
+        raise OodevalError(
+            f"no domain common to every class is left for {role} besides the {named_role} "
+            f"domains {', '.join(named)}; name the {role} domains too"
+        )
+    return rest
