@@ -1,4 +1,12 @@
-"""Pieces every command module shares: error reporting and the default-subcommand group."""
+"""Pieces every command module shares: the output options, error reporting, Ctrl-C handling and
+the default-subcommand group.
+
+The command-line contract (README "Command-line contract"): a command that prints a table takes
+``--format/-f`` (`FORMAT_OPT`, one of `oodeval.tables.FORMATS`) and ``--output/-o FILE``
+(`OUTPUT_OPT`); a command that writes artefacts (a report, a study folder, a figure, a model)
+takes ``--out`` without a short form. Exit status: 0 done, 1 a check found a problem, 2 bad
+input or usage, 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,9 @@ import functools
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +28,28 @@ from oodeval.errors import OodevalError
 F = TypeVar("F", bound=Callable[..., Any])
 
 USAGE_ERROR = 2
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+
+
+class OutputFormat(str, Enum):
+    """The four output formats of every table-printing command (`oodeval.tables.FORMATS`)."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
+    markdown = "markdown"
+
+
+FORMAT_OPT: Any = typer.Option(
+    OutputFormat.table,
+    "--format",
+    "-f",
+    case_sensitive=False,
+    help="Output format: table (aligned text), csv, json or markdown.",
+)
+OUTPUT_OPT: Any = typer.Option(
+    None, "--output", "-o", help="Write the output to this file instead of stdout."
+)
 
 
 def fail(message: str) -> typer.Exit:
@@ -103,3 +135,20 @@ def echo_output(text: str, output: str | None) -> None:
         with open(output, "w", encoding="utf-8") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
         typer.echo(f"wrote {output}", err=True)
+
+
+@contextmanager
+def stops_on_ctrl_c(kept: str) -> Iterator[None]:
+    """Turn Ctrl-C inside the block into one stderr line and exit status 130, no traceback.
+
+    `kept` says what was kept and how to resume or re-run, for a plain KeyboardInterrupt; an
+    interrupt that carries its own message (`oodeval.study.StudyInterrupted`: how many units are
+    stored) prints that instead. Long commands wrap their work in it, so every one stops the same
+    way: ``interrupted: <what is kept>; <how to go on>``.
+    """
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        message = str(exc) or f"interrupted: {kept}"
+        typer.echo(message, err=True)
+        raise typer.Exit(code=INTERRUPTED) from None

@@ -8,6 +8,7 @@ import typer
 
 from oodeval.cli._common import reports_errors
 from oodeval.errors import OodevalError
+from oodeval.tables import text_table
 
 app = typer.Typer(
     help="Run the worst+gap paper's measure study resumably and analyse it.",
@@ -201,7 +202,6 @@ def status_command(
     The store is verified as it is read (SQLite's quick check, each unit's row counts and
     checksum); `oodeval study verify DIR` gives the full report.
     """
-    from oodeval.cli.importers import render_table
     from oodeval.study import load_study
     from oodeval.study.integrity import printable
 
@@ -216,7 +216,7 @@ def status_command(
     if not coverage["damaged"].any():
         coverage = coverage.drop(columns="damaged")
     rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
-    typer.echo(render_table(list(coverage.columns), rows, markdown=False))
+    typer.echo(text_table(list(coverage.columns), rows))
     for note in filter(None, [study.outside_note(), *study.code_notes()]):
         typer.echo(f"note: {note}")
     failed = study.units[study.units["status"] == "failed"]
