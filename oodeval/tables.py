@@ -19,8 +19,8 @@ IRM           nan
 | --- | ---: |
 | ERM | 0.2500 |
 | IRM | nan |
->>> render_frame(frame, "json")
-'[\\n  {\\n    "algorithm": "ERM",\\n    "error": 0.25\\n  },\\n  {\\n    "algorithm": "IRM",\\n    "error": null\\n  }\\n]'
+>>> json.loads(render_frame(frame, "json"))
+[{'algorithm': 'ERM', 'error': 0.25}, {'algorithm': 'IRM', 'error': None}]
 
 This module imports only numpy and pandas, so `results`, `study` and `cli` can all use it.
 """

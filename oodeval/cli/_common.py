@@ -24,6 +24,7 @@ import typer
 from typer.core import TyperGroup
 
 from oodeval.errors import OodevalError
+from oodeval.tables import render_frame, render_rows, to_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -138,17 +139,59 @@ def echo_output(text: str, output: str | None) -> None:
 
 
 @contextmanager
-def stops_on_ctrl_c(kept: str) -> Iterator[None]:
+def stops_on_ctrl_c(kept: str, *, own_message: bool = True) -> Iterator[None]:
     """Turn Ctrl-C inside the block into one stderr line and exit status 130, no traceback.
 
     `kept` says what was kept and how to resume or re-run, for a plain KeyboardInterrupt; an
     interrupt that carries its own message (`oodeval.study.StudyInterrupted`: how many units are
-    stored) prints that instead. Long commands wrap their work in it, so every one stops the same
+    stored) prints that instead, unless `own_message` is False. Long commands wrap their work in it, so every one stops the same
     way: ``interrupted: <what is kept>; <how to go on>``.
     """
     try:
         yield
     except KeyboardInterrupt as exc:
-        message = str(exc) or f"interrupted: {kept}"
+        message = (own_message and str(exc)) or f"interrupted: {kept}"
         typer.echo(message, err=True)
         raise typer.Exit(code=INTERRUPTED) from None
+
+
+def render_metrics(metrics: dict[str, Any], fmt: OutputFormat) -> str:
+    """A dict of named numbers as text: json an object, csv one row (a column per metric, floats
+    at full precision), table and markdown one ``metric | value`` row per metric (6 decimals).
+
+    >>> print(render_metrics({"hm": 0.5, "n_base": 3}, OutputFormat.table))
+    metric     value
+    hm      0.500000
+    n_base         3
+    """
+    import pandas as pd
+
+    if fmt is OutputFormat.json:
+        return to_json(metrics)
+    if fmt is OutputFormat.csv:
+        return render_frame(pd.DataFrame([metrics]), "csv")
+    rows = [[k, f"{v:.6f}" if isinstance(v, float) else str(v)] for k, v in metrics.items()]
+    return render_rows(["metric", "value"], rows, fmt.value, right=[False, True])
+
+
+def lines_frame(lines: list[str]) -> Any:
+    """Report lines ``item: detail`` as a two-column DataFrame (item, detail); an indented line
+    continues the item above it (its item is empty)."""
+    import pandas as pd
+
+    rows = []
+    for line in lines:
+        item, sep, detail = line.partition(": ")
+        if line.startswith(" ") or not sep:
+            rows.append(("", line.strip()))
+        else:
+            rows.append((item, detail))
+    return pd.DataFrame(rows, columns=["item", "detail"])
+
+
+def render_lines(lines: list[str], fmt: OutputFormat) -> str:
+    """A report of ``item: detail`` lines: as written for ``table``, else as the (item, detail)
+    table of `lines_frame` in csv, json (records) or markdown."""
+    if fmt is OutputFormat.table:
+        return "\n".join(lines)
+    return render_frame(lines_frame(lines), fmt.value)

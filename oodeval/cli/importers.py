@@ -36,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+
 def _number(x: float, digits: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -69,9 +70,7 @@ def _selection_tables(
                 row.append("X" if r is None else f"{r.mean:.1f} +/- {r.err:.1f}")
             avg = f"{sum(by_env[e].mean for e in range(n)) / n:.1f}" if len(by_env) == n else "X"
             rows.append([*row, avg])
-        parts.append(
-            heading(title, fmt) + "\n" + _table(["Algorithm", *names, "Avg"], rows, fmt)
-        )
+        parts.append(heading(title, fmt) + "\n" + _table(["Algorithm", *names, "Avg"], rows, fmt))
     return parts
 
 

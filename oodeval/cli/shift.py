@@ -78,9 +78,7 @@ def metrics_frame(result: object) -> pd.DataFrame:
     )
 
 
-def render_report(
-    names: tuple[str, str], result: object, counts: tuple[int, int], fmt: str
-) -> str:
+def render_report(names: tuple[str, str], result: object, counts: tuple[int, int], fmt: str) -> str:
     """The human-readable report (table or markdown format) of one `shift_metrics` result."""
     opts = result.options  # type: ignore[attr-defined]
     seeds = result.seeds  # type: ignore[attr-defined]

@@ -73,9 +73,7 @@ def variance_report(
             )
         rows.sort(key=lambda row: (row[0], row[1] == "mean"))
         title = f"Dataset: {dataset}, test variance and oracle gap (accuracy points)"
-        parts.append(
-            heading(title, fmt) + "\n" + render_rows(header, rows, fmt, compact_rule=True)
-        )
+        parts.append(heading(title, fmt) + "\n" + render_rows(header, rows, fmt, compact_rule=True))
     parts.append(
         f"Seed std: std (ddof={ddof}) over trials of the accuracy chosen by training-domain "
         f"validation. Epoch std: std (ddof={ddof}) over the last {last} checkpoints of each chosen "

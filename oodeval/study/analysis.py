@@ -37,7 +37,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
