@@ -144,8 +144,8 @@ def stops_on_ctrl_c(kept: str, *, own_message: bool = True) -> Iterator[None]:
 
     `kept` says what was kept and how to resume or re-run, for a plain KeyboardInterrupt; an
     interrupt that carries its own message (`oodeval.study.StudyInterrupted`: how many units are
-    stored) prints that instead, unless `own_message` is False. Long commands wrap their work in it, so every one stops the same
-    way: ``interrupted: <what is kept>; <how to go on>``.
+    stored) prints that instead, unless `own_message` is False. Long commands wrap their work
+    in it, so every one stops the same way: ``interrupted: <what is kept>; <how to go on>``.
     """
     try:
         yield
