@@ -26,7 +26,9 @@ def test_shift_prints_all_metrics_and_the_theorem_line():
     assert res.exit_code == 0, res.output
     for name in ("m_cov", "m_cpt_min", "m_cpt_max", "cpt_minus_cov", "Theorem 3.3"):
         assert name in res.output
-    assert "+-" in res.output and "2 seed(s) [0, 1]" in res.output
+    assert "2 seed(s) [0, 1]" in res.output
+    header = next(ln for ln in res.stdout.splitlines() if ln.startswith("metric"))
+    assert header.split() == ["metric", "mean", "std", "description"]
 
 
 def test_shift_json_matches_the_library_call():
