@@ -17,7 +17,7 @@ from oodeval.shift.specs import disjoint_pair, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-FAST = ["--n-seeds", "2", "--steps", "30", "--max-samples", "400"]
+FAST = ["--n-seeds", "2", "--n-steps", "30", "--max-samples", "400"]
 
 
 def test_shift_prints_all_metrics_and_the_theorem_line():
@@ -50,7 +50,7 @@ def test_shift_json_matches_the_library_call():
 
 def test_same_spec_twice_is_an_iid_split_and_single_seed_has_no_std(tmp_path):
     out = tmp_path / "r.json"
-    args = ["shift", "--from", "digits", "--to", "digits", "--n-seeds", "1", "--steps", "20"]
+    args = ["shift", "--from", "digits", "--to", "digits", "--n-seeds", "1", "--n-steps", "20"]
     res = runner.invoke(app, [*args, "--format", "json", "--output", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
@@ -146,7 +146,7 @@ def test_shift_subprocess_bad_input_has_no_traceback():
     ("option", "value", "message"),
     [
         ("--n-seeds", "0", "--n-seeds must be at least 1, got 0"),
-        ("--steps", "0", "--steps must be at least 1, got 0"),
+        ("--n-steps", "0", "--n-steps must be at least 1, got 0"),
         ("--batch-size", "-3", "--batch-size must be at least 1, got -3"),
         ("--max-samples", "1", "--max-samples must be at least 2, got 1"),
     ],

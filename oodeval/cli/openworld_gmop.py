@@ -53,7 +53,7 @@ def ratio_study_command(
         "--ratios",
         help="Comma-separated base:new ratios; Fwd = 1:5 and Bwd = 5:1.",
     ),
-    repeats: int = typer.Option(5, "--repeats", help="Seeded resamples per ratio."),
+    repeats: int = typer.Option(5, "--n-repeats", help="Seeded resamples per ratio."),
     seed: int = typer.Option(0, "--seed", help="Seed of the first resample."),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
@@ -117,7 +117,7 @@ def make_features_command(
         "--encoder-source",
         help="Train the encoder on this source's base classes (digits, for an mnist:DIR source).",
     ),
-    shots: int = typer.Option(16, "--shots", help="Training samples per base class."),
+    shots: int = typer.Option(16, "--n-shots", help="Training samples per base class."),
     overlap: float = typer.Option(
         0.5, "--overlap", help="synthetic only: move new-class centres towards base ones (0..1)."
     ),
@@ -146,12 +146,12 @@ def train_gmop_command(
     features: Path = typer.Argument(..., help="Training feature file (.npz); base rows are used."),
     out: Path = typer.Option(..., "--out", help="Where to write the trained model (.npz)."),
     method: Method = typer.Option(Method.gmop, "--method", help="gmop or single-context (CE)."),
-    partitions: int = typer.Option(3, "--partitions", help="K pseudo base/new partitions."),
+    partitions: int = typer.Option(3, "--n-partitions", help="K pseudo base/new partitions."),
     auc_weight: float = typer.Option(1.0, "--auc-weight", help="lambda: gated AUC term weight."),
     detector_weight: float = typer.Option(
         1.0, "--detector-weight", help="alpha: detectors' cross-entropy weight."
     ),
-    steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
+    steps: int = typer.Option(200, "--n-steps", help="Optimizer steps."),
     lr: float = typer.Option(1e-2, "--lr", help="Adam learning rate."),
     weight_decay: float = typer.Option(1e-3, "--weight-decay", help="Pull towards zero-shot."),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Default: full batch."),

@@ -115,7 +115,7 @@ def shift_command(
         help="Images the scenario SPECs draw from: digits, mnist:DIR, folder:DIR, ...",
     ),
     n_seeds: int = typer.Option(3, "--n-seeds", help="Number of seeds: seeds 0..N-1."),
-    steps: int = typer.Option(300, "--steps", help="Training steps per network."),
+    steps: int = typer.Option(300, "--n-steps", help="Training steps per network."),
     hypothesis: Hypothesis = typer.Option(
         Hypothesis.mlp, "--hypothesis", help="Hypothesis class H."
     ),
@@ -144,7 +144,7 @@ def shift_command(
     # Checked here rather than with typer's min=, whose usage errors span several lines.
     for flag, value, low in (
         ("--n-seeds", n_seeds, 1),
-        ("--steps", steps, 1),
+        ("--n-steps", steps, 1),
         ("--batch-size", batch_size, 1),
         ("--max-samples", max_samples, 2),
     ):
