@@ -81,7 +81,8 @@ def test_single_context_method_and_same_seed_same_file(files):
 
 def test_ratio_study_table_and_csv(files):
     _ok(["evaluate", str(files / "test.npz"), "--predictions", str(files / "zs.npz")])
-    table = _ok(["ratio-study", str(files / "zs.npz"), "--ratios", "Fwd,1:1,Bwd", "--n-repeats", "2"])
+    zs = str(files / "zs.npz")
+    table = _ok(["ratio-study", zs, "--ratios", "Fwd,1:1,Bwd", "--n-repeats", "2"])
     lines = [line for line in table.splitlines() if line.strip()]
     assert [line.split()[0] for line in lines] == ["ratio", "1:5", "1:1", "5:1", "spread"]
     out_csv = files / "ratio.csv"

@@ -77,6 +77,8 @@ def reports_errors(fn: F) -> F:
             raise fail(f"permission denied: {exc.filename}") from None
         except sqlite3.Error as exc:  # backstop: the study store translates what it expects
             raise fail(f"SQLite: {exc}; `oodeval study verify DIR` checks a study folder") from None
+        except KeyboardInterrupt as exc:  # backstop: long commands say what they kept
+            raise interrupted(str(exc) or f"interrupted: {INTERRUPTED_BACKSTOP}") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -150,9 +152,16 @@ def stops_on_ctrl_c(kept: str, *, own_message: bool = True) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt as exc:
-        message = (own_message and str(exc)) or f"interrupted: {kept}"
-        typer.echo(message, err=True)
-        raise typer.Exit(code=INTERRUPTED) from None
+        raise interrupted((own_message and str(exc)) or f"interrupted: {kept}") from None
+
+
+INTERRUPTED_BACKSTOP = "stopped before it finished; run the same command again"
+
+
+def interrupted(line: str) -> typer.Exit:
+    """Print `line` (what was kept, how to go on) on stderr and return the Exit(130) to raise."""
+    typer.echo(line, err=True)
+    return typer.Exit(code=INTERRUPTED)
 
 
 def render_metrics(metrics: dict[str, Any], fmt: OutputFormat) -> str:
