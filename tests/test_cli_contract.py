@@ -337,3 +337,43 @@ def test_ctrl_c_in_study_estimate_is_one_line_and_exit_130(tmp_path):
     ]
     assert stderr.rstrip().endswith(lines[0])
     assert_no_process_survives(token)
+
+
+# ------------------------------------------------------------------- the one renderer
+
+
+def test_render_frame_round_trips_csv_and_json_with_nan_and_mixed_columns():
+    from oodeval.tables import render_frame
+
+    frame = pd.DataFrame(
+        {"name": ["a|b", "c"], "n": [1, 2], "x": [0.1 + 0.2, float("nan")], "ok": [True, False]}
+    )
+    back = pd.read_csv(io.StringIO(render_frame(frame, "csv")))
+    pd.testing.assert_frame_equal(back, frame)  # every digit of 0.30000000000000004 kept
+    records = json.loads(render_frame(frame, "json"))
+    assert records == [
+        {"name": "a|b", "n": 1, "x": 0.30000000000000004, "ok": True},
+        {"name": "c", "n": 2, "x": None, "ok": False},
+    ]
+    assert render_frame(frame, "markdown").splitlines() == [
+        "| name | n | x | ok |",
+        "| --- | ---: | ---: | --- |",
+        "| a\\|b | 1 | 0.3000 | True |",
+        "| c | 2 | nan | False |",
+    ]
+    assert render_frame(frame, "table").splitlines() == [
+        "name  n       x  ok",
+        "a|b   1  0.3000  True",
+        "c     2     nan  False",
+    ]
+    assert render_frame(frame.iloc[:0], "table") == render_frame(frame.iloc[:0], "markdown")
+
+
+def test_analysis_markdown_is_the_one_renderer_with_three_digits():
+    from oodeval.study.analysis import markdown_table
+    from oodeval.tables import frame_cells
+    from oodeval.tables import markdown_table as one
+
+    frame = pd.DataFrame({"rho": [0.12345, float("nan")], "scenario": ["s|1", "s2"]})
+    assert markdown_table(frame) == one(*frame_cells(frame, 3))
+    assert markdown_table(frame).splitlines()[2] == "| 0.123 | s\\|1 |"
