@@ -163,8 +163,9 @@ def domainbed(
 ) -> None:
     """Score a DomainBed sweep: DomainBed's tables plus worst, gap and worst+gap.
 
-    csv/json give the long form `oodeval measures` reads (dataset, selection, algorithm,
-    environment, seed = trial_seed, split = loo, accuracy in [0, 1]; JSON as a list of records).
+    csv gives the long form `oodeval measures` reads (dataset, selection, algorithm,
+    environment, seed = trial_seed, split = loo, accuracy in [0, 1]); json the same rows as one
+    list of records.
     """
     check_output_path(output)
     methods = list(dict.fromkeys(selection_method(s) for s in selection or SELECTION_METHODS))
