@@ -377,3 +377,14 @@ def test_analysis_markdown_is_the_one_renderer_with_three_digits():
     frame = pd.DataFrame({"rho": [0.12345, float("nan")], "scenario": ["s|1", "s2"]})
     assert markdown_table(frame) == one(*frame_cells(frame, 3))
     assert markdown_table(frame).splitlines()[2] == "| 0.123 | s\\|1 |"
+
+
+@pytest.mark.parametrize(("fmt", "golden"), [("table", "txt"), ("markdown", "md")])
+def test_import_domainbed_prints_what_it_printed_before_the_one_renderer(
+    domainbed_sweep, fmt, golden
+):
+    """Byte for byte the text of the four separate renderers the one renderer replaced (captured
+    from that code on DomainBed's VLCS sweep fixture; the sweep's path reads SWEEP)."""
+    want = (REPO / "tests" / "fixtures" / f"domainbed_vlcs_import.{golden}").read_text("utf-8")
+    got = _invoke(["import", "domainbed", str(domainbed_sweep), "-f", fmt])
+    assert got.replace(str(domainbed_sweep), "SWEEP") == want
