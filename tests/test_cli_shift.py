@@ -1,4 +1,4 @@
-"""`oodeval shift --from SPEC --to SPEC` (CliRunner and one real subprocess)."""
+"""`oodeval shift --scenario SPEC --target SPEC` (CliRunner and one real subprocess)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ FAST = ["--n-seeds", "2", "--n-steps", "30", "--max-samples", "400"]
 
 
 def test_shift_prints_all_metrics_and_the_theorem_line():
-    args = ["shift", "--from", "sr-cmnist:e=0.1", "--to", "sr-cmnist:e=0.9", *FAST]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     for name in ("m_cov", "m_cpt_min", "m_cpt_max", "cpt_minus_cov", "Theorem 3.3"):
@@ -32,7 +32,7 @@ def test_shift_prints_all_metrics_and_the_theorem_line():
 
 
 def test_shift_json_matches_the_library_call():
-    args = ["shift", "--from", "sr-cmnist:e=0.1", "--to", "sr-cmnist:e=0.15", *FAST]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.15", *FAST]
     res = runner.invoke(app, [*args, "--format", "json"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
@@ -50,7 +50,8 @@ def test_shift_json_matches_the_library_call():
 
 def test_same_spec_twice_is_an_iid_split_and_single_seed_has_no_std(tmp_path):
     out = tmp_path / "r.json"
-    args = ["shift", "--from", "digits", "--to", "digits", "--n-seeds", "1", "--n-steps", "20"]
+    args = ["shift", "--scenario", "digits", "--target", "digits"]
+    args += ["--n-seeds", "1", "--n-steps", "20"]
     res = runner.invoke(app, [*args, "--format", "json", "--output", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
@@ -71,7 +72,7 @@ def test_explanation_reads_the_sign_without_claiming_the_bound_as_fact():
 
 
 def test_fit_errors_are_printed_next_to_m_cpt():
-    args = ["shift", "--from", "sr-cmnist:e=0.1", "--to", "sr-cmnist:e=0.9", *FAST]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     names = [ln.split()[0] for ln in res.stdout.splitlines() if ln[:1].isalpha()]
@@ -86,7 +87,7 @@ def test_fit_errors_are_printed_next_to_m_cpt():
 
 def test_given_role_in_a_spec_reaches_the_cli(tmp_path):
     out = tmp_path / "r.json"
-    args = ["shift", "--from", "sr-cmnist:e=0.1:role=given", "--to", "sr-cmnist:e=0.1"]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1:role=given", "--target", "sr-cmnist:e=0.1"]
     res = runner.invoke(app, [*args, *FAST, "--format", "json", "-o", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
@@ -95,7 +96,7 @@ def test_given_role_in_a_spec_reaches_the_cli(tmp_path):
 
 def test_bad_output_path_fails_before_training(tmp_path):
     bad = str(tmp_path / "missing" / "r.json")
-    res = runner.invoke(app, ["shift", "--from", "digits", "--to", "digits", "-o", bad])
+    res = runner.invoke(app, ["shift", "--scenario", "digits", "--target", "digits", "-o", bad])
     assert res.exit_code == 2
     assert res.stderr.startswith("error: --output") and res.stderr.count("\n") == 1
 
@@ -109,14 +110,14 @@ def test_bad_output_path_fails_before_training(tmp_path):
     ],
 )
 def test_shift_bad_spec_exits_2_with_one_line(source, message):
-    res = runner.invoke(app, ["shift", "--from", source, "--to", "digits"])
+    res = runner.invoke(app, ["shift", "--scenario", source, "--target", "digits"])
     assert res.exit_code == 2
     assert message in res.output
 
 
 def test_shift_subprocess_bad_input_has_no_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "oodeval.cli.main", "shift", "--from", "sr-cmnist"],
+        [sys.executable, "-m", "oodeval.cli.main", "shift", "--scenario", "sr-cmnist"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -129,9 +130,9 @@ def test_shift_subprocess_bad_input_has_no_traceback():
             "-m",
             "oodeval.cli.main",
             "shift",
-            "--from",
+            "--scenario",
             "sr-cmnist:ratio=3:1",
-            "--to",
+            "--target",
             "digits",
         ],
         capture_output=True,
@@ -152,6 +153,6 @@ def test_shift_subprocess_bad_input_has_no_traceback():
     ],
 )
 def test_out_of_range_options_are_one_error_line(option, value, message):
-    res = runner.invoke(app, ["shift", "--from", "digits", "--to", "digits", option, value])
+    res = runner.invoke(app, ["shift", "--scenario", "digits", "--target", "digits", option, value])
     assert res.exit_code == 2
     assert res.output == f"error: {message}\n"

@@ -1,4 +1,4 @@
-"""`oodeval shift --from SPEC --to SPEC`: covariate and concept shift of a dataset pair.
+"""`oodeval shift --scenario SPEC --target SPEC`: covariate and concept shift of a dataset pair.
 
 Prints M_cov, M_cpt^min, M_cpt^max (next to the two classifiers' held-out fit errors, the noise
 floor M_cpt is read against) and M_cpt^max - M_cov (NICO++ Section 3, Theorem 3.3) as
@@ -83,8 +83,8 @@ def render_report(names: tuple[str, str], result: object, counts: tuple[int, int
     opts = result.options  # type: ignore[attr-defined]
     seeds = result.seeds  # type: ignore[attr-defined]
     lines = [
-        f"from: {names[0]} ({counts[0]} images)",
-        f"to: {names[1]} ({counts[1]} images)",
+        f"source set: {names[0]} ({counts[0]} images)",
+        f"target set: {names[1]} ({counts[1]} images)",
         f"hypothesis {opts['hypothesis']}, {opts['steps']} steps, {len(seeds)} seed(s) "
         f"{list(seeds)}; held-out halves, 0-1 disagreement; mean and std (ddof=1) over seeds",
     ]
@@ -103,11 +103,11 @@ def render_report(names: tuple[str, str], result: object, counts: tuple[int, int
 
 @reports_errors
 def shift_command(
-    spec_from: str = typer.Option(
-        ..., "--from", help="SPEC of the source (training) set, e.g. sr-cmnist:e=0.1."
+    scenario: str = typer.Option(
+        ..., "--scenario", help="SPEC of the source (training) set, e.g. sr-cmnist:e=0.1."
     ),
-    spec_to: str = typer.Option(
-        ..., "--to", help="SPEC of the target (test) set, e.g. sr-cmnist:e=0.9."
+    target: str = typer.Option(
+        ..., "--target", help="SPEC of the target (test) set, e.g. sr-cmnist:e=0.9."
     ),
     source: str = typer.Option(
         "digits",
@@ -151,12 +151,12 @@ def shift_command(
         if value < low:
             raise OodevalError(f"{flag} must be at least {low}, got {value}")
     check_output_path(output)  # before minutes of training, not after
-    src = load_spec(spec_from, images=source, max_samples=max_samples)
-    tgt = load_spec(spec_to, images=source, max_samples=max_samples)
+    src = load_spec(scenario, images=source, max_samples=max_samples)
+    tgt = load_spec(target, images=source, max_samples=max_samples)
     src, tgt = disjoint_pair(src, tgt, seed=0)
     if src.images.shape[1:] != tgt.images.shape[1:]:
         raise OodevalError(
-            f"--from images {src.images.shape[1:]} and --to images {tgt.images.shape[1:]} "
+            f"--scenario images {src.images.shape[1:]} and --target images {tgt.images.shape[1:]} "
             "differ in shape; add size=N to both SPECs"
         )
     with stops_on_ctrl_c("nothing is kept (the networks train in memory); run it again"):
@@ -174,8 +174,8 @@ def shift_command(
         )
     if fmt is OutputFormat.json:
         payload = {
-            "from": spec_from,
-            "to": spec_to,
+            "scenario": scenario,
+            "target": target,
             "source": source,
             "n_source": len(src),
             "n_target": len(tgt),
@@ -191,7 +191,7 @@ def shift_command(
     elif fmt is OutputFormat.csv:
         text = render_frame(metrics_frame(result), "csv")
     else:
-        text = render_report((spec_from, spec_to), result, (len(src), len(tgt)), fmt.value)
+        text = render_report((scenario, target), result, (len(src), len(tgt)), fmt.value)
     echo_output(text, output)
 
 
