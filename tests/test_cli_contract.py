@@ -28,6 +28,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from oodeval.cli._common import FORMAT_OPT, OUTPUT_OPT
 from oodeval.cli.main import app
 from oodeval.protocols import SplitRow, write_split_csv
 from oodeval.tables import FORMATS
@@ -124,6 +125,8 @@ def test_output_options(name):
         assert fmt.default.value == "table"
         out = by_name.get("--output")
         assert out is not None and by_name.get("-o") is out, f"{name}: --output/-o"
+        # the one shared definition (oodeval.cli._common), not a look-alike
+        assert (fmt.help, out.help) == (FORMAT_OPT.help, OUTPUT_OPT.help), name
         assert "--out" not in by_name, f"{name} prints a table: it writes with --output"
     else:
         assert "--format" not in by_name and "--output" not in by_name, name
