@@ -34,10 +34,10 @@ def _fails(args: list[str], message: str) -> None:
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("gmop")
     _ok(
-        ["make-features", "--source", "synthetic", "--overlap", "0.5", "--shots", "8",
+        ["make-features", "--source", "synthetic", "--overlap", "0.5", "--n-shots", "8",
          "--train-out", str(d / "train.npz"), "--test-out", str(d / "test.npz")]
     )  # fmt: skip
-    _ok(["train-gmop", str(d / "train.npz"), "--out", str(d / "model.npz"), "--steps", "30"])
+    _ok(["train-gmop", str(d / "train.npz"), "--out", str(d / "model.npz"), "--n-steps", "30"])
     return d
 
 
@@ -46,7 +46,7 @@ def test_train_then_evaluate_prints_the_suite_and_writes_predictions(files):
         ["evaluate", str(files / "test.npz"), "--model", str(files / "model.npz"),
          "--predictions", str(files / "preds.npz"), "--format", "json"]
     )  # fmt: skip
-    metrics = json.loads(out[out.index("[") :])[0]
+    metrics = json.loads(out[out.index("{") :])
     assert set(metrics) == {"base_acc", "new_acc", "hm", "overall_acc", "auroc", "openworld_auc"}
     with np.load(files / "preds.npz", allow_pickle=False) as p:
         assert {"probs", "labels", "base_classes", "scores"} <= set(p.files)
@@ -72,7 +72,7 @@ def test_single_context_method_and_same_seed_same_file(files):
     a, b = files / "sc_a.npz", files / "sc_b.npz"
     for path in (a, b):
         _ok(["train-gmop", str(files / "train.npz"), "--out", str(path), "--method",
-             "single-context", "--steps", "10", "--batch-size", "8", "--seed", "3"])  # fmt: skip
+             "single-context", "--n-steps", "10", "--batch-size", "8", "--seed", "3"])  # fmt: skip
     with np.load(a, allow_pickle=False) as pa, np.load(b, allow_pickle=False) as pb:
         assert str(pa["kind"]) == "single_context"
         for name in pa.files:
@@ -81,7 +81,8 @@ def test_single_context_method_and_same_seed_same_file(files):
 
 def test_ratio_study_table_and_csv(files):
     _ok(["evaluate", str(files / "test.npz"), "--predictions", str(files / "zs.npz")])
-    table = _ok(["ratio-study", str(files / "zs.npz"), "--ratios", "Fwd,1:1,Bwd", "--repeats", "2"])
+    zs = str(files / "zs.npz")
+    table = _ok(["ratio-study", zs, "--ratios", "Fwd,1:1,Bwd", "--n-repeats", "2"])
     lines = [line for line in table.splitlines() if line.strip()]
     assert [line.split()[0] for line in lines] == ["ratio", "1:5", "1:1", "5:1", "spread"]
     out_csv = files / "ratio.csv"
@@ -94,7 +95,7 @@ def test_ratio_study_table_and_csv(files):
 def test_bad_inputs_exit_2_with_one_line(files, tmp_path):
     _fails(
         ["train-gmop", str(files / "train.npz"), "--out", str(tmp_path / "m.npz"),
-         "--partitions", "9"],
+         "--n-partitions", "9"],
         "K=9 partitions need at least K base classes",
     )  # fmt: skip
     np.savez(tmp_path / "dim.npz", features=np.ones((4, 3)), labels=[0, 1, 2, 3],

@@ -1,4 +1,4 @@
-"""`oodeval shift --source SPEC --target SPEC` (CliRunner and one real subprocess)."""
+"""`oodeval shift --scenario SPEC --target SPEC` (CliRunner and one real subprocess)."""
 
 from __future__ import annotations
 
@@ -17,20 +17,22 @@ from oodeval.shift.specs import disjoint_pair, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-FAST = ["--seeds", "2", "--steps", "30", "--max-samples", "400"]
+FAST = ["--n-seeds", "2", "--n-steps", "30", "--max-samples", "400"]
 
 
 def test_shift_prints_all_metrics_and_the_theorem_line():
-    args = ["shift", "--source", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     for name in ("m_cov", "m_cpt_min", "m_cpt_max", "cpt_minus_cov", "Theorem 3.3"):
         assert name in res.output
-    assert "+-" in res.output and "2 seed(s) [0, 1]" in res.output
+    assert "2 seed(s) [0, 1]" in res.output
+    header = next(ln for ln in res.stdout.splitlines() if ln.startswith("metric"))
+    assert header.split() == ["metric", "mean", "std", "description"]
 
 
 def test_shift_json_matches_the_library_call():
-    args = ["shift", "--source", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.15", *FAST]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.15", *FAST]
     res = runner.invoke(app, [*args, "--format", "json"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
@@ -48,7 +50,8 @@ def test_shift_json_matches_the_library_call():
 
 def test_same_spec_twice_is_an_iid_split_and_single_seed_has_no_std(tmp_path):
     out = tmp_path / "r.json"
-    args = ["shift", "--source", "digits", "--target", "digits", "--seeds", "1", "--steps", "20"]
+    args = ["shift", "--scenario", "digits", "--target", "digits"]
+    args += ["--n-seeds", "1", "--n-steps", "20"]
     res = runner.invoke(app, [*args, "--format", "json", "--output", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
@@ -69,7 +72,7 @@ def test_explanation_reads_the_sign_without_claiming_the_bound_as_fact():
 
 
 def test_fit_errors_are_printed_next_to_m_cpt():
-    args = ["shift", "--source", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     names = [ln.split()[0] for ln in res.stdout.splitlines() if ln[:1].isalpha()]
@@ -84,7 +87,7 @@ def test_fit_errors_are_printed_next_to_m_cpt():
 
 def test_given_role_in_a_spec_reaches_the_cli(tmp_path):
     out = tmp_path / "r.json"
-    args = ["shift", "--source", "sr-cmnist:e=0.1:role=given", "--target", "sr-cmnist:e=0.1"]
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1:role=given", "--target", "sr-cmnist:e=0.1"]
     res = runner.invoke(app, [*args, *FAST, "--format", "json", "-o", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
@@ -93,7 +96,7 @@ def test_given_role_in_a_spec_reaches_the_cli(tmp_path):
 
 def test_bad_output_path_fails_before_training(tmp_path):
     bad = str(tmp_path / "missing" / "r.json")
-    res = runner.invoke(app, ["shift", "--source", "digits", "--target", "digits", "-o", bad])
+    res = runner.invoke(app, ["shift", "--scenario", "digits", "--target", "digits", "-o", bad])
     assert res.exit_code == 2
     assert res.stderr.startswith("error: --output") and res.stderr.count("\n") == 1
 
@@ -107,14 +110,14 @@ def test_bad_output_path_fails_before_training(tmp_path):
     ],
 )
 def test_shift_bad_spec_exits_2_with_one_line(source, message):
-    res = runner.invoke(app, ["shift", "--source", source, "--target", "digits"])
+    res = runner.invoke(app, ["shift", "--scenario", source, "--target", "digits"])
     assert res.exit_code == 2
     assert message in res.output
 
 
 def test_shift_subprocess_bad_input_has_no_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "oodeval.cli.main", "shift", "--source", "sr-cmnist"],
+        [sys.executable, "-m", "oodeval.cli.main", "shift", "--scenario", "sr-cmnist"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -127,7 +130,7 @@ def test_shift_subprocess_bad_input_has_no_traceback():
             "-m",
             "oodeval.cli.main",
             "shift",
-            "--source",
+            "--scenario",
             "sr-cmnist:ratio=3:1",
             "--target",
             "digits",
@@ -143,13 +146,13 @@ def test_shift_subprocess_bad_input_has_no_traceback():
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("--seeds", "0", "--seeds must be at least 1, got 0"),
-        ("--steps", "0", "--steps must be at least 1, got 0"),
+        ("--n-seeds", "0", "--n-seeds must be at least 1, got 0"),
+        ("--n-steps", "0", "--n-steps must be at least 1, got 0"),
         ("--batch-size", "-3", "--batch-size must be at least 1, got -3"),
         ("--max-samples", "1", "--max-samples must be at least 2, got 1"),
     ],
 )
 def test_out_of_range_options_are_one_error_line(option, value, message):
-    res = runner.invoke(app, ["shift", "--source", "digits", "--target", "digits", option, value])
+    res = runner.invoke(app, ["shift", "--scenario", "digits", "--target", "digits", option, value])
     assert res.exit_code == 2
     assert res.output == f"error: {message}\n"

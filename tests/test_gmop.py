@@ -288,7 +288,7 @@ def test_a_base_class_without_training_samples_is_one_clear_error(data):
 
 def test_more_partitions_than_base_classes_is_one_clear_error(data):
     train, _ = data
-    with pytest.raises(OodevalError, match="lower --partitions to at most 5"):
+    with pytest.raises(OodevalError, match="lower --n-partitions to at most 5"):
         train_gmop(train, GMoPConfig(n_partitions=6))
 
 

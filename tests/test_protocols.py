@@ -313,8 +313,8 @@ def test_cli_splits_evaluate_prints_eq5(tmp_path):
     res = runner.invoke(app, ["splits", "evaluate", str(split), str(preds)])
     assert res.exit_code == 0, res.output
     assert "Average 0.7500  Overall 0.6667  Std 0.3536" in res.output
-    res = runner.invoke(app, ["splits", "evaluate", str(split), str(preds), "--json"])
-    assert '"acc_overall": 0.6666' in res.output
+    res = runner.invoke(app, ["splits", "evaluate", str(split), str(preds), "--format", "json"])
+    assert '"acc_overall": 0.6666' in res.stdout
 
 
 def test_cli_splits_bad_input_exits_2_without_traceback(tmp_path):

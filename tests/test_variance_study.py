@@ -113,7 +113,7 @@ def _brute_force(directory: Path) -> dict[tuple[str, str], dict[str, float]]:
 def test_variance_cli_on_a_study_matches_brute_force(real_study):
     result = CliRunner().invoke(app, ["variance", str(real_study), "--format", "json"])
     assert result.exit_code == 0, result.output
-    table = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    table = json.loads(result.stdout)
     want = _brute_force(real_study)
     rows = [r for r in table if r["environment"] != "mean"]
     assert len(rows) == len(want) == 8

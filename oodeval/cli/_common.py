@@ -1,4 +1,12 @@
-"""Pieces every command module shares: error reporting and the default-subcommand group."""
+"""Pieces every command module shares: the output options, error reporting, Ctrl-C handling and
+the default-subcommand group.
+
+The command-line contract (README "Command-line contract"): a command that prints a table takes
+``--format/-f`` (`FORMAT_OPT`, one of `oodeval.tables.FORMATS`) and ``--output/-o FILE``
+(`OUTPUT_OPT`); a command that writes artefacts (a report, a study folder, a figure, a model)
+takes ``--out`` without a short form. Exit status: 0 done, 1 a check found a problem, 2 bad
+input or usage, 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,9 @@ import functools
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,10 +24,33 @@ import typer
 from typer.core import TyperGroup
 
 from oodeval.errors import OodevalError
+from oodeval.tables import render_frame, render_rows, to_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 USAGE_ERROR = 2
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+
+
+class OutputFormat(str, Enum):
+    """The four output formats of every table-printing command (`oodeval.tables.FORMATS`)."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
+    markdown = "markdown"
+
+
+FORMAT_OPT: Any = typer.Option(
+    OutputFormat.table,
+    "--format",
+    "-f",
+    case_sensitive=False,
+    help="Output format: table (aligned text), csv, json or markdown.",
+)
+OUTPUT_OPT: Any = typer.Option(
+    None, "--output", "-o", help="Write the output to this file instead of stdout."
+)
 
 
 def fail(message: str) -> typer.Exit:
@@ -44,6 +77,8 @@ def reports_errors(fn: F) -> F:
             raise fail(f"permission denied: {exc.filename}") from None
         except sqlite3.Error as exc:  # backstop: the study store translates what it expects
             raise fail(f"SQLite: {exc}; `oodeval study verify DIR` checks a study folder") from None
+        except KeyboardInterrupt as exc:  # backstop: long commands say what they kept
+            raise interrupted(str(exc) or f"interrupted: {INTERRUPTED_BACKSTOP}") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -103,3 +138,69 @@ def echo_output(text: str, output: str | None) -> None:
         with open(output, "w", encoding="utf-8") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
         typer.echo(f"wrote {output}", err=True)
+
+
+@contextmanager
+def stops_on_ctrl_c(kept: str, *, own_message: bool = True) -> Iterator[None]:
+    """Turn Ctrl-C inside the block into one stderr line and exit status 130, no traceback.
+
+    `kept` says what was kept and how to resume or re-run, for a plain KeyboardInterrupt; an
+    interrupt that carries its own message (`oodeval.study.StudyInterrupted`: how many units are
+    stored) prints that instead, unless `own_message` is False. Long commands wrap their work
+    in it, so every one stops the same way: ``interrupted: <what is kept>; <how to go on>``.
+    """
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        raise interrupted((own_message and str(exc)) or f"interrupted: {kept}") from None
+
+
+INTERRUPTED_BACKSTOP = "stopped before it finished; run the same command again"
+
+
+def interrupted(line: str) -> typer.Exit:
+    """Print `line` (what was kept, how to go on) on stderr and return the Exit(130) to raise."""
+    typer.echo(line, err=True)
+    return typer.Exit(code=INTERRUPTED)
+
+
+def render_metrics(metrics: dict[str, Any], fmt: OutputFormat) -> str:
+    """A dict of named numbers as text: json an object, csv one row (a column per metric, floats
+    at full precision), table and markdown one ``metric | value`` row per metric (6 decimals).
+
+    >>> print(render_metrics({"hm": 0.5, "n_base": 3}, OutputFormat.table))
+    metric     value
+    hm      0.500000
+    n_base         3
+    """
+    import pandas as pd
+
+    if fmt is OutputFormat.json:
+        return to_json(metrics)
+    if fmt is OutputFormat.csv:
+        return render_frame(pd.DataFrame([metrics]), "csv")
+    rows = [[k, f"{v:.6f}" if isinstance(v, float) else str(v)] for k, v in metrics.items()]
+    return render_rows(["metric", "value"], rows, fmt.value, right=[False, True])
+
+
+def lines_frame(lines: list[str]) -> Any:
+    """Report lines ``item: detail`` as a two-column DataFrame (item, detail); an indented line
+    continues the item above it (its item is empty)."""
+    import pandas as pd
+
+    rows = []
+    for line in lines:
+        item, sep, detail = line.partition(": ")
+        if line.startswith(" ") or not sep:
+            rows.append(("", line.strip()))
+        else:
+            rows.append((item, detail))
+    return pd.DataFrame(rows, columns=["item", "detail"])
+
+
+def render_lines(lines: list[str], fmt: OutputFormat) -> str:
+    """A report of ``item: detail`` lines: as written for ``table``, else as the (item, detail)
+    table of `lines_frame` in csv, json (records) or markdown."""
+    if fmt is OutputFormat.table:
+        return "\n".join(lines)
+    return render_frame(lines_frame(lines), fmt.value)

@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from oodeval.cli._common import echo_output, reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    reports_errors,
+)
 from oodeval.errors import OodevalError
+from oodeval.tables import render_frame, to_json
 
 app = typer.Typer(help="Many-environment datasets: SR-CMNIST, CMNIST, colored, lined, corrupted.")
 
@@ -54,17 +62,29 @@ def _scenario(family, source, seed, ratio, scale, size, pattern, severity, image
 @app.command("list")
 @reports_errors
 def list_families(
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
-    """List the environment families and their parameters."""
+    """List the environment families and their parameters (table: two lines per family; csv,
+    json and markdown: one row per family with columns family, summary, parameters)."""
+    import pandas as pd
+
     from oodeval.environments import FAMILIES
 
-    lines = []
+    check_output_path(output)
+    rows = []
     for fam in FAMILIES.values():
-        lines.append(f"{fam.name:<10} {fam.summary}")
         params = ", ".join(f"{k}={_short(v)}" for k, v in fam.parameters().items())
-        lines.append(f"{'':<10} parameters: {params}")
-    echo_output("\n".join(lines), output)
+        rows.append((fam.name, fam.summary, params))
+    if fmt is OutputFormat.table:
+        lines = []
+        for name, summary, params in rows:
+            lines += [f"{name:<10} {summary}", f"{'':<10} parameters: {params}"]
+        text = "\n".join(lines)
+    else:
+        frame = pd.DataFrame(rows, columns=["family", "summary", "parameters"])
+        text = render_frame(frame, fmt.value)
+    echo_output(text, output)
 
 
 def _short(value: object) -> str:
@@ -87,26 +107,59 @@ def show(
     severity: int | None = SEVERITY_OPT,
     image_size: int | None = IMAGE_SIZE_OPT,
     cache_dir: str | None = CACHE_OPT,
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
-    """Print a scenario's E_given, the size of E_all and the image counts."""
+    """Print a scenario's E_given, the size of E_all and the image counts.
+
+    csv gives the given environments (environment, images); json every field; markdown the
+    header lines and the given environments as a table.
+    """
+    import pandas as pd
+
+    check_output_path(output)
     sc = _scenario(
         family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir
     )
     sizes = sc.sizes()
     eval_counts = sorted(set(sizes["evaluation"].values()))
+    given = pd.DataFrame(
+        {
+            "environment": list(sc.given_names),
+            "images": [sizes["given"][name] for name in sc.given_names],
+        }
+    )
+    if fmt is OutputFormat.csv:
+        echo_output(render_frame(given, "csv"), output)
+        return
+    if fmt is OutputFormat.json:
+        payload = {
+            "scenario": sc.name,
+            "params": dict(sc.params),
+            "classes": sc.num_classes,
+            "input_shape": list(sc.input_shape),
+            "given": {name: sizes["given"][name] for name in sc.given_names},
+            "all": list(sc.all_names),
+            "held_out_images": {name: sizes["evaluation"][name] for name in sc.all_names},
+        }
+        echo_output(to_json(payload), output)
+        return
     lines = [
         f"scenario: {sc.name}",
         f"params: {', '.join(f'{k}={v}' for k, v in sc.params.items())}",
         f"classes: {sc.num_classes}   input shape: {'x'.join(str(d) for d in sc.input_shape)}",
         f"E_given ({len(sc.given_names)} environments):",
     ]
-    lines += [f"  {name:<24} {sizes['given'][name]:>7} images" for name in sc.given_names]
-    lines.append(
+    e_all = (
         f"E_all: {len(sc.all_names)} environments ({sc.all_names[0]} ... {sc.all_names[-1]}), "
         f"{'/'.join(str(c) for c in eval_counts)} held-out images each"
     )
-    echo_output("\n".join(lines), output)
+    if fmt is OutputFormat.markdown:
+        text = "  \n".join(lines) + "\n\n" + render_frame(given, "markdown") + "\n\n" + e_all
+    else:
+        lines += [f"  {name:<24} {sizes['given'][name]:>7} images" for name in sc.given_names]
+        text = "\n".join([*lines, e_all])
+    echo_output(text, output)
 
 
 @app.command("preview")

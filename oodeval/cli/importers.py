@@ -10,7 +10,14 @@ from pathlib import Path
 import pandas as pd
 import typer
 
-from oodeval.cli._common import check_output_path, echo_output, reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    reports_errors,
+)
 from oodeval.errors import OodevalError
 from oodeval.results.domainbed import (
     domain_measures_table,
@@ -22,54 +29,25 @@ from oodeval.results.domainbed import (
 )
 from oodeval.results.selection import SELECTION_METHODS, selection_method
 from oodeval.results.sweep import Sweep, read_sweep
+from oodeval.tables import heading, render_frame, render_rows
 
 app = typer.Typer(
     help="Import results from other tools and score them with oodeval's measures.",
     no_args_is_help=True,
 )
 
-FORMATS = ("table", "csv", "json", "markdown")
-
-
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool) -> str:
-    """Render string cells as an aligned plain-text table or a GitHub-markdown table."""
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines)
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
-    return "\n".join(
-        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    )
-
-
-def heading(text: str, *, markdown: bool) -> str:
-    """A section heading: DomainBed's ``-------- text`` or a markdown level-3 heading."""
-    return f"### {text}" if markdown else f"-------- {text}"
-
-
-def check_format(fmt: str) -> str:
-    """Return `fmt` lower-cased, or raise naming the accepted formats."""
-    fmt = fmt.lower()
-    if fmt not in FORMATS:
-        raise OodevalError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return fmt
-
-
-def frame_as_text(frame: pd.DataFrame, fmt: str) -> str:
-    """CSV text, or JSON lines (one object per row), of `frame`."""
-    if fmt == "csv":
-        return frame.to_csv(index=False)
-    return frame.to_json(orient="records", lines=True)
-
 
 def _number(x: float, digits: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], fmt: str) -> str:
+    """DomainBed's look: left-aligned text, or markdown with a compact ``|---|`` rule."""
+    return render_rows(header, rows, fmt, compact_rule=True)
+
+
 def _selection_tables(
-    sweep: Sweep, dataset: str, table: pd.DataFrame, methods: list[str], markdown: bool
+    sweep: Sweep, dataset: str, table: pd.DataFrame, methods: list[str], fmt: str
 ) -> list[str]:
     n = sweep.n_envs(dataset)
     names = environment_names(dataset, n)
@@ -79,7 +57,7 @@ def _selection_tables(
         cells = table[(table["dataset"] == dataset) & (table["selection"] == method)]
         if cells.empty:
             parts.append(
-                heading(title, markdown=markdown)
+                heading(title, fmt)
                 + f"\nno data: this selection method needs {selection_requirement(method)}"
             )
             continue
@@ -92,15 +70,11 @@ def _selection_tables(
                 row.append("X" if r is None else f"{r.mean:.1f} +/- {r.err:.1f}")
             avg = f"{sum(by_env[e].mean for e in range(n)) / n:.1f}" if len(by_env) == n else "X"
             rows.append([*row, avg])
-        parts.append(
-            heading(title, markdown=markdown)
-            + "\n"
-            + render_table(["Algorithm", *names, "Avg"], rows, markdown=markdown)
-        )
+        parts.append(heading(title, fmt) + "\n" + _table(["Algorithm", *names, "Avg"], rows, fmt))
     return parts
 
 
-def _measures_section(dataset: str, measures: pd.DataFrame, markdown: bool) -> str:
+def _measures_section(dataset: str, measures: pd.DataFrame, fmt: str) -> str:
     sub = measures[measures["dataset"] == dataset]
     order = {m: i for i, m in enumerate(SELECTION_METHODS)}
     sub = sub.assign(_order=sub["selection"].map(order)).sort_values(["_order", "algorithm"])
@@ -131,7 +105,7 @@ def _measures_section(dataset: str, measures: pd.DataFrame, markdown: bool) -> s
         f"Dataset: {dataset}, measures over test environments "
         "(error % = 100 - accuracy, lower is better)"
     )
-    return heading(title, markdown=markdown) + "\n" + render_table(header, rows, markdown=markdown)
+    return heading(title, fmt) + "\n" + _table(header, rows, fmt)
 
 
 def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, list[str]]:
@@ -155,8 +129,7 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
                 f"the export holds {len(combos)} (dataset, selection) combinations; "
                 "`oodeval measures` needs one: pass a single --selection and one dataset's rows"
             )
-        return frame_as_text(long_form(selected, sweep), fmt), notes
-    markdown = fmt == "markdown"
+        return render_frame(long_form(selected, sweep), fmt), notes
     table = results_table(selected, sweep)
     measures = domain_measures_table(table, sweep)
     parts = [
@@ -164,8 +137,8 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
         f" ({sweep.unfinished_runs} unfinished runs skipped)."
     ]
     for dataset in sweep.datasets:
-        parts += _selection_tables(sweep, dataset, table, methods, markdown)
-        parts.append(_measures_section(dataset, measures, markdown))
+        parts += _selection_tables(sweep, dataset, table, methods, fmt)
+        parts.append(_measures_section(dataset, measures, fmt))
     parts.append(
         "Each test-environment accuracy is a leave-one-environment-out accuracy (mean +/- "
         "std/sqrt(trials), population std, as DomainBed prints). Worst = largest error, gap = "
@@ -185,15 +158,15 @@ def domainbed(
         help="Model selection: training_domain, leave_one_domain_out (lodo) or test_domain "
         "(oracle). Repeat for several; default: all three.",
     ),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, csv, json or markdown."),
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Score a DomainBed sweep: DomainBed's tables plus worst, gap and worst+gap.
 
-    csv/json give the long form `oodeval measures` reads (dataset, selection, algorithm,
-    environment, seed = trial_seed, split = loo, accuracy in [0, 1]; JSON as one object per line).
+    csv gives the long form `oodeval measures` reads (dataset, selection, algorithm,
+    environment, seed = trial_seed, split = loo, accuracy in [0, 1]); json the same rows as one
+    list of records.
     """
-    fmt = check_format(fmt)
     check_output_path(output)
     methods = list(dict.fromkeys(selection_method(s) for s in selection or SELECTION_METHODS))
     with warnings.catch_warnings(record=True):
@@ -205,7 +178,7 @@ def domainbed(
             f"skipped {sweep.unfinished_runs} unfinished run(s) without a `done` file",
         )
     # Warnings are printed only once the report exists, so bad input gives one error line.
-    text, report_notes = domainbed_report(sweep, methods, fmt)
+    text, report_notes = domainbed_report(sweep, methods, fmt.value)
     for note in [*notes, *report_notes]:
         typer.echo(f"warning: {note}", err=True)
     echo_output(text, output)

@@ -9,25 +9,25 @@ included in JSON output; the exit status stays 0. Bad input: one ``error: ...`` 
 from __future__ import annotations
 
 import json
-from enum import Enum
 
 import pandas as pd
 import typer
 
-from oodeval.cli._common import echo_output, reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    reports_errors,
+)
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import ScoreTables, score_results
+from oodeval.tables import render_frame
 
 __all__ = ["register", "render", "measures_command"]
-
-
-class OutputFormat(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    markdown = "markdown"
 
 
 def _header(source: str, tables: ScoreTables) -> str:
@@ -41,23 +41,6 @@ def _header(source: str, tables: ScoreTables) -> str:
     if info["n_all"]:
         text += f", {info['n_all']} environments in E_all (all)"
     return text + "; errors as fractions"
-
-
-def _fmt(v: object) -> str:
-    if isinstance(v, float):
-        return "nan" if v != v else f"{v:.4f}"
-    return str(v)
-
-
-def _as_text_table(df: pd.DataFrame) -> str:
-    return df.to_string(index=False, na_rep="nan", float_format=lambda v: f"{v:.4f}")
-
-
-def _as_markdown_table(df: pd.DataFrame) -> str:
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    rule = "|" + "|".join("---:" if df[c].dtype.kind == "f" else "---" for c in df.columns) + "|"
-    body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *body])
 
 
 def _as_long_csv(tables: ScoreTables) -> str:
@@ -94,11 +77,11 @@ def render(tables: ScoreTables, fmt: str, source: str = "results") -> str:
     if fmt == "markdown":
         parts.append(f"_{_header(source, tables)}_")
         for _, title, df in tables.sections():
-            parts.append(f"### {title}\n\n{_as_markdown_table(df)}")
+            parts.append(f"### {title}\n\n{render_frame(df, 'markdown', compact_rule=True)}")
     else:
         parts.append(_header(source, tables))
         for _, title, df in tables.sections():
-            parts.append(f"{title}\n{_as_text_table(df)}")
+            parts.append(f"{title}\n{render_frame(df, 'table')}")
     return "\n\n".join(parts) + "\n"
 
 
@@ -110,8 +93,8 @@ def measures_command(
         "(loo|all), optional seed.",
         show_default=False,
     ),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="Output format."),
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
     percent: bool = typer.Option(
         False, "--percent", help="Values are percentages in [0, 100] (divided by 100)."
     ),
@@ -143,6 +126,7 @@ def measures_command(
         raise OodevalError(f"--bootstrap must be 0 (off) or a number of resamples, got {bootstrap}")
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    check_output_path(output)
     names = None
     if measures is not None:
         names = [m.strip() for m in measures.split(",") if m.strip()]

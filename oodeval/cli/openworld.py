@@ -28,15 +28,20 @@ log-probabilities. Example:
 from __future__ import annotations
 
 import csv
-import io
-import json
-from enum import Enum
 from pathlib import Path
 
 import numpy as np
 import typer
 
-from oodeval.cli._common import DefaultCommandGroup, echo_output, reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    DefaultCommandGroup,
+    OutputFormat,
+    echo_output,
+    render_metrics,
+    reports_errors,
+)
 from oodeval.measures.openworld import openworld_curve
 from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
 
@@ -47,43 +52,9 @@ app = typer.Typer(
 )
 
 
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-    markdown = "markdown"
-
-
 # --------------------------------------------------------------------------------------------
-# rendering
+# output
 # --------------------------------------------------------------------------------------------
-
-
-def _render(metrics: dict[str, float | int], fmt: OutputFormat) -> str:
-    if fmt is OutputFormat.json:
-        return json.dumps(metrics, indent=2)
-    if fmt is OutputFormat.csv:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(metrics.keys())
-        writer.writerow(repr(v) if isinstance(v, float) else v for v in metrics.values())
-        return buf.getvalue()
-    shown = {k: (f"{v:.6f}" if isinstance(v, float) else str(v)) for k, v in metrics.items()}
-    if fmt is OutputFormat.markdown:
-        lines = ["| metric | value |", "| --- | ---: |"]
-        lines += [f"| {k} | {v} |" for k, v in shown.items()]
-        return "\n".join(lines)
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="OpenworldAUC suite")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in shown.items():
-        table.add_row(k, v)
-    console = Console(file=io.StringIO(), width=60, color_system=None)
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> None:
@@ -120,10 +91,8 @@ def score(
     tie: float = typer.Option(
         0.5, "--tie", help="Credit for a base/new pair with equal scores (0 = strict)."
     ),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="Output format."),
-    output: str | None = typer.Option(
-        None, "--output", "-o", help="Write the result to this file."
-    ),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
     curve: str | None = typer.Option(
         None, "--curve", help="Also write the MissRate_b/HitRate_n curve to this CSV file."
     ),
@@ -140,7 +109,7 @@ def score(
     metrics, samples = score_predictions(arrays, ids, tie)
     if curve is not None:
         _write_curve(samples, curve)
-    echo_output(_render(metrics, fmt), output)
+    echo_output(render_metrics(metrics, fmt), output)
 
 
 # GMoP and ratio-study subcommands live in their own module (oodeval/cli/openworld_gmop.py).

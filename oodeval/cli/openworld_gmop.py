@@ -18,46 +18,29 @@ torch is imported only inside the commands that train or evaluate.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from enum import Enum
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import typer
 
-from oodeval.cli._common import echo_output, reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    echo_output,
+    render_metrics,
+    reports_errors,
+    stops_on_ctrl_c,
+)
 from oodeval.errors import OodevalError
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
+from oodeval.tables import render_frame, render_rows
 
 
 class Method(str, Enum):
     gmop = "gmop"
     single_context = "single-context"
-
-
-def _render_rows(rows: list[dict], fmt: Format) -> str:
-    if fmt is Format.json:
-        return json.dumps(rows, indent=2)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(rows[0].keys())
-    for r in rows:
-        writer.writerow(repr(v) if isinstance(v, float) else v for v in r.values())
-    return buf.getvalue()
-
-
-def _render_metrics(metrics: dict[str, float], fmt: Format) -> str:
-    if fmt is Format.table:
-        width = max(len(k) for k in metrics)
-        return "\n".join(f"{k.ljust(width)}  {v:.6f}" for k, v in metrics.items())
-    return _render_rows([metrics], fmt)
 
 
 def ratio_study_command(
@@ -70,19 +53,17 @@ def ratio_study_command(
         "--ratios",
         help="Comma-separated base:new ratios; Fwd = 1:5 and Bwd = 5:1.",
     ),
-    repeats: int = typer.Option(5, "--repeats", help="Seeded resamples per ratio."),
+    repeats: int = typer.Option(5, "--n-repeats", help="Seeded resamples per ratio."),
     seed: int = typer.Option(0, "--seed", help="Seed of the first resample."),
-    fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
-    output: str | None = typer.Option(
-        None, "--output", "-o", help="Write the result to this file."
-    ),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Print every metric against the base:new test ratio (mean+-std over resamples).
 
     OverallAcc moves with the ratio; HM, AUROC and OpenworldAUC should not (property P3 of the
     OpenworldAUC paper). The last line is each metric's spread (max - min over the ratios).
     """
-    from oodeval.openworld.ratio_study import format_ratio_table, ratio_study
+    from oodeval.openworld.ratio_study import ratio_study, ratio_table_cells
     from oodeval.results.predictions import parse_class_ids, read_predictions
 
     arrays = read_predictions(predictions)
@@ -117,7 +98,11 @@ def ratio_study_command(
         base_predictions=arrays.get("base_predictions"),
         new_predictions=arrays.get("new_predictions"),
     )
-    text = format_ratio_table(rows) if fmt is Format.table else _render_rows(rows, fmt)
+    if fmt.value in ("csv", "json"):
+        text = render_frame(pd.DataFrame(rows), fmt.value)
+    else:
+        header, cells = ratio_table_cells(rows)
+        text = render_rows(header, cells, fmt.value, right=[True] * len(header))
     echo_output(text, output)
 
 
@@ -132,7 +117,7 @@ def make_features_command(
         "--encoder-source",
         help="Train the encoder on this source's base classes (digits, for an mnist:DIR source).",
     ),
-    shots: int = typer.Option(16, "--shots", help="Training samples per base class."),
+    shots: int = typer.Option(16, "--n-shots", help="Training samples per base class."),
     overlap: float = typer.Option(
         0.5, "--overlap", help="synthetic only: move new-class centres towards base ones (0..1)."
     ),
@@ -161,12 +146,12 @@ def train_gmop_command(
     features: Path = typer.Argument(..., help="Training feature file (.npz); base rows are used."),
     out: Path = typer.Option(..., "--out", help="Where to write the trained model (.npz)."),
     method: Method = typer.Option(Method.gmop, "--method", help="gmop or single-context (CE)."),
-    partitions: int = typer.Option(3, "--partitions", help="K pseudo base/new partitions."),
+    partitions: int = typer.Option(3, "--n-partitions", help="K pseudo base/new partitions."),
     auc_weight: float = typer.Option(1.0, "--auc-weight", help="lambda: gated AUC term weight."),
     detector_weight: float = typer.Option(
         1.0, "--detector-weight", help="alpha: detectors' cross-entropy weight."
     ),
-    steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
+    steps: int = typer.Option(200, "--n-steps", help="Optimizer steps."),
     lr: float = typer.Option(1e-2, "--lr", help="Adam learning rate."),
     weight_decay: float = typer.Option(1e-3, "--weight-decay", help="Pull towards zero-shot."),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Default: full batch."),
@@ -195,7 +180,10 @@ def train_gmop_command(
         seed=seed,
     )
     trainer = train_gmop if method is Method.gmop else train_single_context
-    model = trainer(train, config)
+    with stops_on_ctrl_c(
+        f"nothing was written to {out} (the model is saved at the end); run it again"
+    ):
+        model = trainer(train, config)
     save_model(out, model, config)
     typer.echo(f"wrote {out}", err=True)
 
@@ -208,10 +196,8 @@ def evaluate_command(
     predictions: Path | None = typer.Option(
         None, "--predictions", help="Also write per-sample predictions (.npz) for ratio-study."
     ),
-    fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
-    output: str | None = typer.Option(
-        None, "--output", "-o", help="Write the result to this file."
-    ),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Print BaseAcc, NewAcc, HM, OverallAcc, AUROC and OpenworldAUC of a model on FEATURES."""
     from oodeval.openworld.features import load_features
@@ -232,7 +218,7 @@ def evaluate_command(
             new_predictions=out["new_predictions"],
         )
         typer.echo(f"wrote {predictions}", err=True)
-    echo_output(_render_metrics(metrics, fmt), output)
+    echo_output(render_metrics(metrics, fmt), output)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from oodeval.cli._common import reports_errors
+from oodeval.cli._common import reports_errors, stops_on_ctrl_c
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
             help="A study folder, a results CSV/JSONL (as for `oodeval measures`), or an "
             "open-world predictions .npz/.csv (as for `oodeval openworld`).",
         ),
-        out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file to write."),
+        out: Path = typer.Option(Path("report.html"), "--out", help="HTML file to write."),
         base_classes: str | None = typer.Option(
             None, "--base-classes", help="Open-world files only: base class ids, e.g. 0-49."
         ),
@@ -40,7 +40,8 @@ def register(app: typer.Typer) -> None:
         from oodeval.report.build import write_report
         from oodeval.study.store import StoreIntegrityWarning
 
-        with warnings.catch_warnings(record=True) as caught:
+        kept = f"{out} was not written (the page is written at the end); run it again"
+        with stops_on_ctrl_c(kept), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", StoreIntegrityWarning)
             path = write_report(
                 source,

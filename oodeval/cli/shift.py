@@ -1,4 +1,4 @@
-"""`oodeval shift --source SPEC --target SPEC`: covariate and concept shift of a dataset pair.
+"""`oodeval shift --scenario SPEC --target SPEC`: covariate and concept shift of a dataset pair.
 
 Prints M_cov, M_cpt^min, M_cpt^max (next to the two classifiers' held-out fit errors, the noise
 floor M_cpt is read against) and M_cpt^max - M_cov (NICO++ Section 3, Theorem 3.3) as
@@ -8,14 +8,23 @@ mean +- std over seeds, with one line on what the sign of the last suggests. SPE
 
 from __future__ import annotations
 
-import json
 import math
 from enum import Enum
 
+import pandas as pd
 import typer
 
-from oodeval.cli._common import check_output_path, echo_output, reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    reports_errors,
+    stops_on_ctrl_c,
+)
 from oodeval.errors import OodevalError
+from oodeval.tables import render_frame, to_json
 
 __all__ = ["register", "shift_command", "explanation"]
 
@@ -23,11 +32,6 @@ __all__ = ["register", "shift_command", "explanation"]
 class Hypothesis(str, Enum):
     mlp = "mlp"
     cnn = "cnn"
-
-
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def explanation(gap: float) -> str:
@@ -60,30 +64,35 @@ def _finite_or_none(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _fmt(mean: float, std: float) -> str:
-    if math.isnan(std):
-        return f"{mean:.3f}"
-    return f"{mean:.3f} +- {std:.3f}"
-
-
-def render_table(source: str, target: str, result: object, counts: tuple[int, int]) -> str:
-    """The human-readable report of one `shift_metrics` result."""
+def metrics_frame(result: object) -> pd.DataFrame:
+    """One row per reported metric: metric, mean, std over seeds (NaN for one seed), description."""
     from oodeval.shift.metrics import DESCRIPTIONS, REPORTED
 
+    return pd.DataFrame(
+        {
+            "metric": list(REPORTED),
+            "mean": [result.mean(m) for m in REPORTED],  # type: ignore[attr-defined]
+            "std": [result.std(m) for m in REPORTED],  # type: ignore[attr-defined]
+            "description": [DESCRIPTIONS[m] for m in REPORTED],
+        }
+    )
+
+
+def render_report(names: tuple[str, str], result: object, counts: tuple[int, int], fmt: str) -> str:
+    """The human-readable report (table or markdown format) of one `shift_metrics` result."""
     opts = result.options  # type: ignore[attr-defined]
     seeds = result.seeds  # type: ignore[attr-defined]
     lines = [
-        f"source: {source} ({counts[0]} images)",
-        f"target: {target} ({counts[1]} images)",
+        f"source set: {names[0]} ({counts[0]} images)",
+        f"target set: {names[1]} ({counts[1]} images)",
         f"hypothesis {opts['hypothesis']}, {opts['steps']} steps, {len(seeds)} seed(s) "
-        f"{list(seeds)}; held-out halves, 0-1 disagreement; mean +- std (ddof=1) over seeds",
-        "",
+        f"{list(seeds)}; held-out halves, 0-1 disagreement; mean and std (ddof=1) over seeds",
     ]
-    width = max(len(m) for m in REPORTED)
-    for metric in REPORTED:
-        value = _fmt(result.mean(metric), result.std(metric))  # type: ignore[attr-defined]
-        lines.append(f"{metric.ljust(width)}  {value:>15}  {DESCRIPTIONS[metric]}")
+    if fmt == "markdown":
+        lines = [f"{line}  " for line in lines]  # markdown line breaks
     lines += [
+        "",
+        render_frame(metrics_frame(result), fmt, digits=3, right=[False, True, True, False]),
         "",
         "Read M_cpt against the fit errors: f_tr and f_te can disagree on up to their sum of "
         "the inputs with no concept shift at all (the i.i.d. noise floor).",
@@ -94,17 +103,19 @@ def render_table(source: str, target: str, result: object, counts: tuple[int, in
 
 @reports_errors
 def shift_command(
-    source: str = typer.Option(
-        ..., "--source", help="SPEC of the source set, e.g. sr-cmnist:e=0.1."
+    scenario: str = typer.Option(
+        ..., "--scenario", help="SPEC of the source (training) set, e.g. sr-cmnist:e=0.1."
     ),
     target: str = typer.Option(
-        ..., "--target", help="SPEC of the target set, e.g. sr-cmnist:e=0.9."
+        ..., "--target", help="SPEC of the target (test) set, e.g. sr-cmnist:e=0.9."
     ),
-    images: str = typer.Option(
-        "digits", "--images", help="Base image source for scenario SPECs (e.g. mnist:DIR)."
+    source: str = typer.Option(
+        "digits",
+        "--source",
+        help="Images the scenario SPECs draw from: digits, mnist:DIR, folder:DIR, ...",
     ),
-    seeds: int = typer.Option(3, "--seeds", help="Number of seeds (0..N-1)."),
-    steps: int = typer.Option(300, "--steps", help="Training steps per network."),
+    n_seeds: int = typer.Option(3, "--n-seeds", help="Number of seeds: seeds 0..N-1."),
+    steps: int = typer.Option(300, "--n-steps", help="Training steps per network."),
     hypothesis: Hypothesis = typer.Option(
         Hypothesis.mlp, "--hypothesis", help="Hypothesis class H."
     ),
@@ -113,8 +124,8 @@ def shift_command(
     max_samples: int = typer.Option(
         4000, "--max-samples", help="Subsample each set to at most this many images."
     ),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Estimate covariate shift M_cov and concept shift M_cpt between two sets (NICO++ Sec. 3).
 
@@ -122,45 +133,50 @@ def shift_command(
     folder:DIR:domain=NAME[+NAME]) or one environment of a scenario family
     (sr-cmnist:e=0.1, cmnist:e=0.9:images=mnist:DIR); a scenario SPEC takes the evaluation
     environment of that name unless role=given asks for the given (training) one
-    (sr-cmnist:e=0.1:role=given). The same SPEC twice gives an i.i.d. split.
+    (sr-cmnist:e=0.1:role=given). The same SPEC twice gives an i.i.d. split. Scenario SPECs
+    draw their images from --source.
+
+    csv gives the metrics table (metric, mean, std, description); json the per-seed values too.
     """
     from oodeval.shift.metrics import REPORTED, shift_metrics
     from oodeval.shift.specs import disjoint_pair, load_spec
 
     # Checked here rather than with typer's min=, whose usage errors span several lines.
     for flag, value, low in (
-        ("--seeds", seeds, 1),
-        ("--steps", steps, 1),
+        ("--n-seeds", n_seeds, 1),
+        ("--n-steps", steps, 1),
         ("--batch-size", batch_size, 1),
         ("--max-samples", max_samples, 2),
     ):
         if value < low:
             raise OodevalError(f"{flag} must be at least {low}, got {value}")
     check_output_path(output)  # before minutes of training, not after
-    src = load_spec(source, images=images, max_samples=max_samples)
-    tgt = load_spec(target, images=images, max_samples=max_samples)
+    src = load_spec(scenario, images=source, max_samples=max_samples)
+    tgt = load_spec(target, images=source, max_samples=max_samples)
     src, tgt = disjoint_pair(src, tgt, seed=0)
     if src.images.shape[1:] != tgt.images.shape[1:]:
         raise OodevalError(
-            f"source images {src.images.shape[1:]} and target images {tgt.images.shape[1:]} "
+            f"--scenario images {src.images.shape[1:]} and --target images {tgt.images.shape[1:]} "
             "differ in shape; add size=N to both SPECs"
         )
-    result = shift_metrics(
-        src.images,
-        src.labels,
-        tgt.images,
-        tgt.labels,
-        seeds=range(seeds),
-        num_classes=max(src.num_classes, tgt.num_classes),
-        hypothesis=hypothesis.value,
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-    )
+    with stops_on_ctrl_c("nothing is kept (the networks train in memory); run it again"):
+        result = shift_metrics(
+            src.images,
+            src.labels,
+            tgt.images,
+            tgt.labels,
+            seeds=range(n_seeds),
+            num_classes=max(src.num_classes, tgt.num_classes),
+            hypothesis=hypothesis.value,
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+        )
     if fmt is OutputFormat.json:
         payload = {
-            "source": source,
+            "scenario": scenario,
             "target": target,
+            "source": source,
             "n_source": len(src),
             "n_target": len(tgt),
             "options": result.options,
@@ -171,9 +187,11 @@ def shift_command(
             },
             "explanation": explanation(result.mean("cpt_minus_cov")),
         }
-        text = json.dumps(payload, indent=2)
+        text = to_json(payload)
+    elif fmt is OutputFormat.csv:
+        text = render_frame(metrics_frame(result), "csv")
     else:
-        text = render_table(source, target, result, (len(src), len(tgt)))
+        text = render_report((scenario, target), result, (len(src), len(tgt)), fmt.value)
     echo_output(text, output)
 
 

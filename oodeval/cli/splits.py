@@ -13,13 +13,19 @@ The split commands write the CSV (path, class, domain, role) and print a count t
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import typer
 
-from oodeval.cli._common import echo_output, reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    echo_output,
+    reports_errors,
+)
 from oodeval.errors import OodevalError
 from oodeval.protocols import (
     classic_domains,
@@ -32,6 +38,7 @@ from oodeval.protocols import (
     scan_tree,
     write_split_csv,
 )
+from oodeval.tables import render_frame, text_table, to_json
 
 app = typer.Typer(
     help="NICO++ domain-split protocols (classic, flexible) and their evaluation.",
@@ -60,14 +67,8 @@ def render_counts(rows: list) -> str:
     total       1        1        1      1
     """
     cols = ["role", "images", "classes", "domains", "cells"]
-    table = [{c: c for c in cols}, *role_counts(rows)]  # the header row first
-    widths = {c: max(len(str(r[c])) for r in table) for c in cols}
-    return "\n".join(
-        "  ".join(
-            str(r[c]).ljust(widths[c]) if c == "role" else str(r[c]).rjust(widths[c]) for c in cols
-        )
-        for r in table
-    )
+    cells = [[str(r[c]) for c in cols] for r in role_counts(rows)]
+    return text_table(cols, cells, right=[c != "role" for c in cols])
 
 
 def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -> None:
@@ -79,7 +80,7 @@ def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -
 
 
 TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
-OUT_OPT = typer.Option(..., "--out", "-o", help="Split CSV to write (path,class,domain,role).")
+OUT_OPT = typer.Option(..., "--out", help="Split CSV to write (path,class,domain,role).")
 SEED_OPT = typer.Option(0, "--seed", help="Seed of every random draw.")
 PER_MINOR_OPT = typer.Option(50, "--per-minor", help="Images per minor training domain.")
 PER_TEST_OPT = typer.Option(50, "--per-test", help="Images per test domain.")
@@ -220,27 +221,39 @@ def read_predictions(path: str | Path) -> dict[str, str]:
 def evaluate_command(
     splits: Path = typer.Argument(..., help="Split CSV written by `oodeval splits`."),
     predictions: Path = typer.Argument(..., help="CSV with columns path,prediction."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
+    as_json: bool = typer.Option(
+        False, "--json", hidden=True, help="Deprecated: use --format json."
+    ),
 ) -> None:
-    """Per-test-domain accuracy and NICO++ Average / Overall / Std (Eq. 5)."""
-    summary = evaluate_split(read_split_csv(splits), read_predictions(predictions))
+    """Per-test-domain accuracy and NICO++ Average / Overall / Std (Eq. 5).
+
+    table and markdown: the per-domain table and the Average / Overall / Std line; csv: the
+    per-domain table (domain, images, accuracy); json: every number of the summary by name.
+    """
     if as_json:
-        clean = {
-            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()
-        }
-        echo_output(json.dumps(clean, indent=2), output)
+        typer.echo("note: --json is deprecated; use --format json", err=True)
+        fmt = OutputFormat.json
+    summary = evaluate_split(read_split_csv(splits), read_predictions(predictions))
+    if fmt is OutputFormat.json:
+        echo_output(to_json(summary), output)
         return
     domains = [k[len("count_") :] for k in summary if k.startswith("count_")]
-    width = max(len("domain"), *(len(d) for d in domains))
-    lines = [f"{'domain'.ljust(width)}  {'images':>6}  accuracy"]
-    for d in domains:
-        lines.append(f"{d.ljust(width)}  {summary['count_' + d]:>6}  {summary['acc_' + d]:.4f}")
+    frame = pd.DataFrame(
+        {
+            "domain": domains,
+            "images": [summary["count_" + d] for d in domains],
+            "accuracy": [summary["acc_" + d] for d in domains],
+        }
+    )
+    if fmt is OutputFormat.csv:
+        echo_output(render_frame(frame, "csv"), output)
+        return
     std = summary["acc_std"]
-    lines += [
-        "",
+    line = (
         f"Average {summary['acc_avg']:.4f}  Overall {summary['acc_overall']:.4f}  "
         f"Std {'n/a (one domain)' if math.isnan(std) else f'{std:.4f}'}  "
-        f"(NICO++ Eq. 5, over {len(domains)} test domain(s))",
-    ]
-    echo_output("\n".join(lines), output)
+        f"(NICO++ Eq. 5, over {len(domains)} test domain(s))"
+    )
+    echo_output(render_frame(frame, fmt.value) + "\n\n" + line, output)

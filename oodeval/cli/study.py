@@ -6,8 +6,18 @@ from pathlib import Path
 
 import typer
 
-from oodeval.cli._common import reports_errors
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    render_lines,
+    reports_errors,
+    stops_on_ctrl_c,
+)
 from oodeval.errors import OodevalError
+from oodeval.tables import frame_records, render_frame, text_table, to_json
 
 app = typer.Typer(
     help="Run the worst+gap paper's measure study resumably and analyse it.",
@@ -120,7 +130,7 @@ def run_command(
     local worker processes, or with --executor ray / slurm on a Ray cluster or as Slurm jobs;
     this process alone writes the store, so resuming works the same everywhere.
     """
-    from oodeval.study import StudyInterrupted, run_study
+    from oodeval.study import run_study
     from oodeval.study.executors import make_executor
 
     options = {
@@ -156,7 +166,8 @@ def run_command(
         units_per_job=slurm_units_per_job,
         cluster=slurm_cluster,
     )
-    try:
+    # StudyInterrupted says how many units are stored; a Ctrl-C before that, the fallback line.
+    with stops_on_ctrl_c("before the study started; the store is unchanged"):
         summary = run_study(
             _config(config, preset_name, precision),
             out,
@@ -164,12 +175,6 @@ def run_command(
             progress=progress,
             executor=chosen,
         )
-    except StudyInterrupted as exc:  # the units in flight were abandoned; one line, exit 130
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(code=130) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted before the study started; the store is unchanged", err=True)
-        raise typer.Exit(code=130) from None
     if summary.changes is not None and summary.changes.describe():
         typer.echo(f"config: {summary.changes.describe()} (stored units are kept)")
     typer.echo(
@@ -180,7 +185,11 @@ def run_command(
     if report:
         from oodeval.report.build import write_report
 
-        path = write_report(out, Path(out) / "report.html")
+        with stops_on_ctrl_c(
+            f"the study is stored; `oodeval report {out} --out {Path(out) / 'report.html'}` "
+            "writes the report"
+        ):
+            path = write_report(out, Path(out) / "report.html")
         typer.echo(f"report: {path.resolve()}")
 
 
@@ -194,51 +203,75 @@ _EXCLUDE_HELP = (
 @reports_errors
 def status_command(
     directory: Path = typer.Argument(..., help="Study folder."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Print done/failed/damaged/pending unit counts of the current config, its coverage per
     scenario, algorithm and seed, the failure reasons and the damaged units.
 
     The store is verified as it is read (SQLite's quick check, each unit's row counts and
-    checksum); `oodeval study verify DIR` gives the full report.
+    checksum); `oodeval study verify DIR` gives the full report. csv gives the coverage table;
+    json the counts, the coverage records and the notes.
     """
-    from oodeval.cli.importers import render_table
     from oodeval.study import load_study
-    from oodeval.study.integrity import printable
 
+    check_output_path(output)
     study = load_study(directory, exclude_damaged=True)
     counts = study.counts()
     damaged = f"{counts['damaged']} damaged, " if counts["damaged"] else ""
-    typer.echo(
+    title = (
         f"study {study.config.get('name')}: {counts['done']} done, {counts['failed']} failed, "
         f"{damaged}{counts['pending']} pending (of {counts['planned']})"
     )
     coverage = study.coverage()
     if not coverage["damaged"].any():
         coverage = coverage.drop(columns="damaged")
-    rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
-    typer.echo(render_table(list(coverage.columns), rows, markdown=False))
-    for note in filter(None, [study.outside_note(), *study.code_notes()]):
-        typer.echo(f"note: {note}")
+    notes = _status_notes(study, directory)
+    if fmt is OutputFormat.csv:
+        text = render_frame(coverage, "csv")
+    elif fmt is OutputFormat.json:
+        text = to_json(
+            {
+                "study": study.config.get("name"),
+                "counts": counts,
+                "coverage": frame_records(coverage),
+                "notes": notes,
+            }
+        )
+    elif fmt is OutputFormat.markdown:
+        bullets = "\n".join(f"- {n}" for n in notes)
+        text = "\n\n".join([title, render_frame(coverage, "markdown"), bullets])
+    else:
+        rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
+        text = "\n".join([title, text_table(list(coverage.columns), rows), *notes])
+    echo_output(text, output)
+
+
+def _status_notes(study, directory: Path) -> list[str]:
+    """The lines `study status` prints under the coverage table: notes, failures, damage, store."""
+    from oodeval.study.integrity import printable
+
+    lines = [f"note: {n}" for n in filter(None, [study.outside_note(), *study.code_notes()])]
     failed = study.units[study.units["status"] == "failed"]
     for unit in failed.itertuples(index=False):
-        typer.echo(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
+        lines.append(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
     health = study.health
-    for key, reason in health.damaged.items():
-        typer.echo(f"damaged: {key}: {reason}")
+    lines += [f"damaged: {key}: {reason}" for key, reason in health.damaged.items()]
     for key, reason in health.history_damage.items():
-        typer.echo(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
+        lines.append(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
     if not health.sqlite_ok:
-        typer.echo(f"store: SQLite's quick check FAILED: {health.sqlite_problem()}")
+        lines.append(f"store: SQLite's quick check FAILED: {health.sqlite_problem()}")
     if not health.trusted:
-        typer.echo(
+        lines.append(
             "damaged store: analyze and report refuse it; `oodeval study run` with the same "
             "config moves the damaged units aside and runs them again; `oodeval study verify "
             f"{directory}` lists every problem"
         )
     elif health.unverified:
-        typer.echo(f"store: {health.notes()[-1]}")
+        lines.append(f"store: {health.notes()[-1]}")
     else:
-        typer.echo(f"store: verified ({health.verified} units match their checksums)")
+        lines.append(f"store: verified ({health.verified} units match their checksums)")
+    return lines
 
 
 @app.command("analyze")
@@ -246,22 +279,29 @@ def status_command(
 def analyze_command(
     directory: Path = typer.Argument(..., help="Study folder."),
     exclude_damaged: bool = typer.Option(False, "--exclude-damaged", help=_EXCLUDE_HELP),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Print the verdict, then write it, Table 1/5/6 and the Figure 1/5/6/7 numbers as CSV +
     markdown to DIR/analysis/.
 
-    A store that fails verification is refused, naming the damaged units, unless
-    --exclude-damaged is given.
+    table and markdown print the verdict section of analysis.md and the files written; csv and
+    json the verdict table (one row per measure). A store that fails verification is refused,
+    naming the damaged units, unless --exclude-damaged is given.
     """
     from oodeval.study import load_study
     from oodeval.study.analysis import analyze, verdict_markdown, write_analysis
 
+    check_output_path(output)
     study = load_study(directory, exclude_damaged=exclude_damaged)
     results = analyze(study)
-    typer.echo(verdict_markdown(study, results))
     written = write_analysis(study, results=results)
-    for name, path in written.items():
-        typer.echo(f"{name}: {path}")
+    if fmt.value in ("csv", "json"):
+        text = render_frame(results["verdict"], fmt.value)
+    else:
+        paths = [f"{name}: {path}" for name, path in written.items()]
+        text = "\n".join([verdict_markdown(study, results), *paths])
+    echo_output(text, output)
     for note in [*study.integrity_notes(), *study.code_notes()]:
         typer.echo(f"warning: {note}", err=True)
     if study.outside_note():
@@ -286,17 +326,11 @@ def merge_command(
     wins over a failed one. Damaged inputs are refused. Each unit is copied in its own
     transaction: an interrupted merge resumes when run again.
     """
-    from oodeval.study import StudyInterrupted
     from oodeval.study.merge import merge_studies
 
-    try:
+    # StudyInterrupted: the unit being copied was rolled back, its message says what is merged.
+    with stops_on_ctrl_c("while reading the inputs; nothing was written"):
         summary = merge_studies(inputs, out, progress=progress)
-    except StudyInterrupted as exc:  # the unit being copied was rolled back; one line, exit 130
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(code=130) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted while reading the inputs; nothing was written", err=True)
-        raise typer.Exit(code=130) from None
     typer.echo(summary.line())
 
 
@@ -304,18 +338,21 @@ def merge_command(
 @reports_errors
 def verify_command(
     directory: Path = typer.Argument(..., help="Study folder."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Check a study store without changing it; exit 0 when clean, 1 when damage is found.
 
     Runs SQLite's full integrity check, checks the config's checksum and every unit's row counts
     and checksum, and counts rows that belong to no unit. Exit 1 also when units carry no
-    checksum (a store of an older oodeval), 2 when DIR holds no study.
+    checksum (a store of an older oodeval), 2 when DIR holds no study. Formats other than table
+    give the report as (item, detail) rows.
     """
     from oodeval.study.store import verify_store
 
+    check_output_path(output)
     report = verify_store(directory)
-    for line in report.lines():
-        typer.echo(line)
+    echo_output(render_lines(report.lines(), fmt), output)
     raise typer.Exit(code=0 if report.clean else 1)
 
 
@@ -335,18 +372,46 @@ def estimate_command(
         1.0, "--steps-fraction", help="Run the sample with this fraction of the steps."
     ),
     precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
-    """Time a sample of the study's units and print the projected wall time of the whole study."""
+    """Time a sample of the study's units and print the projected wall time of the whole study.
+
+    table: the summary; csv and markdown: the table per N_given; json: the projection and both
+    tables (per N_given and the timed units).
+    """
     import os
 
     from oodeval.study.estimate import estimate_study
 
+    check_output_path(output)
     chosen = tuple(a.strip() for a in algorithms.split(",") if a.strip()) if algorithms else None
-    estimate = estimate_study(
-        _config(config, preset_name, precision),
-        workers=workers or os.cpu_count() or 1,
-        algorithms=chosen,
-        steps_fraction=steps_fraction,
-        progress=True,
-    )
-    typer.echo(estimate.summary())
+    # Ctrl-C: run_study's StudyInterrupted would say "run again to resume", but the sample lives
+    # in a temporary folder that is removed, so the line says so instead.
+    discarded = "the timing sample was discarded; run the same command again to re-estimate"
+    with stops_on_ctrl_c(discarded, own_message=False):
+        estimate = estimate_study(
+            _config(config, preset_name, precision),
+            workers=workers or os.cpu_count() or 1,
+            algorithms=chosen,
+            steps_fraction=steps_fraction,
+            progress=True,
+        )
+    if fmt is OutputFormat.table:
+        text = estimate.summary()
+    elif fmt is OutputFormat.json:
+        text = to_json(
+            {
+                "projected_seconds": estimate.projected_seconds,
+                "workers": estimate.workers,
+                "steps_fraction": estimate.steps_fraction,
+                "sample_wall_seconds": estimate.sample_wall_seconds,
+                "failed": estimate.failed,
+                "mix_factor": estimate.mix_factor,
+                "per_n": frame_records(estimate.per_n),
+                "samples": frame_records(estimate.samples),
+            }
+        )
+    else:
+        text = render_frame(estimate.per_n, fmt.value)
+    echo_output(text, output)

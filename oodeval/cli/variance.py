@@ -8,12 +8,19 @@ import warnings
 import pandas as pd
 import typer
 
-from oodeval.cli._common import check_output_path, echo_output, reports_errors
-from oodeval.cli.importers import check_format, frame_as_text, heading, render_table
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    reports_errors,
+)
 from oodeval.errors import OodevalError
 from oodeval.results.domainbed import ENVIRONMENT_NAMES
 from oodeval.results.selection import ORACLE_CHECKPOINTS
 from oodeval.results.variance import average_over_environments, read_checkpoints, variance_table
+from oodeval.tables import heading, render_frame, render_rows
 
 
 def _environment_label(dataset: str, env: object) -> str:
@@ -28,7 +35,7 @@ def _fmt(x: float) -> str:
 
 
 def variance_report(
-    table: pd.DataFrame, *, last: int, ddof: int, oracle: str = "best", markdown: bool
+    table: pd.DataFrame, *, last: int, ddof: int, oracle: str = "best", fmt: str = "table"
 ) -> str:
     """Per-dataset tables of `variance_table` rows followed by their mean over environments."""
     means = average_over_environments(table)
@@ -66,9 +73,7 @@ def variance_report(
             )
         rows.sort(key=lambda row: (row[0], row[1] == "mean"))
         title = f"Dataset: {dataset}, test variance and oracle gap (accuracy points)"
-        parts.append(
-            heading(title, markdown=markdown) + "\n" + render_table(header, rows, markdown=markdown)
-        )
+        parts.append(heading(title, fmt) + "\n" + render_rows(header, rows, fmt, compact_rule=True))
     parts.append(
         f"Seed std: std (ddof={ddof}) over trials of the accuracy chosen by training-domain "
         f"validation. Epoch std: std (ddof={ddof}) over the last {last} checkpoints of each chosen "
@@ -96,8 +101,8 @@ def variance(
         "accuracy, the best-epoch leak of NICO++ Sec. 4.4) or last (DomainBed's test-domain "
         "validation).",
     ),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, csv, json or markdown."),
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
 ) -> None:
     """Std across seeds, std across the last checkpoints, and the oracle-vs-training-domain gap.
 
@@ -107,7 +112,6 @@ def variance(
     The oracle gap follows NICO++ (--oracle best: the oracle picks each run's checkpoint by the
     test domain's validation split); --oracle last gives DomainBed's last-checkpoint oracle.
     """
-    fmt = check_format(fmt)
     oracle = oracle.strip().lower()
     if oracle not in ORACLE_CHECKPOINTS:
         raise OodevalError(
@@ -121,13 +125,11 @@ def variance(
     # Printed after the table is computed, so bad input gives only the error line.
     for w in caught:
         typer.echo(f"warning: {w.message}", err=True)
-    if fmt in ("csv", "json"):
+    if fmt.value in ("csv", "json"):
         full = pd.concat([table, average_over_environments(table)], ignore_index=True)
-        text = frame_as_text(full, fmt)
+        text = render_frame(full, fmt.value)
     else:
-        text = variance_report(
-            table, last=last, ddof=ddof, oracle=oracle, markdown=fmt == "markdown"
-        )
+        text = variance_report(table, last=last, ddof=ddof, oracle=oracle, fmt=fmt.value)
     echo_output(text, output)
 
 

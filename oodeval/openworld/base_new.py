@@ -107,7 +107,7 @@ def few_shot_indices(
         rows = np.flatnonzero(y == c)
         if rows.size < shots:
             raise OodevalError(
-                f"class {c} has {rows.size} sample(s), fewer than shots={shots}; lower --shots"
+                f"class {c} has {rows.size} sample(s), fewer than shots={shots}; lower --n-shots"
             )
         chosen.append(rng.choice(rows, size=shots, replace=False))
     if not chosen:

@@ -93,7 +93,7 @@ def pseudo_partitions(base_classes: Sequence[int], n_partitions: int = 3) -> lis
     if n_partitions > len(base):
         raise OodevalError(
             f"K={n_partitions} partitions need at least K base classes, got {len(base)}; "
-            f"lower --partitions to at most {len(base)}"
+            f"lower --n-partitions to at most {len(base)}"
         )
     return [
         PseudoPartition(

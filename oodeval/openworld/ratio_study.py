@@ -129,11 +129,12 @@ def ratio_spread(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def format_ratio_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Plain-text table: one line per ratio, mean +- std of every metric, then the spread line."""
+def ratio_table_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Header and string cells of the ratio table: one line per ratio, mean+-std of every
+    metric, then the spread line (`oodeval.tables` renders them)."""
     shown = [m for m in METRICS if rows and m in rows[0]]
     header = ["ratio", "n_base", "n_new", *shown]
-    lines = [header]
+    lines = []
     for r in rows:
         cells = [str(r["ratio"]), str(r["n_base"]), str(r["n_new"])]
         for m in shown:
@@ -142,7 +143,12 @@ def format_ratio_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(cells)
     spread = ratio_spread(rows)
     lines.append(["spread", "", "", *(f"{spread.get(m, float('nan')):.4f}" for m in shown)])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)) for line in lines
-    )
+    return header, lines
+
+
+def format_ratio_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Plain-text ratio table (every column right-aligned), as `oodeval openworld ratio-study`."""
+    from oodeval.tables import text_table
+
+    header, cells = ratio_table_cells(rows)
+    return text_table(header, cells, right=[True] * len(header))

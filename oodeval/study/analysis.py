@@ -37,13 +37,14 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures import meta_tables
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.store import ALL_FOLD, Study, load_study
+from oodeval.tables import frame_cells
+from oodeval.tables import markdown_table as tables_markdown
 
 #: The measures Table 1 compares, the ablation of Table 5, and the selections of Table 6.
 CORRELATION_MEASURES = ("worst_plus_gap", "average")
@@ -618,27 +619,16 @@ def _no_family(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown_table(frame: pd.DataFrame, *, digits: int = 3) -> str:
-    """A GitHub-flavoured markdown table of `frame` (floats rounded to `digits`).
+    """A GitHub-flavoured markdown table of `frame` (floats rounded to `digits`), rendered by
+    the one table renderer `oodeval.tables`.
 
     >>> print(markdown_table(pd.DataFrame({"a": [1.23456], "b": ["x"]})))
     | a | b |
     | --- | --- |
     | 1.235 | x |
     """
-    if frame.empty:
-        return "(no rows)"
-
-    def cell(value: object) -> str:
-        if value is pd.NA:
-            return ""
-        if isinstance(value, float | np.floating):
-            return "nan" if math.isnan(value) else f"{value:.{digits}f}"
-        return str(value).replace("|", "\\|")
-
-    header = "| " + " | ".join(map(str, frame.columns)) + " |"
-    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
+    header, rows = frame_cells(frame, digits)
+    return tables_markdown(header, rows)
 
 
 def _pm(means: pd.Series, stds: pd.Series) -> list[str]:

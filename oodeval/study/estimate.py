@@ -35,6 +35,7 @@ from oodeval.errors import OodevalError
 from oodeval.study.config import StudyConfig, import_backend, validate_config
 from oodeval.study.runner import prepare_config, run_study
 from oodeval.study.store import load_study
+from oodeval.tables import text_table
 
 #: Algorithms sampled by default when the study has them (cheap, typical and expensive ones).
 DEFAULT_SAMPLE = ("ERM", "MLDG", "SagNet")
@@ -59,13 +60,18 @@ class Estimate:
         lines = [
             f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:.0%} of the steps in "
             f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); {self.failed} failed",
-            "N_given  seconds/unit  units  measured",
         ]
-        for row in self.per_n.itertuples(index=False):
-            lines.append(
-                f"{row.n_given:>7}  {row.unit_seconds:>12.1f}  {row.units_in_study:>5}  "
-                f"{'yes' if row.measured else 'fit'}"
-            )
+        cells = [
+            [
+                str(r.n_given),
+                f"{r.unit_seconds:.1f}",
+                str(r.units_in_study),
+                "yes" if r.measured else "fit",
+            ]
+            for r in self.per_n.itertuples(index=False)
+        ]
+        header = ["N_given", "seconds/unit", "units", "measured"]
+        lines.append(text_table(header, cells, right=[True, True, True, False]))
         if self.mix_factor != 1.0:
             n_min = int(self.per_n["n_given"].min())
             sampled = sorted(set(self.samples.loc[self.samples["role"] == "sample", "algorithm"]))

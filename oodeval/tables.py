@@ -1,0 +1,214 @@
+"""The one table renderer: every command's output and the study's analysis.md go through it.
+
+A table is a header plus rows of cells. `render_frame` prints a pandas DataFrame in one of the
+four output formats every table-printing command accepts (``--format table|csv|json|markdown``):
+
+- ``table``: plain text, columns separated by two spaces, text left-aligned and numbers
+  right-aligned (`text_table`);
+- ``csv``: ``DataFrame.to_csv`` without the index; floats at full (round-trip) precision;
+- ``json``: a list of records (one object per row, NaN as null), ``json.loads`` gives it back;
+- ``markdown``: a GitHub-flavoured table (`markdown_table`), ``|`` in a cell escaped.
+
+>>> frame = pd.DataFrame({"algorithm": ["ERM", "IRM"], "error": [0.25, float("nan")]})
+>>> print(render_frame(frame, "table"))
+algorithm   error
+ERM        0.2500
+IRM           nan
+>>> print(render_frame(frame, "markdown"))
+| algorithm | error |
+| --- | ---: |
+| ERM | 0.2500 |
+| IRM | nan |
+>>> json.loads(render_frame(frame, "json"))
+[{'algorithm': 'ERM', 'error': 0.25}, {'algorithm': 'IRM', 'error': None}]
+
+This module imports only numpy and pandas, so `results`, `study` and `cli` can all use it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "FORMATS",
+    "EMPTY",
+    "format_cell",
+    "frame_cells",
+    "frame_records",
+    "heading",
+    "markdown_table",
+    "numeric_columns",
+    "render_frame",
+    "render_rows",
+    "text_table",
+    "to_json",
+]
+
+#: The output formats of every table-printing command, in the order --help lists them.
+FORMATS = ("table", "csv", "json", "markdown")
+
+#: What a table with no rows prints as (table and markdown formats).
+EMPTY = "(no rows)"
+
+
+def format_cell(value: object, digits: int = 4) -> str:
+    """The text of one cell: floats with `digits` decimals, NaN as ``nan``, missing as ``""``.
+
+    >>> [format_cell(v, 3) for v in (1.23456, float("nan"), None, 7, "a")]
+    ['1.235', 'nan', '', '7', 'a']
+    """
+    if value is None or value is pd.NA:
+        return ""
+    if isinstance(value, float | np.floating):
+        return "nan" if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def numeric_columns(frame: pd.DataFrame) -> list[bool]:
+    """Per column: True when it holds numbers (integers or floats, not booleans)."""
+    return [frame[c].dtype.kind in "iuf" for c in frame.columns]
+
+
+def frame_cells(frame: pd.DataFrame, digits: int = 4) -> tuple[list[str], list[list[str]]]:
+    """The header and the cells of `frame` (no index) as strings, via `format_cell`."""
+    header = [str(c) for c in frame.columns]
+    rows = [[format_cell(v, digits) for v in row] for row in frame.itertuples(index=False)]
+    return header, rows
+
+
+def text_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[bool] | None = None
+) -> str:
+    """An aligned plain-text table: columns two spaces apart, trailing spaces removed.
+
+    Columns flagged in `right` are right-aligned (header included); the others left-aligned.
+
+    >>> print(text_table(["role", "images"], [["train", "12"], ["test", "3"]], right=[False, True]))
+    role   images
+    train      12
+    test        3
+    """
+    if not rows:
+        return EMPTY
+    right = list(right) if right is not None else [False] * len(header)
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    return "\n".join(
+        "  ".join(
+            str(c).rjust(w) if r else str(c).ljust(w)
+            for c, w, r in zip(row, widths, right, strict=True)
+        ).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def markdown_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Sequence[bool] | None = None,
+    compact_rule: bool = False,
+) -> str:
+    """A GitHub-flavoured markdown table; ``|`` inside a cell is escaped as ``\\|``.
+
+    The rule under the header is ``| --- | ---: |`` (``---:`` for the columns flagged in
+    `right`), or ``|---|---:|`` with `compact_rule`, the form DomainBed-style tables print.
+
+    >>> print(markdown_table(["a", "b"], [["1|2", "x"]], compact_rule=True))
+    | a | b |
+    |---|---|
+    | 1\\|2 | x |
+    """
+    if not rows:
+        return EMPTY
+    right = list(right) if right is not None else [False] * len(header)
+    marks = ["---:" if r else "---" for r in right]
+    rule = "|" + "|".join(marks) + "|" if compact_rule else "| " + " | ".join(marks) + " |"
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """`frame`'s rows as plain-Python records: numpy scalars unwrapped, NaN and NA as None."""
+    records = []
+    for row in frame.to_dict("records"):
+        records.append({str(k): _plain(v) for k, v in row.items()})
+    return records
+
+
+def _plain(value: object) -> object:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_json(payload: object) -> str:
+    """Indented JSON with NaN/inf written as null (strict JSON that every parser reads)."""
+    return json.dumps(_strict(payload), indent=2, allow_nan=False)
+
+
+def _strict(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return _plain(value)
+
+
+def render_frame(
+    frame: pd.DataFrame,
+    fmt: str,
+    *,
+    digits: int = 4,
+    right: Sequence[bool] | None = None,
+    compact_rule: bool = False,
+) -> str:
+    """`frame` (index dropped) in output format `fmt`, one of `FORMATS`.
+
+    `digits` rounds floats in the table and markdown formats only; csv and json keep every
+    digit. `right` overrides which columns are right-aligned (default: the numeric ones).
+    """
+    if fmt == "csv":
+        return frame.to_csv(index=False, lineterminator="\n")
+    if fmt == "json":
+        return to_json(frame_records(frame))
+    header, rows = frame_cells(frame, digits)
+    flags = numeric_columns(frame) if right is None else list(right)
+    if fmt == "markdown":
+        return markdown_table(header, rows, right=flags, compact_rule=compact_rule)
+    if fmt == "table":
+        return text_table(header, rows, right=flags)
+    raise ValueError(f"unknown table format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def render_rows(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    fmt: str,
+    *,
+    right: Sequence[bool] | None = None,
+    compact_rule: bool = False,
+) -> str:
+    """Already formatted string cells as a ``table`` (`text_table`) or ``markdown`` table."""
+    if fmt == "markdown":
+        return markdown_table(header, rows, right=right, compact_rule=compact_rule)
+    if fmt == "table":
+        return text_table(header, rows, right=right)
+    raise ValueError(f"string cells render as table or markdown, not {fmt!r}")
+
+
+def heading(text: str, fmt: str) -> str:
+    """A section title: a markdown level-3 heading, or DomainBed's ``-------- text``."""
+    return f"### {text}" if fmt == "markdown" else f"-------- {text}"
