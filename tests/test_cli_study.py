@@ -291,7 +291,7 @@ BAD_CONFIGS = {
     "many": (
         {"seeds": "[-1, -2, -3, -4, -5, -6, -7, -8]"},
         None,
-        ["8 problems in the study config: (1) seeds[0]", "; and 2 more (fix these first)"],
+        ["8 problems in the study config: (1) seeds[0]", " and 2 more (fix these first)"],
     ),
 }
 

@@ -188,7 +188,7 @@ def test_a_long_list_is_capped_and_kept_whole_on_the_error():
     assert message.startswith("9 problems in the study config: (1) seeds[0] must be >= 0")
     assert f"({SHOWN_PROBLEMS}) seeds[{SHOWN_PROBLEMS - 1}]" in message
     assert f"({SHOWN_PROBLEMS + 1})" not in message
-    assert message.endswith(f"; and {9 - SHOWN_PROBLEMS} more (fix these first)")
+    assert message.endswith(f" and {9 - SHOWN_PROBLEMS} more (fix these first)")
     # an OodevalError, pickled across processes intact
     assert isinstance(info.value, OodevalError)
     again = pickle.loads(pickle.dumps(info.value))

@@ -13,14 +13,16 @@ The split commands write the CSV (path, class, domain, role) and print a count t
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
 
 import typer
 
+from oodeval._text import read_text
 from oodeval.cli._common import echo_output, reports_errors
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 from oodeval.protocols import (
     classic_domains,
     classic_split,
@@ -129,8 +131,7 @@ def classic_command(
 
 def _listing(names: list[str], shown: int = 8) -> str:
     """Up to `shown` names, then how many more."""
-    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
+    return listing(names, shown=shown)
 
 
 @app.command("flexible-random")
@@ -199,7 +200,8 @@ def flexible_compositional_command(
 
 def read_predictions(path: str | Path) -> dict[str, str]:
     """Read a predictions CSV with columns path,prediction (predicted class name) into a dict."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    text = read_text(path, what="predictions CSV", save_as="a UTF-8 CSV file")
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         fields = [f.strip() for f in (reader.fieldnames or [])]
         if "path" not in fields or "prediction" not in fields:

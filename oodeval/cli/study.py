@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from oodeval.cli._common import reports_errors
+from oodeval.cli._common import check_folder_path, reports_errors
 from oodeval.errors import OodevalError
 
 app = typer.Typer(
@@ -122,6 +122,8 @@ def run_command(
     """
     from oodeval.study import StudyInterrupted, run_study
     from oodeval.study.executors import make_executor
+
+    check_folder_path(out)
 
     options = {
         "ray": {
@@ -288,6 +290,8 @@ def merge_command(
     """
     from oodeval.study import StudyInterrupted
     from oodeval.study.merge import merge_studies
+
+    check_folder_path(out)
 
     try:
         summary = merge_studies(inputs, out, progress=progress)

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oodeval.errors import OodevalError
+from oodeval._text import read_text
+from oodeval.errors import OodevalError, listing
 
 __all__ = ["SPLITS", "LongResults", "read_results", "results_from_frame"]
 
@@ -185,12 +186,7 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     """
     path = Path(path)
     name = path.name
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise OodevalError(
-            f"{name} is not UTF-8 text; save the results as a UTF-8 CSV or JSON lines file"
-        ) from None
+    text = read_text(path, what="results file", save_as="a UTF-8 CSV or JSON lines file")
     if path.suffix.lower() in _JSON_SUFFIXES or text.lstrip().startswith("{"):
         frame = _read_json_lines(text, name)
     else:
@@ -285,7 +281,7 @@ def _value_column(frame: pd.DataFrame, name: str) -> str:
     if not (has_error or has_acc):
         missing.append("error (or accuracy)")
     if missing:
-        found = ", ".join(c for c in frame.columns if c != "_line") or "none"
+        found = listing(c for c in frame.columns if c != "_line") or "none"
         raise OodevalError(
             f"{name} is missing column(s) {', '.join(missing)} (found: {found}); the long form "
             "needs algorithm, environment, error|accuracy, split[, seed]"

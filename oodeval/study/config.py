@@ -51,7 +51,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from oodeval.errors import OodevalError
+from oodeval._text import read_text
+from oodeval.errors import SHOWN_ITEMS, OodevalError, listing
 from oodeval.measures.domain import MEASURES, undefined_measures
 
 if sys.version_info >= (3, 11):
@@ -82,7 +83,7 @@ SEED_LIMIT = 2**32
 #: Largest ``[trainer] batch_size`` (rows per environment and step).
 BATCH_SIZE_LIMIT = 65_536
 #: How many problems a `ConfigError` message shows before "and N more".
-SHOWN_PROBLEMS = 6
+SHOWN_PROBLEMS = SHOWN_ITEMS
 
 _TOP_KEYS = {
     "name",
@@ -136,9 +137,9 @@ class ConfigError(OodevalError):
 def _problems_message(problems: Sequence[str]) -> str:
     if len(problems) == 1:
         return problems[0]
-    shown = "; ".join(f"({i}) {p}" for i, p in enumerate(problems[:SHOWN_PROBLEMS], start=1))
-    more = len(problems) - SHOWN_PROBLEMS
-    tail = f"; and {more} more (fix these first)" if more > 0 else ""
+    numbered = (f"({i}) {p}" for i, p in enumerate(problems, start=1))
+    shown = listing(numbered, shown=SHOWN_PROBLEMS, sep="; ")
+    tail = " (fix these first)" if len(problems) > SHOWN_PROBLEMS else ""
     return f"{len(problems)} problems in the study config: {shown}{tail}"
 
 
@@ -342,11 +343,12 @@ def resolve_source(source: str, *, cwd: Path | None = None) -> str:
 def load_config(path: str | Path) -> StudyConfig:
     """Read a TOML study config and check every key (`config_from_dict`)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
+    text = read_text(path, what="study config", save_as="UTF-8 TOML")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise OodevalError(f"study config {path} is not valid TOML: {exc}") from None
     data.setdefault("name", path.stem)
     problems = []
@@ -1033,8 +1035,7 @@ class ConfigChanges:
     def refusal(self, directory: str | Path) -> str:
         """The one-line error for an incompatible config: the differing keys and the way out."""
         parts = [f"{k} ({_brief(old)} -> {_brief(new)})" for k, old, new in self.incompatible]
-        more = len(parts) - SHOWN_PROBLEMS
-        listed = ", ".join(parts[:SHOWN_PROBLEMS]) + (f" and {more} more" if more > 0 else "")
+        listed = listing(parts, shown=SHOWN_PROBLEMS)
         return (
             f"{directory} holds a study whose units would not compare with this config's: "
             f"{listed}; a stored study grows only by new algorithms, seeds, scenarios or "
