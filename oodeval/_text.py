@@ -58,7 +58,7 @@ def read_text(path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV
     if path.is_dir():
         raise OodevalError(f"{what} {path} is a folder, not a file; give the file's path")
     if not path.exists():
-        raise OodevalError(f"{what} {path} not found; check the path")
+        raise OodevalError(f"{what} not found: {path}; check the path")
     data = path.read_bytes()
     reason = _not_utf8(data)
     if reason is not None:

@@ -58,6 +58,8 @@ class LongResults:
     loo : ndarray of shape (n_seeds, n_algorithms, N), error fractions
     full : ndarray of shape (n_seeds, n_algorithms, len(all_environments)) or None
     value_column : "error" or "accuracy", as found in the file
+    notes : tuple of str, remarks on the input for the user (e.g. an algorithm whose values look
+        like fractions in a file read as percentages)
     """
 
     algorithms: tuple[str, ...]
@@ -68,6 +70,7 @@ class LongResults:
     loo: np.ndarray
     full: np.ndarray | None
     value_column: str
+    notes: tuple[str, ...] = ()
 
     def errors_table(self) -> dict[str, np.ndarray]:
         """The errors as the long-form table of `oodeval.measures.meta_tables`, labels coded.
@@ -238,7 +241,7 @@ def results_from_frame(
         return f"{name} {where} {int(frame['_line'].iloc[k])}"
 
     _clean_labels(frame, has_seed, at)
-    values = _parse_values(frame, value_col, percent=percent, at=at)
+    values, notes = _parse_values(frame, value_col, percent=percent, at=at, name=name)
     frame["error"] = 1.0 - values if value_col == "accuracy" else values
     _check_duplicates(frame, has_seed, name, where)
 
@@ -267,6 +270,7 @@ def results_from_frame(
         loo=loo,
         full=full,
         value_column=value_col,
+        notes=tuple(notes),
     )
 
 
@@ -326,9 +330,12 @@ def _check_duplicates(frame: pd.DataFrame, has_seed: bool, name: str, where: str
 
 
 def _parse_values(
-    frame: pd.DataFrame, col: str, *, percent: bool, at: Callable[[int], str]
-) -> np.ndarray:
-    """Parse column `col` as floats; report the first unusable cell; return fractions."""
+    frame: pd.DataFrame, col: str, *, percent: bool, at: Callable[[int], str], name: str
+) -> tuple[np.ndarray, list[str]]:
+    """Parse column `col` as floats; report the first unusable cell; return fractions and notes.
+
+    With ``percent=True`` the scale is checked too (`_percent_scale`).
+    """
     raw = frame[col].astype(str).str.strip()
     nums = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     for k in np.flatnonzero(~np.isfinite(nums))[:1]:
@@ -369,7 +376,38 @@ def _parse_values(
             f"{at(k)}: {col} {nums[k]:g} > 1 looks like percentages; pass --percent or divide "
             "by 100"
         )
-    return nums / scale
+    notes = _percent_scale(frame["algorithm"], nums, col, name) if percent else []
+    return nums / scale, notes
+
+
+def _percent_scale(algorithms: pd.Series, nums: np.ndarray, col: str, name: str) -> list[str]:
+    """Check that values read with --percent are percentages; return a note on mixed scales.
+
+    Every value <= 1 means the file holds fractions: read as percentages they would all be
+    near-perfect, so the file is refused. An algorithm whose values are all <= 1 while another's
+    exceed 1 was probably written as fractions among percentages; it would then "win", so the
+    returned note names it (the values are still read as percentages).
+
+    >>> algs = pd.Series(["A", "A", "B", "B"])
+    >>> _percent_scale(algs, np.array([20.0, 30.0, 0.2, 0.3]), "error", "r.csv")[0][:55]
+    '--percent: B has every error <= 1 while other algorithms'
+
+    """
+    if nums.size and float(nums.max()) <= 1.0:
+        raise OodevalError(
+            f"{name}: every {col} is <= 1, so these are fractions, not percentages; drop --percent"
+        )
+    top = pd.Series(nums).groupby(algorithms.to_numpy(), sort=False).max()
+    low = [str(a) for a, v in top.items() if v <= 1.0]
+    if not low:
+        return []
+    shown = listing(low)
+    verb = "has" if len(low) == 1 else "have"
+    return [
+        f"--percent: {shown} {verb} every {col} <= 1 while other algorithms exceed 1; if "
+        f"{shown} {'was' if len(low) == 1 else 'were'} written as fractions, multiply "
+        f"{'its' if len(low) == 1 else 'their'} values by 100"
+    ]
 
 
 def _dense(
