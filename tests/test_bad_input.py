@@ -30,17 +30,17 @@ EXAMPLES = ROOT / "examples"
 BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10" + bytes(range(256))
 
 
-def _leaf_commands() -> dict[str, object]:
-    """Every leaf command of the app as {"group sub": click command}."""
+def _commands(*, leaves_only: bool = True) -> dict[str, object]:
+    """Every leaf command of the app (and with leaves_only=False the groups, the root as "")
+    as {"group sub": click command}."""
     found: dict[str, object] = {}
 
     def walk(cmd: object, path: list[str]) -> None:
         subs = getattr(cmd, "commands", None)
-        if subs:
-            for name, sub in subs.items():
-                walk(sub, [*path, name])
-        else:
+        if not subs or not leaves_only:
             found[" ".join(path)] = cmd
+        for name, sub in (subs or {}).items():
+            walk(sub, [*path, name])
 
     walk(typer.main.get_command(app), [])
     return found
@@ -49,7 +49,7 @@ def _leaf_commands() -> dict[str, object]:
 def _shift_source_option() -> str:
     """The option naming shift's first data set (whatever it is called): the required option
     that is not --target."""
-    cmd = _leaf_commands()["shift"]
+    cmd = _commands()["shift"]
     names = [p.opts[0] for p in cmd.params if p.required and p.opts[0].startswith("--")]  # type: ignore[attr-defined]
     (source,) = [n for n in names if n != "--target"]
     return source
@@ -113,10 +113,10 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         bad_toml=put("bad.toml", 'name = "x\nsteps = \n'),
         toml_steps0=put("steps0.toml", toml.replace("steps = 300", "steps = 0")),
         toml_unknown_alg=put("alg.toml", toml.replace('"VREx"', '"NoSuchAlgorithm"')),
-        toml_2envs=put(
+        toml_2envs=put(  # ratio 1:1 at scale 1: one major and one minor environment
             "twoenv.toml",
             'algorithms = ["ERM"]\nseeds = [0]\nsteps = 5\nmeasures = ["worst_plus_gap"]\n'
-            '[[scenarios]]\nfamily = "cmnist"\ngiven = [0.1, 0.2]\n',
+            '[[scenarios]]\nfamily = "sr-cmnist"\nratio = "1:1"\n',
         ),
         predictions=put("preds.csv", (EXAMPLES / "openworld_predictions.csv").read_text()),
         preds_nan=put("preds_nan.csv", "label,score,is_base,correct\n0,nan,1,1\n1,0.2,0,1\n"),
@@ -429,7 +429,7 @@ def test_bad_input_is_one_error_line_with_status_2(case: Case, f: SimpleNamespac
 
 def test_every_command_has_a_case() -> None:
     covered = {c.command for c in CASES}
-    missing = sorted(set(_leaf_commands()) - covered)
+    missing = sorted(set(_commands()) - covered)
     assert not missing, f"commands without a bad-input case: {missing}"
 
 
@@ -510,7 +510,7 @@ def test_hints_name_only_options_that_exist() -> None:
     """Every `--option` a message of oodeval names is an option of some command, or one of the
     external tools' options listed here (Slurm's, Ray's, DomainBed's)."""
     options: set[str] = set()
-    for cmd in _leaf_commands().values():
+    for cmd in _commands(leaves_only=False).values():
         for param in cmd.params:  # type: ignore[attr-defined]
             options.update(param.opts)
             options.update(getattr(param, "secondary_opts", []))

@@ -206,7 +206,8 @@ def read_predictions(path: str | Path) -> dict[str, str]:
         fields = [f.strip() for f in (reader.fieldnames or [])]
         if "path" not in fields or "prediction" not in fields:
             raise OodevalError(
-                f"{path}: needs columns path,prediction (predicted class name), got {fields}"
+                f"{path}: needs columns path,prediction (predicted class name), got "
+                f"{listing(fields, sep=',') or 'nothing'}"
             )
         out: dict[str, str] = {}
         for line_no, rec in enumerate(reader, start=2):

@@ -165,6 +165,9 @@ def _csv_column(series: Any, column: str, path: Path, *, boolean: bool = False) 
 
 
 def read_predictions(path: Path) -> dict[str, np.ndarray]:
+    """Read an .npz or CSV predictions file into arrays (see `oodeval openworld --help`)."""
+    if path.is_dir():
+        raise OodevalError(f"predictions file {path} is a folder; give an .npz or .csv file")
     suffix = path.suffix.lower()
     if suffix == ".npz":
         return _read_npz(path)

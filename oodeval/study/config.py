@@ -853,7 +853,9 @@ def _grid_problems(
     known = list(backend.available())
     unknown = [a for a in config.algorithms if a not in known]
     if unknown:
-        problems.append(f"unknown algorithm(s) {unknown}; available: {sorted(known)}")
+        problems.append(
+            f"unknown algorithm(s) {listing(unknown)}; available: {', '.join(sorted(known))}"
+        )
     models = None if "model" in skip else available_models(backend)
     if models is not None and config.model not in models:
         problems.append(f"unknown model {config.model!r}; choose one of {', '.join(models)}")
@@ -888,8 +890,9 @@ def _scenario_problems(config: StudyConfig, backend: ModuleType, problems: list[
         given = list(scenario.given_names)
         if needing and len(given) < 3:
             problems.append(
-                f"scenario {scenario.name} has {len(given)} given environments but {needing} "
-                "needs at least 3 (Eq. 6 divides by N - 2); add environments or drop the measure"
+                f"scenario {scenario.name} has {len(given)} given environments but "
+                f"{', '.join(needing)} needs at least 3 (Eq. 6 divides by N - 2); add "
+                "environments or drop the measure"
             )
         elif len(given) < 2:
             problems.append(
