@@ -55,6 +55,11 @@ def _shift_source_option() -> str:
     return source
 
 
+CKPT_HEADER = (
+    "dataset,algorithm,environment,trial,hparams,step,test_acc,train_val_acc,oracle_val_acc\n"
+)
+
+
 @pytest.fixture(scope="module")
 def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """The bad (and a few good) input files every case draws from."""
@@ -126,6 +131,8 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         sweep=sweep,
         split=split,
         split_preds_wrong=put("split_preds.csv", "file,label\nautumn/cat/0.jpg,cat\n"),
+        ckpt_ragged=put("ckpt_ragged.csv", CKPT_HEADER + "D,ERM,0,0,0,100,0.8,0.8,0.8,9,9\n"),
+        ckpt_nan=put("ckpt_nan.csv", CKPT_HEADER + "D,ERM,0,0,0,100,nan,0.8,0.8\n"),
         checkpoints_pct=put(
             "ckpt.csv",
             "dataset,algorithm,environment,trial,hparams,step,test_acc,train_val_acc,"
@@ -166,20 +173,23 @@ CASES = [
     C("measures", "out-of-range number", lambda f: [f.results, "--confidence", "1.5"]),
     C("measures", "out-of-range number", lambda f: [f.results, "--bootstrap", "-1"]),
     C("measures", "N<3 for worst+gap", lambda f: [f.two_envs, "--measures", "worst_plus_gap"]),
-    C("measures", "folder as --output", lambda f: [f.results, "--output", f.folder]),
+    C("measures", "folder as output file", lambda f: [f.results, "--output", f.folder]),
     # --- variance ----------------------------------------------------------------------------
     C("variance", "missing file", lambda f: [f.missing]),
     C("variance", "folder instead of file", lambda f: [f.folder]),
     C("variance", "binary file", lambda f: [f.binary]),
     C("variance", "UTF-16 file", lambda f: [f.utf16]),
     C("variance", "empty file", lambda f: [f.empty]),
+    C("variance", "malformed CSV", lambda f: [f.ckpt_ragged]),
+    C("variance", "NaN values", lambda f: [f.ckpt_nan]),
     C("variance", "wrong columns", lambda f: [f.results]),
     C("variance", "percentages as fractions", lambda f: [f.checkpoints_pct]),
     C("variance", "unknown name", lambda f: [f.results, "--oracle", "psychic"]),
-    C("variance", "folder as --output", lambda f: [f.results, "--output", f.folder]),
+    C("variance", "folder as output file", lambda f: [f.results, "--output", f.folder]),
     # --- shift (its data-set option is looked up: another change renames it) ------------------
     C("shift", "missing file", lambda f: [SRC, f"npz:{f.missing}", "--target", "digits"]),
     C("shift", "binary file", lambda f: [SRC, f"npz:{f.binary_npz}", "--target", "digits"]),
+    C("shift", "folder instead of file", lambda f: [SRC, f"npz:{f.folder}", "--target", "digits"]),
     C("shift", "unknown name", lambda f: [SRC, "nosuch:x", "--target", "digits"]),
     C("shift", "unknown name", lambda f: [SRC, "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.123"]),
     C(
@@ -189,7 +199,7 @@ CASES = [
     ),
     C(
         "shift",
-        "folder as --output",
+        "folder as output file",
         lambda f: [SRC, "digits", "--target", "digits", "-o", f.folder],
     ),
     # --- report ------------------------------------------------------------------------------
@@ -210,14 +220,14 @@ CASES = [
         "existing file as --out folder",
         lambda f: [f.results, "--out", f.afile / "r.html"],
     ),
-    C("report", "folder as --out file", lambda f: [f.results, "--out", f.folder]),
+    C("report", "folder as output file", lambda f: [f.results, "--out", f.folder]),
     # --- import domainbed ---------------------------------------------------------------------
     C("import domainbed", "missing file", lambda f: [f.missing_dir]),
     C("import domainbed", "file instead of folder", lambda f: [f.results]),
     C("import domainbed", "empty folder", lambda f: [f.folder]),
     C("import domainbed", "binary file", lambda f: [f.sweep]),
     C("import domainbed", "unknown name", lambda f: [f.sweep, "--selection", "psychic"]),
-    C("import domainbed", "folder as --output", lambda f: [f.sweep, "--output", f.folder]),
+    C("import domainbed", "folder as output file", lambda f: [f.sweep, "--output", f.folder]),
     # --- openworld -----------------------------------------------------------------------------
     C("openworld score", "missing file", lambda f: [f.missing]),
     C("openworld score", "folder instead of file", lambda f: [f.folder]),
@@ -235,7 +245,7 @@ CASES = [
     ),
     C(
         "openworld score",
-        "folder as --output",
+        "folder as output file",
         lambda f: [f.predictions, "--base-classes", "0-2", "-o", f.folder],
     ),
     C("openworld ratio-study", "missing file", lambda f: [f.missing, "--base-classes", "0-2"]),
@@ -288,6 +298,7 @@ CASES = [
     ),
     C("openworld evaluate", "missing file", lambda f: [f.missing]),
     C("openworld evaluate", "binary file", lambda f: [f.binary_npz]),
+    C("openworld evaluate", "folder instead of file", lambda f: [f.folder]),
     # --- study -------------------------------------------------------------------------------
     C("study run", "missing file", lambda f: [f.missing, "--out", f.root / "s"]),
     C("study run", "folder instead of file", lambda f: [f.folder, "--out", f.root / "s"]),
@@ -314,8 +325,8 @@ CASES = [
         lambda f: [*PRESET, "--executor", "cloud", "--out", f.root / "s"],
     ),
     C("study run", "N<3 for worst+gap", lambda f: [f.toml_2envs, "--out", f.root / "s"]),
-    C("study run", "existing file as --out", lambda f: [*PRESET, "--out", f.afile]),
-    C("study run", "existing file as --out", lambda f: [*PRESET, "--out", f.afile / "s"]),
+    C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile]),
+    C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile / "s"]),
     C("study status", "missing file", lambda f: [f.missing_dir]),
     C("study status", "file instead of folder", lambda f: [f.afile]),
     C("study status", "empty folder", lambda f: [f.folder]),
@@ -324,7 +335,7 @@ CASES = [
     C("study analyze", "empty folder", lambda f: [f.folder]),
     C("study merge", "missing file", lambda f: [f.missing_dir, "--out", f.root / "m"]),
     C("study merge", "file instead of folder", lambda f: [f.afile, "--out", f.root / "m"]),
-    C("study merge", "existing file as --out", lambda f: [f.folder, "--out", f.afile]),
+    C("study merge", "existing file as --out folder", lambda f: [f.folder, "--out", f.afile]),
     C("study verify", "missing file", lambda f: [f.missing_dir]),
     C("study verify", "file instead of folder", lambda f: [f.afile]),
     C("study verify", "empty folder", lambda f: [f.folder]),
@@ -336,7 +347,7 @@ CASES = [
     C("study estimate", "out-of-range number", lambda f: [*PRESET, "--steps-fraction", "0"]),
     C("study estimate", "unknown name", lambda f: [*PRESET, "--algorithms", "NoSuchAlgorithm"]),
     # --- envs ----------------------------------------------------------------------------------
-    C("envs list", "folder as --output", lambda f: ["--output", f.folder]),
+    C("envs list", "folder as output file", lambda f: ["--output", f.folder]),
     C("envs list", "existing file as --out folder", lambda f: ["--output", f.afile / "x.txt"]),
     C("envs show", "unknown name", lambda f: ["no-such-family"]),
     C("envs show", "unknown name", lambda f: ["cmnist", "--scale", "2"]),
@@ -346,7 +357,8 @@ CASES = [
     C("envs show", "malformed value", lambda f: ["corrupted", "--pattern", "x-y"]),
     C("envs show", "out-of-range number", lambda f: ["corrupted", "--severity", "9"]),
     C("envs show", "missing file", lambda f: ["sr-cmnist", "--source", f"mnist:{f.missing_dir}"]),
-    C("envs preview", "folder as --output", lambda f: ["sr-cmnist", "--out", f.folder]),
+    C("envs preview", "folder as output file", lambda f: ["sr-cmnist", "--out", f.folder]),
+    C("envs preview", "unknown name", lambda f: ["no-such-family", "--out", f.root / "p.png"]),
     C(
         "envs preview",
         "out-of-range number",
@@ -368,10 +380,15 @@ CASES = [
     ),
     C(
         "splits classic",
-        "folder as --output",
+        "folder as output file",
         lambda f: [f.tree, "--test", "dim", "--out", f.folder],
     ),
     C("splits flexible-random", "empty folder", lambda f: [f.folder, "--out", f.root / "sp.csv"]),
+    C(
+        "splits flexible-random",
+        "missing file",
+        lambda f: [f.missing_dir, "--out", f.root / "s.csv"],
+    ),
     C(
         "splits flexible-random",
         "out-of-range number",
@@ -437,7 +454,7 @@ def test_every_command_has_a_case() -> None:
 SUBPROCESS_CASES = [
     ("splits evaluate", "binary file"),
     ("measures", "UTF-16 file"),
-    ("study run", "existing file as --out"),
+    ("study run", "existing file as --out folder"),
     ("study estimate", "folder instead of file"),
     ("envs show", "out-of-range number"),
 ]

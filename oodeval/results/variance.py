@@ -278,7 +278,19 @@ def read_checkpoints(source: str | Path) -> pd.DataFrame:
         return ckpts
     text = read_text(path, what="checkpoint records", save_as="a UTF-8 CSV file")
     try:
-        frame = pd.read_csv(io.StringIO(text))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        with warnings.catch_warnings():
+            # a row with more fields than the header would otherwise shift into an index
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(io.StringIO(text), index_col=False)
+    except pd.errors.EmptyDataError:
+        raise OodevalError(
+            f"{path} is empty; expected a CSV header {','.join(CHECKPOINT_COLUMNS)} and rows"
+        ) from None
+    except pd.errors.ParserWarning:
+        raise OodevalError(
+            f"cannot read {path} as CSV: a row has more fields than the header; every row "
+            "needs the header's columns"
+        ) from None
+    except pd.errors.ParserError as exc:
         raise OodevalError(f"cannot read {path} as CSV: {str(exc).splitlines()[0]}") from None
     return _check_checkpoints(frame)

@@ -185,6 +185,8 @@ def _load_npz_spec(spec: Spec) -> ShiftSet:
     if unknown:
         raise OodevalError(f"SPEC {spec.text!r}: npz takes no option {sorted(unknown)[0]!r}")
     path = Path(spec.location).expanduser()
+    if path.is_dir():
+        raise OodevalError(f"{path} is a folder; {spec.text!r} needs an .npz features file")
     if not path.is_file():
         raise OodevalError(f"features file not found: {path}; check the path in {spec.text!r}")
     arrays, found = read_npz(
