@@ -110,8 +110,8 @@ def test_bad_config_in_a_real_subprocess_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: unknown algorithm(s) ['Magic']; available: "
-        + str(
+        "error: unknown algorithm(s) Magic; available: "
+        + ", ".join(
             sorted(
                 [
                     "ERM",
@@ -278,7 +278,7 @@ BAD_CONFIGS = {
         None,
         ["scenario synthetic[size=3]: TypeError:", "unexpected keyword argument 'size'"],
     ),
-    "algorithm": ({"algorithms": '["ERM", "Magic"]'}, None, ["unknown algorithm(s) ['Magic']"]),
+    "algorithm": ({"algorithms": '["ERM", "Magic"]'}, None, ["unknown algorithm(s) Magic; avail"]),
     "measure": ({"measures": '["median"]'}, None, ["unknown measure(s) ['median']"]),
     "seed": ({"seeds": "[0, 4294967296]"}, None, ["seeds[1] must be <= 4_294_967_295"]),
     "negative_seed": ({"seeds": "[-1]"}, None, ["seeds[0] must be >= 0, got -1"]),

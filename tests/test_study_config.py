@@ -74,7 +74,7 @@ def problems_of(data: dict) -> tuple[str, ...]:
         ({"data_seed": "x"}, "data_seed must be an integer in [0, 4_294_967_295], got str 'x'"),
         ({"algorithms": ["ERM", 3]}, "algorithms[1] must be a non-empty string, got int 3"),
         ({"algorithms": "ERM"}, "algorithms must be a list, got str 'ERM'"),
-        ({"algorithms": ["ERM", "Magic"]}, "unknown algorithm(s) ['Magic']; available: "),
+        ({"algorithms": ["ERM", "Magic"]}, "unknown algorithm(s) Magic; available: ARM, CDANN, "),
         ({"model": "transformer"}, "unknown model 'transformer'; choose one of mlp, cnn"),
         ({"model": 3}, "model must be a non-empty string, got int 3"),
         ({"measures": ["median"]}, "unknown measure(s) ['median']; choose from ["),

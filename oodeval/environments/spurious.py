@@ -108,8 +108,8 @@ def check_values(values: Sequence[float], what: str) -> tuple[float, ...]:
     if len(set(names)) != len(names):
         repeated = repeats(names)
         raise OodevalError(
-            f"{what} has {len(names)} environments but {len(names) - len(set(names))} repeat "
-            f"a name: {listing(repeated)}"
+            f"{what} has duplicate environments: {len(names) - len(set(names))} of {len(names)} "
+            f"repeat a name ({listing(repeated)})"
         )
     return out
 

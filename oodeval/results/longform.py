@@ -390,7 +390,7 @@ def _percent_scale(algorithms: pd.Series, nums: np.ndarray, col: str, name: str)
 
     >>> algs = pd.Series(["A", "A", "B", "B"])
     >>> _percent_scale(algs, np.array([20.0, 30.0, 0.2, 0.3]), "error", "r.csv")[0][:55]
-    '--percent: B has every error <= 1 while other algorithms'
+    '--percent: B has every error <= 1 while other algorithm'
 
     """
     if nums.size and float(nums.max()) <= 1.0:

@@ -306,11 +306,11 @@ def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
             np.asarray(env.meta["indices"], dtype=np.int64),
         )
     names = scenario.given_names if role == "given" else scenario.all_names
-    shown = ", ".join(list(names)[:5])
+    shown = listing(names, shown=5)
     where = {"given": "given environments of ", "eval": "evaluation environments of "}
     raise OodevalError(
         f"SPEC {spec.text!r}: no environment {key}={wanted} in the {where.get(role, '')}"
-        f"{scenario.name}; names look like {shown}{', ...' if len(names) > 5 else ''}"
+        f"{scenario.name}; names look like {shown}"
     )
 
 

@@ -891,7 +891,8 @@ def _scenario_problems(config: StudyConfig, backend: ModuleType, problems: list[
         if needing and len(given) < 3:
             problems.append(
                 f"scenario {scenario.name} has {len(given)} given environments but "
-                f"{', '.join(needing)} needs at least 3 (Eq. 6 divides by N - 2); add "
+                f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} at least 3 "
+                "(Eq. 6 divides by N - 2); add "
                 "environments or drop the measure"
             )
         elif len(given) < 2:
