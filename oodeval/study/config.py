@@ -390,7 +390,10 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         allowed = sorted(_TOP_KEYS - {"source_identity"})
-        problems.append(f"unknown study config key(s) {unknown}; allowed keys are {allowed}")
+        problems.append(
+            f"unknown study config key(s) {listing(map(repr, unknown))}; allowed keys are "
+            f"{', '.join(allowed)}"
+        )
     for key in _REQUIRED_KEYS:
         if key not in data:
             problems.append(f"study config is missing {key!r}; see examples/study.toml")
@@ -430,7 +433,8 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
     unknown_measures = sorted(set(values["measures"]) - set(KNOWN_MEASURES))
     if unknown_measures:
         problems.append(
-            f"unknown measure(s) {unknown_measures}; choose from {list(KNOWN_MEASURES)}"
+            f"unknown measure(s) {listing(map(repr, unknown_measures))}; choose from "
+            f"{', '.join(KNOWN_MEASURES)}"
         )
     values["seeds"] = _seeds(data["seeds"], problems) if "seeds" in data else ()
     values["hparams"] = _hparams_table(data.get("hparams", {}), problems)
@@ -559,7 +563,10 @@ def _trainer_table(value: Any, problems: list[str]) -> dict[str, Any]:
         return {}
     unknown = sorted(set(value) - set(TRAINER_OPTIONS))
     if unknown:
-        problems.append(f"unknown [trainer] key(s) {unknown}; allowed: {list(TRAINER_OPTIONS)}")
+        problems.append(
+            f"unknown [trainer] key(s) {listing(map(repr, unknown))}; allowed: "
+            f"{', '.join(TRAINER_OPTIONS)}"
+        )
     out = {}
     for key, option in TRAINER_OPTIONS.items():
         if key not in value:
