@@ -29,7 +29,7 @@ def _not_utf8(data: bytes) -> str | None:
         if data.startswith(bom):
             return f"{encoding} text with a byte-order mark"
     if b"\x00" in data[:65536]:
-        return "a binary file: it holds NUL bytes"
+        return "a binary file, or UTF-16 without a byte-order mark: it holds NUL bytes"
     try:
         data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

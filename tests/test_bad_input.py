@@ -563,3 +563,21 @@ def test_case_counts_by_category() -> None:
     assert f"runs {len(CASES)} bad-input cases over all {len(_commands())} commands" in readme
     assert f"by category: {listed}." in readme
     assert f"{len(SUBPROCESS_CASES)} of them also run as a real" in readme
+
+
+def test_the_text_reader_keeps_utf8_and_names_what_else_it_found(tmp_path: Path) -> None:
+    """UTF-8 with or without a byte-order mark reads the same; Latin-1 and UTF-32 are named."""
+    from oodeval._text import read_text
+    from oodeval.errors import OodevalError
+
+    text = "algorithm,environment\nÉcole,e=0.10\n"
+    plain, marked, latin, wide = (tmp_path / n for n in ("a.csv", "b.csv", "c.csv", "d.csv"))
+    plain.write_bytes(text.encode("utf-8"))
+    marked.write_bytes(text.encode("utf-8-sig"))
+    latin.write_bytes(text.encode("latin-1"))
+    wide.write_bytes(text.encode("utf-32"))
+    assert read_text(plain) == read_text(marked) == text
+    with pytest.raises(OodevalError, match=r"\(byte 0xc9 at offset 22 is not UTF-8\)"):
+        read_text(latin)
+    with pytest.raises(OodevalError, match=r"\(UTF-32 text with a byte-order mark\)"):
+        read_text(wide)
