@@ -118,7 +118,7 @@ def test_ideal_is_the_max_over_all_environments_eq4():
     [
         ([0.1, float("nan"), 0.2], "NaN"),
         ([[0.1, 0.2, 0.3], [0.1, float("inf"), 0.2]], "1 NaN or infinite"),
-        ([0.1, 1.5, 0.2], "look like percentages; pass --percent"),
+        ([0.1, 1.5, 0.2], "look like percentages; divide them by 100"),
         ([0.1, -0.1, 0.2], "negative"),
         ([], "no environments"),
         (0.3, "scalar"),

@@ -244,14 +244,14 @@ def test_resuming_with_another_config_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"algorithms": ["ERM", "Nope"]}, r"unknown algorithm\(s\) \['Nope'\]"),
+        ({"algorithms": ["ERM", "Nope"]}, r"unknown algorithm\(s\) Nope; available: ARM, CDANN, "),
         ({"hparams": {"ERM": {"lr": "fast"}}}, r"hparams.ERM.lr must be float"),
         ({"hparams": {"ERM": {"lr": True}}}, r"hparams.ERM.lr must be float"),
         ({"hparams": {"ERM": {"momentum": 0.9}}}, r"ERM has no hyperparameter 'momentum'"),
         ({"hparams": {"DANN": {"lr": 0.1}}}, r"\[hparams.DANN\] names an algorithm"),
         (
             {"scenarios": [{"family": "synthetic", "given": [0.1, 0.9]}]},
-            r"has 2 given environments but \['worst_plus_gap', 'gap_only'\] needs at least 3",
+            r"has 2 given environments but worst_plus_gap, gap_only need at least 3",
         ),
         ({"scenarios": [{"family": "nope"}]}, r"unknown scenario family 'nope'"),
         ({"measures": ["average", "median"]}, r"unknown measure\(s\) \['median'\]"),
@@ -296,7 +296,7 @@ def test_bad_toml_and_unknown_keys(tmp_path):
     with pytest.raises(OodevalError, match="not valid TOML"):
         load_config(bad)
     bad.write_text('algorithm = ["ERM"]\n', encoding="utf-8")
-    with pytest.raises(OodevalError, match=r"unknown study config key\(s\) \['algorithm'\]"):
+    with pytest.raises(OodevalError, match=r"config key\(s\) 'algorithm'; allowed keys"):
         load_config(bad)
 
 

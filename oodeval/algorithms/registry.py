@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 
 _REGISTRY: dict[str, type] = {}
 
@@ -83,7 +83,7 @@ def resolve_hparams(name: str, overrides: dict[str, Any] | None) -> dict[str, An
     unknown = sorted(set(overrides or {}) - set(hparams))
     if unknown:
         raise OodevalError(
-            f"unknown hyperparameter(s) {', '.join(unknown)} for {name}; "
+            f"unknown hyperparameter(s) {listing(unknown)} for {name}; "
             f"known: {', '.join(sorted(hparams))}"
         )
     hparams.update(overrides or {})

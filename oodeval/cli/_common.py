@@ -79,6 +79,16 @@ def reports_errors(fn: F) -> F:
             raise fail(f"SQLite: {exc}; `oodeval study verify DIR` checks a study folder") from None
         except KeyboardInterrupt as exc:  # backstop: long commands say what they kept
             raise interrupted(str(exc) or f"interrupted: {INTERRUPTED_BACKSTOP}") from None
+        # Backstops: readers and writers check their paths (`oodeval._text.read_text`,
+        # `check_folder_path`), so these are reached only by a case they do not foresee.
+        except (NotADirectoryError, FileExistsError) as exc:
+            raise fail(
+                f"{exc.filename}: {exc.strerror}; a file stands where a folder is needed"
+            ) from None
+        except OSError as exc:
+            raise fail(f"{exc.filename or 'a file'}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise fail(f"a file is not UTF-8 text ({exc.reason}); save it as UTF-8") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -204,3 +214,25 @@ def render_lines(lines: list[str], fmt: OutputFormat) -> str:
     if fmt is OutputFormat.table:
         return "\n".join(lines)
     return render_frame(lines_frame(lines), fmt.value)
+
+
+def check_folder_path(folder: str | Path, option: str = "--out") -> None:
+    """Raise OodevalError if `folder` (or a folder above it) exists as a file.
+
+    Commands whose `option` names a folder to create or reuse (`study run --out`, `study merge
+    --out`) call it before anything else, so an existing file there is one line, not a
+    FileExistsError from deep inside.
+
+    >>> import tempfile, os
+    >>> f = os.path.join(tempfile.mkdtemp(), "notes.txt"); _ = open(f, "w").write("x")
+    >>> check_folder_path(os.path.join(f, "study"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    oodeval.errors.OodevalError: --out .../study: .../notes.txt is a file, not a folder; give ...
+    """
+    path = Path(folder)
+    for step in (path, *path.parents):
+        if step.exists():
+            if not step.is_dir():
+                where = f"{path} is a file" if step == path else f"{path}: {step} is a file"
+                raise OodevalError(f"{option} {where}, not a folder; give a new or existing folder")
+            return

@@ -18,7 +18,7 @@ from oodeval.cli._common import (
     echo_output,
     reports_errors,
 )
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 from oodeval.results.domainbed import (
     domain_measures_table,
     environment_names,
@@ -121,7 +121,7 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
                     f"{selection_requirement(m)}"
                 )
     if selected.empty:
-        raise OodevalError(notes[0] if len(notes) == 1 else "; ".join(notes))
+        raise OodevalError(notes[0] if len(notes) == 1 else listing(notes, sep="; "))
     if fmt in ("csv", "json"):
         combos = selected[["dataset", "selection"]].drop_duplicates()
         if len(combos) > 1:

@@ -63,29 +63,38 @@ def _click_kinds(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
 
-def main() -> None:
-    """Console-script entry point: usage errors become one `error:` line and exit status 2."""
+def run(args: list[str] | None = None) -> int:
+    """Run the `oodeval` command line `args` (default: sys.argv[1:]); return the exit status.
+
+    Usage errors become one `error:` line on stderr and status 2, as bad input does in every
+    command (`oodeval.cli._common.reports_errors`). Tests call this to see what a user sees.
+    """
     try:
-        code = app(standalone_mode=False, prog_name="oodeval")
+        code = app(args=args, standalone_mode=False, prog_name="oodeval")
     except Exception as exc:
         kinds = _click_kinds(exc)
         if "NoArgsIsHelpError" in kinds:  # the help has been printed already
-            sys.exit(USAGE_ERROR)
+            return USAGE_ERROR
         if "UsageError" in kinds:
             message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
             message = message.replace("Value error, ", "").rstrip(".")
             ctx = getattr(exc, "ctx", None)
             where = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
             typer.echo(f"error: {message}{where}", err=True)
-            sys.exit(USAGE_ERROR)
+            return USAGE_ERROR
         if "ClickException" in kinds:
             typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)  # type: ignore[attr-defined]
-            sys.exit(getattr(exc, "exit_code", 1))
+            return int(getattr(exc, "exit_code", 1))
         if "Abort" in kinds:
             typer.echo("aborted", err=True)
-            sys.exit(1)
+            return 1
         raise
-    sys.exit(code if isinstance(code, int) else 0)
+    return code if isinstance(code, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point: `run` the command line and exit with its status."""
+    sys.exit(run())
 
 
 if __name__ == "__main__":

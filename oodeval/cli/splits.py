@@ -13,12 +13,14 @@ The split commands write the CSV (path, class, domain, role) and print a count t
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
 import pandas as pd
 import typer
 
+from oodeval._text import read_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -26,7 +28,7 @@ from oodeval.cli._common import (
     echo_output,
     reports_errors,
 )
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 from oodeval.protocols import (
     classic_domains,
     classic_split,
@@ -130,8 +132,7 @@ def classic_command(
 
 def _listing(names: list[str], shown: int = 8) -> str:
     """Up to `shown` names, then how many more."""
-    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
+    return listing(names, shown=shown)
 
 
 @app.command("flexible-random")
@@ -200,12 +201,14 @@ def flexible_compositional_command(
 
 def read_predictions(path: str | Path) -> dict[str, str]:
     """Read a predictions CSV with columns path,prediction (predicted class name) into a dict."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    text = read_text(path, what="predictions CSV", save_as="a UTF-8 CSV file")
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         fields = [f.strip() for f in (reader.fieldnames or [])]
         if "path" not in fields or "prediction" not in fields:
             raise OodevalError(
-                f"{path}: needs columns path,prediction (predicted class name), got {fields}"
+                f"{path}: needs columns path,prediction (predicted class name), got "
+                f"{listing(fields, sep=',') or 'nothing'}"
             )
         out: dict[str, str] = {}
         for line_no, rec in enumerate(reader, start=2):

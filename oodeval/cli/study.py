@@ -10,6 +10,7 @@ from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
+    check_folder_path,
     check_output_path,
     echo_output,
     render_lines,
@@ -132,6 +133,8 @@ def run_command(
     """
     from oodeval.study import run_study
     from oodeval.study.executors import make_executor
+
+    check_folder_path(out)
 
     options = {
         "ray": {
@@ -327,6 +330,8 @@ def merge_command(
     transaction: an interrupted merge resumes when run again.
     """
     from oodeval.study.merge import merge_studies
+
+    check_folder_path(out)
 
     # StudyInterrupted: the unit being copied was rolled back, its message says what is merged.
     with stops_on_ctrl_c("while reading the inputs; nothing was written"):

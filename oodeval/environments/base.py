@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class SharedEvaluation:
         bad = [nm for nm, v in zip(self.names, self.variants, strict=True) if np.shape(v) != n]
         if bad:
             raise OodevalError(
-                f"variants of {bad[:3]} do not have one entry per image ({n[0]} labels)"
+                f"variants of {listing(bad)} do not have one entry per image ({n[0]} labels)"
             )
 
     def values(self) -> list[int]:

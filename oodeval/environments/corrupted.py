@@ -68,18 +68,20 @@ def default_cache_dir() -> Path:
     return base / "corrupted"
 
 
-def parse_pattern(pattern: str, n_domains: int) -> tuple[int, ...]:
+def parse_pattern(pattern: str, n_domains: int | None) -> tuple[int, ...]:
     """Parse a sampling pattern such as ``"2-0-2-2"`` into per-domain counts.
+
+    With ``n_domains=None`` only the syntax is checked (before the source's images are looked at,
+    so a malformed pattern is the error reported, not the source).
 
     >>> parse_pattern("2-0-2-2", 4)
     (2, 0, 2, 2)
     """
     if not isinstance(pattern, str) or not re.fullmatch(r"\d+(-\d+)*", pattern.strip()):
-        raise OodevalError(
-            f"malformed pattern {pattern!r}; write one count per domain, e.g. '1-1-1-1'"
-        )
+        shown = repr(pattern) if len(repr(pattern)) <= 40 else repr(pattern)[:37] + "..."
+        raise OodevalError(f"malformed pattern {shown}; write one count per domain, e.g. '1-1-1-1'")
     counts = tuple(int(p) for p in pattern.strip().split("-"))
-    if len(counts) != n_domains:
+    if n_domains is not None and len(counts) != n_domains:
         raise OodevalError(
             f"pattern {pattern!r} has {len(counts)} counts but the source has {n_domains} "
             f"domain(s); give one count per domain, e.g. {'-'.join(['1'] * n_domains)!r}"
@@ -230,6 +232,7 @@ class CorruptedScenario(Scenario):
             raise OodevalError(f"severity must be an integer from 1 to 5, got {severity!r}")
         if not isinstance(workers, int) or workers < 1:
             raise OodevalError(f"workers must be a positive integer, got {workers!r}")
+        parse_pattern(pattern, None)
         if not (0.0 < float(eval_fraction) < 1.0):
             raise OodevalError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}")
         import importlib.util
@@ -243,8 +246,9 @@ class CorruptedScenario(Scenario):
             raise OodevalError(f"corrupted needs (N, 1 or 3, H, W) images, got {images.shape}")
         if min(images.shape[2:]) < MIN_SIDE:
             raise OodevalError(
-                f"corruptions need images of at least {MIN_SIDE}x{MIN_SIDE}, source has "
-                f"{images.shape[2]}x{images.shape[3]}; load the folder with size >= {MIN_SIDE}"
+                f"corruptions need images of at least {MIN_SIDE}x{MIN_SIDE}, source {source.name} "
+                f"has {images.shape[2]}x{images.shape[3]}; use a source of larger images, e.g. a "
+                f"folder:DIR source loaded at image size >= {MIN_SIDE}"
             )
         self.source = source
         self.corruptions = check_corruptions(corruptions)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval._text import read_text
 from oodeval.environments.sources import ImageSource
 from oodeval.errors import OodevalError
 
@@ -125,13 +126,16 @@ def read_checksums(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     sums: dict[str, str] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    text = read_text(path, what="checksum file", save_as="UTF-8 text")
+    for lineno, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         parts = line.split(maxsplit=1)
         if len(parts) != 2 or len(parts[0]) != 64:
-            raise OodevalError(f"{path} line {lineno} is not '<sha256>  <file name>': {line!r}")
+            raise OodevalError(
+                f"{path} line {lineno} is not '<sha256>  <file name>': {line[:80]!r}"
+            )
         sums[parts[1].lstrip("*").strip()] = parts[0].lower()
     return sums
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing, repeats
 
 LABEL_NOISE = 0.25
 MIN_IMAGES_PER_ENV = 10
@@ -98,14 +98,19 @@ def check_values(values: Sequence[float], what: str) -> tuple[float, ...]:
     try:
         out = tuple(round(float(v), 12) for v in values)
     except (TypeError, ValueError):
-        raise OodevalError(f"{what} must be numbers in [0, 1], got {values!r}") from None
+        raise OodevalError(f"{what} must be numbers in [0, 1], got {listing(values)}") from None
     if not out:
         raise OodevalError(f"{what} must list at least one environment")
     if any(not (0.0 <= v <= 1.0) for v in out):
-        raise OodevalError(f"{what} must lie in [0, 1], got {list(out)}")
+        outside = [v for v in out if not 0.0 <= v <= 1.0]
+        raise OodevalError(f"{what} must lie in [0, 1], got {listing(outside)}")
     names = [environment_name(v) for v in out]
     if len(set(names)) != len(names):
-        raise OodevalError(f"{what} has duplicate environments: {names}")
+        repeated = repeats(names)
+        raise OodevalError(
+            f"{what} has duplicate environments: {len(names) - len(set(names))} of {len(names)} "
+            f"repeat a name ({listing(repeated)})"
+        )
     return out
 
 

@@ -84,6 +84,15 @@ def given_values(ratio: str = "3:1", scale: int = 1) -> tuple[float, ...]:
     major, minor = parse_ratio(ratio)
     if isinstance(scale, bool) or not isinstance(scale, (int, np.integer)) or scale < 1:
         raise OodevalError(f"scale must be an integer >= 1, got {scale!r}")
+    # Environment names carry 4 decimals (`environment_name`): at most 1001 values 0.0001 apart
+    # fit in [0.8, 0.9] with distinct names.
+    largest = 1001 // major
+    if scale > largest:
+        raise OodevalError(
+            f"scale {scale} with ratio {ratio} asks for {major * int(scale):,} major environments "
+            f"in [0.8, 0.9], more than their 4-decimal names can tell apart; use a scale of at "
+            f"most {largest}"
+        )
     return major_values(major * int(scale)) + minor_values(minor * int(scale))
 
 

@@ -123,20 +123,27 @@ def to_errors(values: np.ndarray, *, accuracy: bool, percent: bool, name: str) -
     """Convert accuracies/percentages to error fractions in [0, 1], with clear complaints.
 
     `accuracy=True` means the values are accuracies (error = 1 - accuracy); `percent=True` means
-    they are in [0, 100] and are divided by 100 first.
+    they are in [0, 100] and are divided by 100 first; values that are all <= 1 are then refused
+    as fractions given as percentages.
     """
     what = "accuracies" if accuracy else "errors"
     if percent:
         if np.any(values < 0) or np.any(values > 100):
             raise OodevalError(f"{name}: {what} given as percentages must lie in [0, 100]")
+        if values.size and np.all(values <= 1):
+            raise OodevalError(
+                f"{name}: every value is <= 1, so these {what} are fractions, not percentages; "
+                "read them without percent=True"
+            )
         values = values / 100.0
     else:
         if np.any(values < 0):
             raise OodevalError(f"{name}: {what} must be fractions in [0, 1], found negative values")
         if np.any(values > 1):
+            # No command-line option is named: commands without --percent reach this too.
             raise OodevalError(
-                f"{name}: {what} > 1 look like percentages; pass --percent (percent=True) "
-                "or divide by 100"
+                f"{name}: {what} > 1 look like percentages; divide them by 100 (or declare "
+                "percentages with percent=True)"
             )
     return 1.0 - values if accuracy else values
 

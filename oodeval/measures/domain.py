@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing, repeats
 from oodeval.measures._validation import as_float_array, to_errors
 
 __all__ = [
@@ -321,7 +321,7 @@ def check_measures(names: Sequence[str] | None = None) -> list[str]:
     unknown = [n for n in names if n not in MEASURES]
     if unknown:
         raise OodevalError(
-            f"unknown measure(s) {', '.join(unknown)}; choose from {', '.join(MEASURES)}"
+            f"unknown measure(s) {listing(unknown)}; choose from {', '.join(MEASURES)}"
         )
     return names
 
@@ -498,15 +498,16 @@ def per_domain_summary(
     names = [str(k) for k in accuracies]
     if len(set(names)) != len(names):
         raise OodevalError(
-            f"domain names must be distinct as text (they become acc_<name> keys), got {names}"
+            f"domain names must be distinct as text (they become acc_<name> keys), repeated: "
+            f"{listing(repeats(names))}"
         )
     if set(map(str, counts)) != set(names):
         missing = sorted(set(names) - set(map(str, counts)))
         extra = sorted(set(map(str, counts)) - set(names))
         raise OodevalError(
             "accuracies and counts must name the same domains"
-            + (f"; counts lacks {', '.join(missing)}" if missing else "")
-            + (f"; counts has extra {', '.join(extra)}" if extra else "")
+            + (f"; counts lacks {listing(missing)}" if missing else "")
+            + (f"; counts has extra {listing(extra)}" if extra else "")
         )
     counts_by_name = {str(k): v for k, v in counts.items()}
     acc = _as_accuracies([accuracies[k] for k in accuracies], percent=False)

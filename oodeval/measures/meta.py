@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing, repeats
 from oodeval.measures._validation import as_float_array, check_same_length
 
 __all__ = [
@@ -113,8 +113,8 @@ def select_algorithm(scores: Any, names: Sequence[str]) -> Selection:
     if s.size == 0:
         raise OodevalError("scores is empty; selection needs at least one algorithm")
     if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise OodevalError(f"algorithm names must be distinct, repeated: {', '.join(dup)}")
+        dup = repeats(names)
+        raise OodevalError(f"algorithm names must be distinct, repeated: {listing(dup)}")
     r = _tie_rounded(s)
     tied_idx = np.flatnonzero(r == r.min())
     tied = tuple(sorted(names[k] for k in tied_idx))
@@ -214,7 +214,6 @@ def _rowwise_kendall_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-
 def _percentile_interval(
     draws: np.ndarray, valid: np.ndarray, confidence: float
 ) -> tuple[float, float]:
@@ -224,6 +223,7 @@ def _percentile_interval(
         return (float("nan"), float("nan"))
     lo, hi = np.quantile(draws[valid], [(1 - confidence) / 2, (1 + confidence) / 2])
     return (float(lo), float(hi))
+
 
 def bootstrap_correlation_ci(
     measure_scores: Any,

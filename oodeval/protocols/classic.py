@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 from oodeval.protocols.tree import (
     NICO_TEST_DOMAINS,
     NICO_TRAIN_DOMAINS,
@@ -45,8 +45,8 @@ def classic_domains(
         missing = [d for d in NICO_TRAIN_DOMAINS + NICO_TEST_DOMAINS if d not in tree.domains]
         if missing:
             raise OodevalError(
-                f"the tree lacks the NICO++ default domains {', '.join(missing)}; name the "
-                f"training and test domains (found: {', '.join(tree.domains)})"
+                f"the tree lacks the NICO++ default domains {listing(missing)}; name the "
+                f"training and test domains (found: {listing(tree.domains)})"
             )
         return NICO_TRAIN_DOMAINS, NICO_TEST_DOMAINS
     if train_domains is None:
@@ -86,7 +86,7 @@ def classic_split(
         raise OodevalError("the classic protocol needs at least one training and one test domain")
     overlap = sorted(set(train) & set(test))
     if overlap:
-        raise OodevalError(f"domain(s) {', '.join(overlap)} named for both training and test")
+        raise OodevalError(f"domain(s) {listing(overlap)} named for both training and test")
     rows: list[SplitRow] = []
     for cls in tree.classes:
         n_train = 0
@@ -97,7 +97,7 @@ def classic_split(
                 n_train += len(files) if role == "train" else 0
         if n_train == 0:
             raise OodevalError(
-                f"class {cls} has no images in the training domains {', '.join(train)}"
+                f"class {cls} has no images in the training domains {listing(train)}"
             )
     return with_validation(rows, val_fraction, seed)
 
@@ -110,6 +110,6 @@ def _remaining_common(
     if not rest:
         raise OodevalError(
             f"no domain common to every class is left for {role} besides the {named_role} "
-            f"domains {', '.join(named)}; name the {role} domains too"
+            f"domains {listing(named)}; name the {role} domains too"
         )
     return rest

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 from oodeval.protocols.tree import (
     NICO_COMMON_DOMAINS,
     ImageTree,
@@ -82,7 +82,7 @@ def flexible_random_split(
         pool = [d for d in common if d in own]
         if len(pool) < n_dominant:
             raise OodevalError(
-                f"class {cls} has {len(pool)} common domain(s) with images ({', '.join(pool)}) but "
+                f"class {cls} has {len(pool)} common domain(s) with images ({listing(pool)}) but "
                 f"{n_dominant} dominant domains are needed; lower --n-dominant"
             )
         dominant = [pool[i] for i in sorted(rng.choice(len(pool), n_dominant, replace=False))]
@@ -148,7 +148,7 @@ def flexible_compositional_split(
         if len(pool) < n_majority:
             raise OodevalError(
                 f"class {cls} has images in {len(pool)} exclusive domain(s) "
-                f"({', '.join(pool) or 'none'}) but {n_majority} majority domains are needed"
+                f"({listing(pool) or 'none'}) but {n_majority} majority domains are needed"
             )
         majority = [pool[i] for i in sorted(rng.choice(len(pool), n_majority, replace=False))]
         sharing = [d for d in own if d not in exclusive]

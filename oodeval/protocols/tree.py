@@ -8,6 +8,7 @@ the CSV files work with any loader. `write_split_csv` / `read_split_csv` hold th
 from __future__ import annotations
 
 import csv
+import io
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval._text import read_text
 from oodeval.environments.sources import IMAGE_SUFFIXES
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing, repeats
 
 ROLES: tuple[str, ...] = ("train", "val", "test")
 CSV_COLUMNS: tuple[str, ...] = ("path", "class", "domain", "role")
@@ -149,11 +151,12 @@ def check_domains(tree: ImageTree, names: Sequence[str], what: str) -> tuple[str
     unknown = [d for d in names if d not in tree.domains]
     if unknown:
         raise OodevalError(
-            f"{what} domain(s) {', '.join(unknown)} not in the tree; available: "
-            f"{', '.join(tree.domains)}"
+            f"{what} domain(s) {listing(unknown)} not in the tree; available: "
+            f"{listing(tree.domains)}"
         )
     if len(set(names)) != len(names):
-        raise OodevalError(f"{what} domains repeat a name: {', '.join(names)}")
+        repeated = repeats(names)
+        raise OodevalError(f"{what} domains repeat a name: {listing(repeated)}")
     return names
 
 
@@ -171,12 +174,14 @@ def write_split_csv(rows: Iterable[SplitRow], path: str | Path) -> int:
 
 def read_split_csv(path: str | Path) -> list[SplitRow]:
     """Read a split CSV written by `write_split_csv`, checking the header and the roles."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    text = read_text(path, what="split CSV", save_as="UTF-8 CSV (as `oodeval splits` writes)")
+    with io.StringIO(text, newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or tuple(h.strip() for h in header) != CSV_COLUMNS:
             raise OodevalError(
-                f"{path}: expected the header {','.join(CSV_COLUMNS)}, got {header}; "
+                f"{path}: expected the header {','.join(CSV_COLUMNS)}, got "
+                f"{'nothing' if header is None else listing(header, sep=',')}; "
                 "use a file written by `oodeval splits`"
             )
         rows = []

@@ -4,8 +4,10 @@ open-world predictions file."""
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
+from oodeval._text import read_text
 from oodeval.errors import OodevalError
 from oodeval.report.page import Section, render_page
 
@@ -25,8 +27,8 @@ def source_kind(path: Path) -> str:
     if suffix in {".jsonl", ".ndjson", ".json"}:
         return "results"
     if suffix == ".csv":
-        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-            header = [h.strip().lower() for h in next(csv.reader(fh), [])]
+        text = read_text(path, what="report source", save_as="a UTF-8 CSV file")
+        header = [h.strip().lower() for h in next(csv.reader(io.StringIO(text)), [])]
         if "algorithm" in header and "environment" in header:
             return "results"
         return "openworld"
@@ -72,8 +74,15 @@ def build_report(
 
 def write_report(source: str | Path, out: str | Path, **kwargs: object) -> Path:
     """Build the report on `source` and write it to `out`; return the written path."""
-    html = build_report(source, **kwargs)  # type: ignore[arg-type]
     out = Path(out)
+    if out.is_dir():
+        raise OodevalError(
+            f"--out {out} is a folder; give the HTML file's name, e.g. {out}/report.html"
+        )
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise OodevalError(f"--out {out}: {above} is a file, not a folder; choose another path")
+    html = build_report(source, **kwargs)  # type: ignore[arg-type]
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")

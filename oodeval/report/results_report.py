@@ -76,6 +76,7 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
         ],
     )
     sections = [overview]
+    overview.notes.extend(results.notes)
     if undefined_measures(["worst_plus_gap"], len(results.given_environments)):
         overview.notes.append(
             f"worst+gap (Eq. 6) needs at least {REGISTRY['worst_plus_gap'].min_envs} given "

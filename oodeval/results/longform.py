@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oodeval.errors import OodevalError
+from oodeval._text import read_text
+from oodeval.errors import OodevalError, listing
 
 __all__ = ["SPLITS", "LongResults", "read_results", "results_from_frame"]
 
@@ -57,6 +58,8 @@ class LongResults:
     loo : ndarray of shape (n_seeds, n_algorithms, N), error fractions
     full : ndarray of shape (n_seeds, n_algorithms, len(all_environments)) or None
     value_column : "error" or "accuracy", as found in the file
+    notes : tuple of str, remarks on the input for the user (e.g. an algorithm whose values look
+        like fractions in a file read as percentages)
     """
 
     algorithms: tuple[str, ...]
@@ -67,6 +70,7 @@ class LongResults:
     loo: np.ndarray
     full: np.ndarray | None
     value_column: str
+    notes: tuple[str, ...] = ()
 
     def errors_table(self) -> dict[str, np.ndarray]:
         """The errors as the long-form table of `oodeval.measures.meta_tables`, labels coded.
@@ -185,12 +189,7 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     """
     path = Path(path)
     name = path.name
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise OodevalError(
-            f"{name} is not UTF-8 text; save the results as a UTF-8 CSV or JSON lines file"
-        ) from None
+    text = read_text(path, what="results file", save_as="a UTF-8 CSV or JSON lines file")
     if path.suffix.lower() in _JSON_SUFFIXES or text.lstrip().startswith("{"):
         frame = _read_json_lines(text, name)
     else:
@@ -242,7 +241,7 @@ def results_from_frame(
         return f"{name} {where} {int(frame['_line'].iloc[k])}"
 
     _clean_labels(frame, has_seed, at)
-    values = _parse_values(frame, value_col, percent=percent, at=at)
+    values, notes = _parse_values(frame, value_col, percent=percent, at=at, name=name)
     frame["error"] = 1.0 - values if value_col == "accuracy" else values
     _check_duplicates(frame, has_seed, name, where)
 
@@ -271,6 +270,7 @@ def results_from_frame(
         loo=loo,
         full=full,
         value_column=value_col,
+        notes=tuple(notes),
     )
 
 
@@ -285,7 +285,7 @@ def _value_column(frame: pd.DataFrame, name: str) -> str:
     if not (has_error or has_acc):
         missing.append("error (or accuracy)")
     if missing:
-        found = ", ".join(c for c in frame.columns if c != "_line") or "none"
+        found = listing(c for c in frame.columns if c != "_line") or "none"
         raise OodevalError(
             f"{name} is missing column(s) {', '.join(missing)} (found: {found}); the long form "
             "needs algorithm, environment, error|accuracy, split[, seed]"
@@ -330,9 +330,12 @@ def _check_duplicates(frame: pd.DataFrame, has_seed: bool, name: str, where: str
 
 
 def _parse_values(
-    frame: pd.DataFrame, col: str, *, percent: bool, at: Callable[[int], str]
-) -> np.ndarray:
-    """Parse column `col` as floats; report the first unusable cell; return fractions."""
+    frame: pd.DataFrame, col: str, *, percent: bool, at: Callable[[int], str], name: str
+) -> tuple[np.ndarray, list[str]]:
+    """Parse column `col` as floats; report the first unusable cell; return fractions and notes.
+
+    With ``percent=True`` the scale is checked too (`_percent_scale`).
+    """
     raw = frame[col].astype(str).str.strip()
     nums = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     for k in np.flatnonzero(~np.isfinite(nums))[:1]:
@@ -373,7 +376,38 @@ def _parse_values(
             f"{at(k)}: {col} {nums[k]:g} > 1 looks like percentages; pass --percent or divide "
             "by 100"
         )
-    return nums / scale
+    notes = _percent_scale(frame["algorithm"], nums, col, name) if percent else []
+    return nums / scale, notes
+
+
+def _percent_scale(algorithms: pd.Series, nums: np.ndarray, col: str, name: str) -> list[str]:
+    """Check that values read with --percent are percentages; return a note on mixed scales.
+
+    Every value <= 1 means the file holds fractions: read as percentages they would all be
+    near-perfect, so the file is refused. An algorithm whose values are all <= 1 while another's
+    exceed 1 was probably written as fractions among percentages; it would then "win", so the
+    returned note names it (the values are still read as percentages).
+
+    >>> algs = pd.Series(["A", "A", "B", "B"])
+    >>> _percent_scale(algs, np.array([20.0, 30.0, 0.2, 0.3]), "error", "r.csv")[0][:55]
+    '--percent: B has every error <= 1 while other algorithm'
+
+    """
+    if nums.size and float(nums.max()) <= 1.0:
+        raise OodevalError(
+            f"{name}: every {col} is <= 1, so these are fractions, not percentages; drop --percent"
+        )
+    top = pd.Series(nums).groupby(algorithms.to_numpy(), sort=False).max()
+    low = [str(a) for a, v in top.items() if v <= 1.0]
+    if not low:
+        return []
+    shown = listing(low)
+    verb = "has" if len(low) == 1 else "have"
+    return [
+        f"--percent: {shown} {verb} every {col} <= 1 while other algorithms exceed 1; if "
+        f"{shown} {'was' if len(low) == 1 else 'were'} written as fractions, multiply "
+        f"{'its' if len(low) == 1 else 'their'} values by 100"
+    ]
 
 
 def _dense(

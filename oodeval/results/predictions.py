@@ -6,6 +6,7 @@ The accepted forms and their array/column names are documented in `oodeval.cli.o
 from __future__ import annotations
 
 import csv
+import io
 import re
 import warnings
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from oodeval._npz import read_npz
-from oodeval.errors import OodevalError
+from oodeval._text import read_text
+from oodeval.errors import OodevalError, listing
 from oodeval.measures._validation import (
     as_bool_array,
     as_real_array,
@@ -67,7 +69,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
     if not arrays:
         raise OodevalError(
             f"{path} holds none of the expected arrays ({', '.join(_NPZ_NAMES)}); found "
-            f"{', '.join(names) or 'nothing'}"
+            f"{listing(names) or 'nothing'}"
         )
     return arrays
 
@@ -76,17 +78,17 @@ def _read_csv(path: Path) -> dict[str, np.ndarray]:
     import pandas as pd
 
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            header = next(csv.reader(fh), [])
+        text = read_text(path, what="predictions file", save_as="a UTF-8 CSV file")
+        header = next(csv.reader(io.StringIO(text)), [])
         with warnings.catch_warnings():
             # a row with more fields than the header would otherwise shift into an index
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = pd.read_csv(path, skipinitialspace=True, encoding="utf-8", index_col=False)
+            frame = pd.read_csv(io.StringIO(text), skipinitialspace=True, index_col=False)
     except pd.errors.EmptyDataError:
         raise OodevalError(
             f"{path} is empty; expected a header row and one row per sample"
         ) from None
-    except (pd.errors.ParserError, pd.errors.ParserWarning, UnicodeDecodeError, csv.Error) as exc:
+    except (pd.errors.ParserError, pd.errors.ParserWarning, csv.Error) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise OodevalError(f"{path} is not a readable CSV file: {first}") from None
     # pandas renames a repeated column to "name.1"; the raw header shows the repeat.
@@ -124,7 +126,7 @@ def _read_csv(path: Path) -> dict[str, np.ndarray]:
         raise OodevalError(
             f"{path} has none of the expected columns (label, score, is_base, correct, "
             f"base_prediction, new_prediction, prob_<j>, logit_<j>); found "
-            f"{', '.join(frame.columns)}"
+            f"{listing(frame.columns)}"
         )
     return arrays
 
@@ -163,6 +165,9 @@ def _csv_column(series: Any, column: str, path: Path, *, boolean: bool = False) 
 
 
 def read_predictions(path: Path) -> dict[str, np.ndarray]:
+    """Read an .npz or CSV predictions file into arrays (see `oodeval openworld --help`)."""
+    if path.is_dir():
+        raise OodevalError(f"predictions file {path} is a folder; give an .npz or .csv file")
     suffix = path.suffix.lower()
     if suffix == ".npz":
         return _read_npz(path)

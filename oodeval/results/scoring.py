@@ -142,7 +142,7 @@ def score_results(
     units["algorithm"] = np.asarray(results.algorithms, dtype=object)[units["algorithm"]]
     has_ideal = "ideal" in units
     measures_df = pd.DataFrame(units)[["seed", "algorithm", *names, *(["ideal"] * has_ideal)]]
-    notes: list[str] = []
+    notes: list[str] = list(results.notes)
     correlations = correlation_table = None
     if has_ideal and len(results.algorithms) < 2:
         notes.append(

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._text import read_text
 from oodeval.errors import OodevalError
 from oodeval.results.selection import CHECKPOINT_COLUMNS
 
@@ -119,22 +120,26 @@ def _parse_record(obj: Any) -> dict[str, Any] | str:
 
 def _read_run(results: Path, notes: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    with open(results, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                notes.append(f"skipped {results} line {lineno}: not valid JSON (truncated?)")
-                continue
-            parsed = _parse_record(obj)
-            if isinstance(parsed, str):
-                notes.append(f"skipped {results} line {lineno}: {parsed}")
-                continue
-            parsed["run"] = results.parent.name
-            parsed["line"] = lineno
-            rows.append(parsed)
+    try:
+        text = read_text(results, what="run log", save_as="UTF-8 JSON lines")
+    except OodevalError as exc:  # one unreadable run is skipped like an unreadable line
+        notes.append(f"skipped the run: {exc}")
+        return rows
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            notes.append(f"skipped {results} line {lineno}: not valid JSON (truncated?)")
+            continue
+        parsed = _parse_record(obj)
+        if isinstance(parsed, str):
+            notes.append(f"skipped {results} line {lineno}: {parsed}")
+            continue
+        parsed["run"] = results.parent.name
+        parsed["line"] = lineno
+        rows.append(parsed)
     return rows
 
 

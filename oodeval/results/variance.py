@@ -19,12 +19,14 @@ The input is the tidy per-checkpoint frame of `oodeval.results.sweep.checkpoint_
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from oodeval._text import read_text
 from oodeval.errors import OodevalError
 from oodeval.results.selection import (
     CHECKPOINT_COLUMNS,
@@ -274,8 +276,21 @@ def read_checkpoints(source: str | Path) -> pd.DataFrame:
                 f"{path} has no runs with a single test environment; variance needs them"
             )
         return ckpts
+    text = read_text(path, what="checkpoint records", save_as="a UTF-8 CSV file")
     try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        with warnings.catch_warnings():
+            # a row with more fields than the header would otherwise shift into an index
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(io.StringIO(text), index_col=False)
+    except pd.errors.EmptyDataError:
+        raise OodevalError(
+            f"{path} is empty; expected a CSV header {','.join(CHECKPOINT_COLUMNS)} and rows"
+        ) from None
+    except pd.errors.ParserWarning:
+        raise OodevalError(
+            f"cannot read {path} as CSV: a row has more fields than the header; every row "
+            "needs the header's columns"
+        ) from None
+    except pd.errors.ParserError as exc:
         raise OodevalError(f"cannot read {path} as CSV: {str(exc).splitlines()[0]}") from None
     return _check_checkpoints(frame)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from oodeval._npz import read_npz
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 
 SOURCE_KINDS: tuple[str, ...] = ("digits", "mnist", "folder", "classfolder", "cifar10")
 SCENARIO_KEYS: tuple[str, ...] = ("e", "env", "images", "seed", "role")
@@ -185,6 +185,8 @@ def _load_npz_spec(spec: Spec) -> ShiftSet:
     if unknown:
         raise OodevalError(f"SPEC {spec.text!r}: npz takes no option {sorted(unknown)[0]!r}")
     path = Path(spec.location).expanduser()
+    if path.is_dir():
+        raise OodevalError(f"{path} is a folder; {spec.text!r} needs an .npz features file")
     if not path.is_file():
         raise OodevalError(f"features file not found: {path}; check the path in {spec.text!r}")
     arrays, found = read_npz(
@@ -196,7 +198,7 @@ def _load_npz_spec(spec: Spec) -> ShiftSet:
     if len(arrays) != 2:
         raise OodevalError(
             f"{path} must hold arrays 'features' (n, d) and 'labels' (n,), "
-            f"found {', '.join(found) or 'none'}"
+            f"found {listing(found) or 'none'}"
         )
     features, labels = arrays["features"], arrays["labels"]
     if features.ndim < 2 or labels.ndim != 1 or len(features) != len(labels):
@@ -223,7 +225,7 @@ def _load_source_spec(spec: Spec) -> ShiftSet:
     unknown = set(spec.params) - {"domain", "size", "seed"}
     if unknown:
         raise OodevalError(
-            f"SPEC {spec.text!r}: unknown option(s) {', '.join(sorted(unknown))}; "
+            f"SPEC {spec.text!r}: unknown option(s) {listing(sorted(unknown))}; "
             "image sources take domain=, size=, seed="
         )
     if "domain" in spec.params and spec.kind != "folder":
@@ -238,8 +240,8 @@ def _load_source_spec(spec: Spec) -> ShiftSet:
         missing = [d for d in wanted if d not in src.domain_names]
         if missing or not wanted:
             raise OodevalError(
-                f"SPEC {spec.text!r}: domain {'+'.join(missing) or '(empty)'} not found; "
-                f"available: {', '.join(src.domain_names)}"
+                f"SPEC {spec.text!r}: domain {listing(missing, sep='+') or '(empty)'} not found; "
+                f"available: {listing(src.domain_names)}"
             )
         ids = [src.domain_names.index(d) for d in wanted]
         rows = np.flatnonzero(np.isin(src.domains, ids))
@@ -304,11 +306,11 @@ def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
             np.asarray(env.meta["indices"], dtype=np.int64),
         )
     names = scenario.given_names if role == "given" else scenario.all_names
-    shown = ", ".join(list(names)[:5])
+    shown = listing(names, shown=5)
     where = {"given": "given environments of ", "eval": "evaluation environments of "}
     raise OodevalError(
         f"SPEC {spec.text!r}: no environment {key}={wanted} in the {where.get(role, '')}"
-        f"{scenario.name}; names look like {shown}{', ...' if len(names) > 5 else ''}"
+        f"{scenario.name}; names look like {shown}"
     )
 
 

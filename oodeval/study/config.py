@@ -51,7 +51,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from oodeval.errors import OodevalError
+from oodeval._text import read_text
+from oodeval.errors import SHOWN_ITEMS, OodevalError, listing
 from oodeval.measures.domain import MEASURES, undefined_measures
 
 if sys.version_info >= (3, 11):
@@ -82,7 +83,7 @@ SEED_LIMIT = 2**32
 #: Largest ``[trainer] batch_size`` (rows per environment and step).
 BATCH_SIZE_LIMIT = 65_536
 #: How many problems a `ConfigError` message shows before "and N more".
-SHOWN_PROBLEMS = 6
+SHOWN_PROBLEMS = SHOWN_ITEMS
 
 _TOP_KEYS = {
     "name",
@@ -136,9 +137,9 @@ class ConfigError(OodevalError):
 def _problems_message(problems: Sequence[str]) -> str:
     if len(problems) == 1:
         return problems[0]
-    shown = "; ".join(f"({i}) {p}" for i, p in enumerate(problems[:SHOWN_PROBLEMS], start=1))
-    more = len(problems) - SHOWN_PROBLEMS
-    tail = f"; and {more} more (fix these first)" if more > 0 else ""
+    numbered = (f"({i}) {p}" for i, p in enumerate(problems, start=1))
+    shown = listing(numbered, shown=SHOWN_PROBLEMS, sep="; ")
+    tail = " (fix these first)" if len(problems) > SHOWN_PROBLEMS else ""
     return f"{len(problems)} problems in the study config: {shown}{tail}"
 
 
@@ -342,11 +343,12 @@ def resolve_source(source: str, *, cwd: Path | None = None) -> str:
 def load_config(path: str | Path) -> StudyConfig:
     """Read a TOML study config and check every key (`config_from_dict`)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
+    text = read_text(path, what="study config", save_as="UTF-8 TOML")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise OodevalError(f"study config {path} is not valid TOML: {exc}") from None
     data.setdefault("name", path.stem)
     problems = []
@@ -388,7 +390,10 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         allowed = sorted(_TOP_KEYS - {"source_identity"})
-        problems.append(f"unknown study config key(s) {unknown}; allowed keys are {allowed}")
+        problems.append(
+            f"unknown study config key(s) {listing(map(repr, unknown))}; allowed keys are "
+            f"{', '.join(allowed)}"
+        )
     for key in _REQUIRED_KEYS:
         if key not in data:
             problems.append(f"study config is missing {key!r}; see examples/study.toml")
@@ -428,7 +433,8 @@ def _parsed(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any
     unknown_measures = sorted(set(values["measures"]) - set(KNOWN_MEASURES))
     if unknown_measures:
         problems.append(
-            f"unknown measure(s) {unknown_measures}; choose from {list(KNOWN_MEASURES)}"
+            f"unknown measure(s) {listing(map(repr, unknown_measures))}; choose from "
+            f"{', '.join(KNOWN_MEASURES)}"
         )
     values["seeds"] = _seeds(data["seeds"], problems) if "seeds" in data else ()
     values["hparams"] = _hparams_table(data.get("hparams", {}), problems)
@@ -557,7 +563,10 @@ def _trainer_table(value: Any, problems: list[str]) -> dict[str, Any]:
         return {}
     unknown = sorted(set(value) - set(TRAINER_OPTIONS))
     if unknown:
-        problems.append(f"unknown [trainer] key(s) {unknown}; allowed: {list(TRAINER_OPTIONS)}")
+        problems.append(
+            f"unknown [trainer] key(s) {listing(map(repr, unknown))}; allowed: "
+            f"{', '.join(TRAINER_OPTIONS)}"
+        )
     out = {}
     for key, option in TRAINER_OPTIONS.items():
         if key not in value:
@@ -851,7 +860,9 @@ def _grid_problems(
     known = list(backend.available())
     unknown = [a for a in config.algorithms if a not in known]
     if unknown:
-        problems.append(f"unknown algorithm(s) {unknown}; available: {sorted(known)}")
+        problems.append(
+            f"unknown algorithm(s) {listing(unknown)}; available: {', '.join(sorted(known))}"
+        )
     models = None if "model" in skip else available_models(backend)
     if models is not None and config.model not in models:
         problems.append(f"unknown model {config.model!r}; choose one of {', '.join(models)}")
@@ -886,8 +897,10 @@ def _scenario_problems(config: StudyConfig, backend: ModuleType, problems: list[
         given = list(scenario.given_names)
         if needing and len(given) < 3:
             problems.append(
-                f"scenario {scenario.name} has {len(given)} given environments but {needing} "
-                "needs at least 3 (Eq. 6 divides by N - 2); add environments or drop the measure"
+                f"scenario {scenario.name} has {len(given)} given environments but "
+                f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} at least 3 "
+                "(Eq. 6 divides by N - 2); add "
+                "environments or drop the measure"
             )
         elif len(given) < 2:
             problems.append(
@@ -1033,8 +1046,7 @@ class ConfigChanges:
     def refusal(self, directory: str | Path) -> str:
         """The one-line error for an incompatible config: the differing keys and the way out."""
         parts = [f"{k} ({_brief(old)} -> {_brief(new)})" for k, old, new in self.incompatible]
-        more = len(parts) - SHOWN_PROBLEMS
-        listed = ", ".join(parts[:SHOWN_PROBLEMS]) + (f" and {more} more" if more > 0 else "")
+        listed = listing(parts, shown=SHOWN_PROBLEMS)
         return (
             f"{directory} holds a study whose units would not compare with this config's: "
             f"{listed}; a stored study grows only by new algorithms, seeds, scenarios or "

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 from oodeval.study.config import StudyConfig, import_backend, validate_config
 from oodeval.study.runner import prepare_config, run_study
 from oodeval.study.store import load_study
@@ -165,7 +165,10 @@ def _sample_configs(
         algorithms = tuple(picked or config.algorithms[:3])
     unknown = [a for a in algorithms if a not in config.algorithms]
     if unknown:
-        raise OodevalError(f"sample algorithm(s) {unknown} are not in the study")
+        raise OodevalError(
+            f"sample algorithm(s) {listing(unknown)} are not in the study; it runs "
+            f"{listing(config.algorithms)}"
+        )
     sample = config.replace(
         name=f"{config.name}-estimate",
         scenarios=[

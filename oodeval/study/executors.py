@@ -38,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 from oodeval.pool import WorkerPool
 from oodeval.study.config import StudyConfig
 from oodeval.study.worker import (
@@ -440,7 +440,8 @@ def make_executor(name: str | Executor | None = None, **options: Any) -> Executo
     unknown = sorted(set(options) - fields)
     if unknown:
         raise OodevalError(
-            f"the {name} executor has no option(s) {unknown}; it takes {sorted(fields)}"
+            f"the {name} executor has no option(s) {listing(unknown)}; it takes "
+            f"{', '.join(sorted(fields))}"
         )
     return classes[name](**options)
 

@@ -57,7 +57,7 @@ import torch
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
 from oodeval.algorithms.networks import compute_dtype, compute_precision, native_bf16
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, listing
 
 SELECTIONS = ("training_domain", "last")
 #: fold name of the model trained on all given environments
@@ -257,7 +257,10 @@ class TrainerOptions:
         names = [f.name for f in fields(cls)]
         unknown = sorted(set(options) - set(names))
         if unknown:
-            raise OodevalError(f"unknown trainer option(s) {unknown}; the trainer takes {names}")
+            raise OodevalError(
+                f"unknown trainer option(s) {listing(unknown)}; the trainer takes "
+                f"{', '.join(names)}"
+            )
         return cls(**options)
 
 

@@ -1,0 +1,66 @@
+"""Read a user's text file (CSV, JSON lines, TOML) as UTF-8, refusing anything else in one line.
+
+Every file reader of oodeval goes through `read_text`, so a binary file, UTF-16 text or a folder
+gets the same one-line `OodevalError` naming the file and the fix, never a UnicodeDecodeError.
+"""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+from oodeval.errors import OodevalError
+
+__all__ = ["read_text"]
+
+# Byte-order marks of the encodings a spreadsheet or editor may use instead of UTF-8. UTF-32's
+# little-endian mark starts with UTF-16's, so it is tested first.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def _not_utf8(data: bytes) -> str | None:
+    """Why `data` is not UTF-8 text (a short phrase), or None when it is."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return f"{encoding} text with a byte-order mark"
+    if b"\x00" in data[:65536]:
+        return "a binary file, or UTF-16 without a byte-order mark: it holds NUL bytes"
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return f"byte 0x{data[exc.start]:02x} at offset {exc.start} is not UTF-8"
+    return None
+
+
+def read_text(path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV or JSON") -> str:
+    """Return the text of the UTF-8 file `path` (a leading UTF-8 byte-order mark dropped).
+
+    Raises OodevalError, one line, when `path` does not exist, is a folder, or is not UTF-8 text:
+    binary content (a NUL byte in the first 64 KiB), UTF-16/UTF-32 with a byte-order mark, or any
+    byte sequence UTF-8 cannot decode. `what` names the file in the message ("results file",
+    "study config"); `save_as` says what to save it as.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "r.csv")
+    >>> _ = open(p, "wb").write("a,b\\n".encode("utf-16"))
+    >>> try:
+    ...     read_text(p, what="results file")
+    ... except OodevalError as exc:
+    ...     print(str(exc).split(" is ")[1])
+    not UTF-8 text (UTF-16 text with a byte-order mark); save it as UTF-8 CSV or JSON
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise OodevalError(f"{what} {path} is a folder, not a file; give the file's path")
+    if not path.exists():
+        raise OodevalError(f"{what} not found: {path}; check the path")
+    data = path.read_bytes()
+    reason = _not_utf8(data)
+    if reason is not None:
+        raise OodevalError(f"{what} {path} is not UTF-8 text ({reason}); save it as {save_as}")
+    return data.decode("utf-8-sig")
