@@ -168,6 +168,9 @@ def test_json_lines_accuracy_and_percent_inputs_give_the_same_numbers(tmp_path):
         rows = list(csv.DictReader(fh))
     jsonl = "\n".join(json.dumps({**r, "error": float(r["error"])}) for r in rows)
     as_jsonl = json.loads(run(write(tmp_path, jsonl, "r.jsonl"), "--format", "json").stdout)
+    # a JSON list of the same rows, as `--format json` prints a results table
+    listed = json.dumps([{**r, "error": float(r["error"])} for r in rows])
+    as_list = json.loads(run(write(tmp_path, listed, "r.json"), "--format", "json").stdout)
     acc_pct = "algorithm,seed,split,environment,accuracy\n" + "".join(
         f"{r['algorithm']},{r['seed']},{r['split']},{r['environment']},"
         f"{100 * (1 - float(r['error'])):.2f}\n"
@@ -176,7 +179,7 @@ def test_json_lines_accuracy_and_percent_inputs_give_the_same_numbers(tmp_path):
     res = run(write(tmp_path, acc_pct), "--percent", "--format", "json")
     assert res.exit_code == 0, res.output
     as_acc = json.loads(res.stdout)
-    for other in (as_jsonl, as_acc):
+    for other in (as_jsonl, as_list, as_acc):
         for a, b in zip(base["measures"], other["measures"], strict=True):
             for key, value in a.items():
                 assert b[key] == pytest.approx(value, abs=1e-12)
@@ -302,7 +305,11 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, case):
     [
         ('{"algorithm": "ERM", "environment": "e1", "error": 0.2, "split": "loo"}\n{"algorithm": ',
          "line 2 is not valid JSON"),
-        ('[1, 2, 3]\n', "line 1 is a JSON list, not an object"),
+        ('[1, 2, 3]\n', "row 1 is a JSON int, not an object"),
+        ('[]\n', "holds no rows"),
+        ('[{"algorithm": "ERM"},\n', "is not valid JSON"),
+        ('[{"algorithm": "ERM", "environment": "e1", "error": NaN, "split": "loo"}]\n',
+         "row 1: error is NaN"),
         ('{"algorithm": "ERM", "environment": "e1", "error": NaN, "split": "loo"}\n',
          "line 1: error is NaN"),
         ('{"algorithm": "ERM", "environment": "e1", "error": true, "split": "loo"}\n',

@@ -127,6 +127,30 @@ def _read_json_lines(text: str, name: str) -> pd.DataFrame:
     return frame
 
 
+def _read_json_records(text: str, name: str) -> pd.DataFrame:
+    """A JSON list of row objects (what ``--format json`` prints for a results table)."""
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OodevalError(
+            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}); write a list of "
+            "objects with fields algorithm, environment, error|accuracy, split[, seed]"
+        ) from None
+    if not isinstance(rows, list) or not rows:
+        raise OodevalError(
+            f"{name} holds no rows; write a non-empty JSON list of objects with fields "
+            "algorithm, environment, error|accuracy, split[, seed]"
+        )
+    for k, obj in enumerate(rows, start=1):
+        if not isinstance(obj, dict):
+            raise OodevalError(
+                f"{name} row {k} is a JSON {type(obj).__name__}, not an object; each row needs "
+                "fields algorithm, environment, error|accuracy, split[, seed]"
+            )
+    records = [{str(k).strip().lower(): _json_cell(v) for k, v in obj.items()} for obj in rows]
+    return pd.DataFrame.from_records(records).fillna("")  # messages then name rows, not lines
+
+
 def _json_cell(v: object) -> str:
     """Render a JSON value as the text a CSV cell would hold (numbers keep full precision)."""
     if v is None:
@@ -178,8 +202,10 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     Parameters
     ----------
     path : str or Path
-        ``.jsonl``/``.ndjson``/``.json`` files, and files whose first character is ``{``, are read
-        as JSON lines; anything else as CSV.
+        A file whose first character is ``[`` is read as a JSON list of row objects (what
+        ``--format json`` prints, e.g. ``oodeval import domainbed -f json``); ``.jsonl``,
+        ``.ndjson`` and ``.json`` files, and files whose first character is ``{``, as JSON lines;
+        anything else as CSV.
     percent : bool
         Values are percentages in [0, 100] (divided by 100).
 
@@ -190,7 +216,9 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     path = Path(path)
     name = path.name
     text = read_text(path, what="results file", save_as="a UTF-8 CSV or JSON lines file")
-    if path.suffix.lower() in _JSON_SUFFIXES or text.lstrip().startswith("{"):
+    if text.lstrip().startswith("["):
+        frame = _read_json_records(text, name)
+    elif path.suffix.lower() in _JSON_SUFFIXES or text.lstrip().startswith("{"):
         frame = _read_json_lines(text, name)
     else:
         frame = _read_csv(text, name)
