@@ -17,7 +17,8 @@ refuses to build without it rather than fall back to the 8x8 digits.
 penalties switched on after 100 steps instead of 500. ``quick`` keeps 8 algorithms, the three
 Scale-1 scenarios and one seed; its steps, data sizes and shortened IRM/VREx anneal are plain
 config values, chosen so it finishes within 10 minutes on a 2-core machine. Both read real MNIST
-when found, else the bundled digits (``source = "auto"``, see `oodeval.study.config.resolve_source`).
+when found, else the bundled digits (``source = "auto"``, see
+`oodeval.study.config.resolve_source`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ QUICK_ALGORITHMS = ("ERM", "IRM", "GroupDRO", "VREx", "CORAL", "MMD", "Mixup", "
 RATIOS = ("3:1", "4:1", "5:1")
 SCALES = (1, 2, 3, 4)
 SEEDS = (0, 1, 2)
-#: DomainBed's training length and checkpoint period for its MNIST datasets (N_STEPS, CHECKPOINT_FREQ)
+#: DomainBed's training length and checkpoint period for MNIST (N_STEPS, CHECKPOINT_FREQ)
 PAPER_STEPS = 5001
 PAPER_EVAL_EVERY = 100
 #: DomainBed's batch size for small images (rows per environment and step)
