@@ -238,8 +238,11 @@ def test_cli_help_names_every_preset():
             assert re.search(rf"\b{re.escape(name)}\b", text), (command, name)
 
 
-@pytest.mark.parametrize("name", ["quick", "paper-cpu"])
-def test_estimate_runs_for_the_cpu_presets(name, with_mnist):
+def test_estimate_runs_for_the_quick_preset(with_mnist):
+    # paper-cpu goes through the same code with more scenarios, but even at one step its sample
+    # takes minutes (ARM's test on the 101 environments of E_all dominates), too slow for a test;
+    # benchmarks/RESULTS.md records its estimate
+    name = "quick"
     steps = preset(name).steps
     result = CliRunner().invoke(
         app,
