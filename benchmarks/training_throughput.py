@@ -27,8 +27,17 @@ plain tensor loop run unit by unit in the same kind of pool. Everything is warme
 pool: processes started and two 2-step units per process, timed and printed apart); scenarios
 are built once per process, as a study does.
 
+``--roofline``: per model of `--models` (default mlp on 2x14x14 and DomainBed's MNIST_CNN on
+2x28x28), one ERM unit's training steps alone (no validation or tests) for every contender,
+oodeval's stacked trainer and the plain loops training the N + 1 models one after another:
+milliseconds per step (a step = one update of every model), the ratio to the plain DataLoader loop
+(the DomainBed-style idiom), and the achieved GFLOP/s (`training_flops` of the step's GEMMs over
+its time) as a share of the GEMM peak: `torch.matmul` at exactly the step's matrix shapes on the
+same thread count, best of several runs (`gemm_seconds`), in float32 (bf16 contenders: bfloat16).
+
 Run:  .venv/bin/python benchmarks/training_throughput.py [--steps 300] [--scales 1 2]
       .venv/bin/python benchmarks/training_throughput.py --machine [--units 8]
+      .venv/bin/python benchmarks/training_throughput.py --roofline [--steps 300] [--cnn-steps 20]
 """
 
 from __future__ import annotations
