@@ -27,8 +27,18 @@ plain tensor loop run unit by unit in the same kind of pool. Everything is warme
 pool: processes started and two 2-step units per process, timed and printed apart); scenarios
 are built once per process, as a study does.
 
+``--roofline``: per model of `--models` (default mlp on 2x14x14 and DomainBed's MNIST_CNN on
+2x28x28), one ERM unit's training steps alone (no validation or tests) for every contender,
+oodeval's stacked trainer and the plain loops training the N + 1 models one after another:
+milliseconds per step (a step = one update of every model), the ratio to the plain DataLoader loop
+(the DomainBed-style idiom), and the achieved GFLOP/s (`training_flops` of the step's GEMMs over
+its time) as a share of the GEMM peak: `torch.matmul` at exactly the step's matrix shapes on the
+same thread count, best of several runs (`gemm_seconds`) before and after the contenders, in
+float32 (bf16 contenders: bfloat16).
+
 Run:  .venv/bin/python benchmarks/training_throughput.py [--steps 300] [--scales 1 2]
       .venv/bin/python benchmarks/training_throughput.py --machine [--units 8]
+      .venv/bin/python benchmarks/training_throughput.py --roofline [--steps 300] [--cnn-steps 20]
 """
 
 from __future__ import annotations
@@ -51,7 +61,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oodeval.environments import build_scenario  # noqa: E402
 from oodeval.study import trainer_backend  # noqa: E402
-from oodeval.training import UnitSpec, run_unit, run_units, worker_pool  # noqa: E402
+from oodeval.training import (  # noqa: E402
+    UnitSpec,
+    run_unit,
+    run_units,
+    train_models,
+    worker_pool,
+)
 
 
 def plain_mlp(n_in: int, n_classes: int, width: int = 256) -> nn.Module:
@@ -87,6 +103,26 @@ def plain_cnn(channels: int, n_classes: int) -> nn.Module:
     )
 
 
+def plain_mnist_cnn(channels: int, n_classes: int) -> nn.Module:
+    """DomainBed's MNIST_CNN (oodeval's ``model="mnist_cnn"``) as one ordinary nn.Sequential:
+    3x3 convs to 64, 128 (stride 2), 128, 128 channels, each then ReLU and GroupNorm(8), the mean
+    over pixels, a linear classifier."""
+    layers: list[nn.Module] = []
+    for c_in, c_out, stride in ((channels, 64, 1), (64, 128, 2), (128, 128, 1), (128, 128, 1)):
+        layers += [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1), nn.ReLU(),
+                   nn.GroupNorm(8, c_out)]  # fmt: skip
+    return nn.Sequential(*layers, _MeanPool(), nn.Linear(128, n_classes))
+
+
+def plain_model(model: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """The plain loops' single model of oodeval's `model` for inputs of `input_shape` (C, H, W)."""
+    if model == "mlp":
+        return plain_mlp(int(torch.Size(input_shape).numel()), n_classes)
+    if model == "cnn":
+        return plain_cnn(input_shape[0], n_classes)
+    return plain_mnist_cnn(input_shape[0], n_classes)
+
+
 def _accuracy_tensors(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     with torch.no_grad():
         return float((net(x).argmax(1) == y).float().mean())
@@ -110,12 +146,18 @@ def plain_loop(
     loaders: bool,
     model: str,
     bf16: bool = False,
+    evaluate: bool = True,
+    timings: dict[str, float] | None = None,
 ):
     """Train and test the unit's N + 1 models one after another; returns the LOO/all errors.
 
     ``bf16`` runs forward passes and losses under ``torch.autocast("cpu", torch.bfloat16)`` (the
-    standard mixed-precision recipe: backward and optimiser outside it).
+    standard mixed-precision recipe: backward and optimiser outside it). ``evaluate=False`` only
+    trains (no validation, checkpoints or tests, like oodeval's ``selection="last"`` untested);
+    `timings` then gets ``"train"``: the seconds of the training steps alone (minibatches,
+    forward, backward, Adam), as oodeval's ``timings["train"]``.
     """
+    train_seconds = 0.0
 
     def amp():
         return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
@@ -126,7 +168,6 @@ def plain_loop(
     tr = [(torch.from_numpy(t.images), torch.from_numpy(t.labels)) for t, _ in parts]
     va = [(torch.from_numpy(v.images), torch.from_numpy(v.labels)) for _, v in parts]
     n = len(given)
-    n_in = int(tr[0][0][0].numel())
     measure = _accuracy_loader if loaders else _accuracy_tensors
 
     def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -136,10 +177,7 @@ def plain_loop(
     errors, records = [], []
     for k in range(n + 1):
         envs = [j for j in range(n) if j != k]
-        if model == "mlp":
-            net = plain_mlp(n_in, scenario.num_classes)
-        else:
-            net = plain_cnn(tr[0][0].shape[1], scenario.num_classes)
+        net = plain_model(model, tuple(tr[0][0].shape[1:]), scenario.num_classes)
         opt = torch.optim.Adam(net.parameters(), lr=1e-3)
         gen = torch.Generator().manual_seed(seed + k)
         if loaders:
@@ -150,6 +188,7 @@ def plain_loop(
             ]  # fmt: skip
         best, best_state = -1.0, None
         for step in range(1, steps + 1):
+            t0 = time.perf_counter()
             if loaders:
                 xs, ys = [], []
                 for i, j in enumerate(envs):
@@ -177,12 +216,17 @@ def plain_loop(
             opt.zero_grad()
             loss.backward()
             opt.step()
+            train_seconds += time.perf_counter() - t0
+            if not evaluate:
+                continue
             if step % eval_every == 0 or step == steps:
                 acc = sum(accuracy(net, *va[j]) for j in envs) / len(envs)
                 if k < n:  # the checkpoint record of oodeval: accuracy on both parts of e_k
                     records.append((k, step, accuracy(net, *tr[k]), accuracy(net, *va[k])))
                 if acc > best:
                     best, best_state = acc, copy.deepcopy(net.state_dict())
+        if not evaluate:
+            continue
         net.load_state_dict(best_state)
         if k < n:
             x, y = torch.from_numpy(given[k].images), torch.from_numpy(given[k].labels)
@@ -191,6 +235,8 @@ def plain_loop(
             for env in scenario.evaluation():
                 x, y = torch.from_numpy(env.images), torch.from_numpy(env.labels)
                 errors.append(1 - accuracy(net, x, y))
+    if timings is not None:
+        timings["train"] = train_seconds
     return errors, records
 
 
@@ -362,6 +408,145 @@ def per_unit(args: argparse.Namespace) -> None:
         )
 
 
+# -- roofline: achieved GFLOP/s of the training steps against the GEMM peak at their shapes ---
+#: conv channels of oodeval's conv models (3x3, padding 1, stride 2 in the second conv)
+CONV_CHANNELS = {"cnn": (32, 64, 64), "mnist_cnn": (64, 128, 128, 128)}
+MLP_WIDTH = 256
+
+
+def forward_gemms(model: str, input_shape: tuple[int, ...], rows: int) -> list[tuple[int, ...]]:
+    """The forward pass of one `model` on `rows` inputs of `input_shape` (C, H, W) as GEMMs
+    (m, k, n), an m x k matrix times a k x n one, in layer order.
+
+    A linear layer `a` -> `b` is (rows, a, b). A 3x3 conv from C_in to C_out channels with an
+    H_out x W_out output is, written as a GEMM (im2col), (rows * H_out * W_out, C_in * 9, C_out);
+    with padding 1, H_out = (H - 1) // stride + 1. E.g. the MLP on 2x14x14 images:
+
+    >>> forward_gemms("mlp", (2, 14, 14), 64)
+    [(64, 392, 256), (64, 256, 256), (64, 256, 2)]
+    """
+    c, h, w = input_shape
+    if model == "mlp":
+        n_in = c * h * w
+        return [(rows, n_in, MLP_WIDTH), (rows, MLP_WIDTH, MLP_WIDTH), (rows, MLP_WIDTH, 2)]
+    gemms = []
+    for i, c_out in enumerate(CONV_CHANNELS[model]):
+        stride = 2 if i == 1 else 1
+        h, w = (h - 1) // stride + 1, (w - 1) // stride + 1
+        gemms.append((rows * h * w, c * 9, c_out))
+        c = c_out
+    return [*gemms, (rows, c, 2)]  # mean over pixels, then the linear classifier
+
+
+def training_flops(gemms: list[tuple[int, ...]]) -> int:
+    """FLOPs of one training step of one model whose forward GEMMs are `gemms`.
+
+    A GEMM (m, k, n) costs 2mkn (a multiply and an add per term). Backward repeats it twice per
+    layer, the weight gradient (k x m times m x n) and the input gradient (m x n times n x k),
+    except that the first layer's input (the images) needs no gradient: 2mkn x (3 per layer,
+    2 for the first). Elementwise work (bias, ReLU, GroupNorm, loss, Adam) is left out: it grows
+    with the activations and parameters, well under 1% here (MNIST_CNN: ~125k activations per
+    image against ~440 MFLOP of GEMMs).
+
+    >>> training_flops([(64, 392, 256), (64, 256, 256), (64, 256, 2)])  # the MLP, 64 rows
+    51052544
+    """
+    return sum(2 * m * k * n * (2 if i == 0 else 3) for i, (m, k, n) in enumerate(gemms))
+
+
+def gemm_seconds(gemms: list[tuple[int, ...]], dtype: torch.dtype, repeats: int) -> float:
+    """Seconds `torch.matmul` takes for every GEMM of one training step of `training_flops`
+    (forward, weight gradient, input gradient but the first layer's), each the best of
+    `repeats` runs after one warm-up, on random contiguous matrices of `dtype`."""
+    total = 0.0
+    for i, (m, k, n) in enumerate(gemms):
+        pairs = [((m, k), (k, n)), ((k, m), (m, n))] + ([((m, n), (n, k))] if i else [])
+        for a_shape, b_shape in pairs:
+            a, b = torch.randn(a_shape, dtype=dtype), torch.randn(b_shape, dtype=dtype)
+            torch.matmul(a, b)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                torch.matmul(a, b)
+                best = min(best, time.perf_counter() - t0)
+            total += best
+    return total
+
+
+def roofline(args: argparse.Namespace) -> None:
+    """Per model of `--models` (ERM, one unit of SR-CMNIST 3:1 at the first `--scales`, 28x28 for
+    mnist_cnn on MNIST): every contender's seconds per training step (validation and tests left
+    out), its ratio to the plain DataLoader loop, and its achieved GFLOP/s against the GEMM peak
+    of this thread count at the step's own shapes (`gemm_seconds`; bf16 contenders against the
+    bf16 GEMM peak)."""
+    for model in args.models:
+        size = {"size": 28} if model == "mnist_cnn" and args.source.startswith("mnist:") else {}
+        sc = build_scenario("sr-cmnist", source=args.source, ratio="3:1", scale=args.scales[0],
+                            **size)  # fmt: skip
+        n, steps = len(sc.given_names), args.cnn_steps if model != "mlp" else args.steps
+        loo = forward_gemms(model, sc.input_shape, args.batch * (n - 1))
+        full = forward_gemms(model, sc.input_shape, args.batch * n)
+        flops = n * training_flops(loo) + training_flops(full)  # N LOO models + the full one
+        # the step's GEMMs alone, measured before and after the contenders, the faster counted:
+        # on a shared machine a burst of other work during one measurement would lower the peak
+        gemm_step = functools.partial(_gemm_step, loo, full, n, max(3, args.repeats + 1))
+        gemm = {p: gemm_step(p) for p in args.precisions}
+        contenders = {}
+        for p in args.precisions:
+            contenders[f"oodeval (stacked), {p}"] = (p, functools.partial(
+                _oodeval_train_seconds, sc, model, args.batch, p))  # fmt: skip
+        for loaders, bf16 in ((False, False), (True, False), (False, True)):
+            p = "bf16" if bf16 else "fp32"
+            if p in args.precisions:
+                kind = "DataLoader" if loaders else "tensors"
+                contenders[f"plain loop ({kind}), {p}"] = (p, functools.partial(
+                    _plain_train_seconds, sc, model, args.batch, loaders, bf16))  # fmt: skip
+        for _p, run in contenders.values():
+            run(1)  # warm-up
+        best = dict.fromkeys(contenders, float("inf"))
+        for _ in range(args.repeats):
+            for name, (_p, run) in contenders.items():
+                best[name] = min(best[name], run(steps))
+        peak = {p: flops / min(gemm[p], gemm_step(p)) / 1e9 for p in args.precisions}
+        print(
+            f"{sc.name} {model} {sc.input_shape} (N={n}, {n + 1} models, "
+            f"{args.batch * n * n} rows per step), {steps} steps, "
+            f"{flops / 1e9:.2f} GFLOP per step; GEMM peak at these shapes on "
+            f"{torch.get_num_threads()} thread(s): "
+            + ", ".join(f"{p} {g:.1f} GFLOP/s" for p, g in peak.items())
+        )
+        base = best.get("plain loop (DataLoader), fp32")
+        for name, (p, _run) in contenders.items():
+            per_step = best[name] / steps
+            achieved = flops / per_step / 1e9
+            ratio = f"{base / best[name]:5.2f}x vs plain DataLoader" if base else ""
+            print(
+                f"  {name:30s} {per_step * 1e3:9.1f} ms/step {ratio}   "
+                f"{achieved:6.1f} GFLOP/s = {100 * achieved / peak[p]:3.0f}% of {p} peak"
+            )
+
+
+def _gemm_step(loo: list, full: list, n: int, repeats: int, precision: str) -> float:
+    """`gemm_seconds` of one unit's step: N LOO models' GEMMs `loo` and the full model's `full`."""
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    return n * gemm_seconds(loo, dtype, repeats) + gemm_seconds(full, dtype, repeats)
+
+
+def _oodeval_train_seconds(sc, model: str, batch: int, precision: str, steps: int) -> float:
+    """Seconds of oodeval's training steps for the unit's N + 1 stacked models (no validation)."""
+    trained = train_models(sc, "ERM", seed=0, steps=steps, model=model, batch_size=batch,
+                           selection="last", precision=precision)  # fmt: skip
+    return trained.timings["train"]
+
+
+def _plain_train_seconds(sc, model: str, batch: int, loaders: bool, bf16: bool, steps: int):
+    """Seconds of the plain loop's training steps, the N + 1 models one after another."""
+    timings: dict[str, float] = {}
+    plain_loop(sc, steps=steps, batch=batch, eval_every=steps, seed=0, loaders=loaders,
+               model=model, bf16=bf16, evaluate=False, timings=timings)  # fmt: skip
+    return timings["train"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -369,7 +554,17 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    parser.add_argument("--model", choices=("mlp", "cnn", "mnist_cnn"), default="mlp")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=("mlp", "cnn", "mnist_cnn"),
+        default=["mlp", "mnist_cnn"],
+        help="models of --roofline",
+    )
+    parser.add_argument(
+        "--cnn-steps", type=int, default=20, help="--roofline steps of the conv models"
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--units", type=int, default=8, help="units of --machine")
     parser.add_argument(
@@ -379,6 +574,11 @@ def main() -> None:
         "--per-algorithm",
         action="store_true",
         help="instead: time one unit of each of the 14 algorithms (oodeval trainer only)",
+    )
+    parser.add_argument(
+        "--roofline",
+        action="store_true",
+        help="instead: seconds per training step and GFLOP/s against the GEMM peak, per contender",
     )
     parser.add_argument(
         "--machine",
@@ -399,6 +599,8 @@ def main() -> None:
     )
     if args.per_algorithm:
         per_algorithm(args)
+    elif args.roofline:
+        roofline(args)
     elif args.machine:
         machine(args)
     else:
