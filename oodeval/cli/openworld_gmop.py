@@ -174,11 +174,16 @@ def train_gmop_command(
         None, "--logit-scale", help="Cosine-to-logit scale (default: from the feature file)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed (same seed -> same model)."),
+    device: str = typer.Option(
+        "cpu", "--device", help="Train on cpu, cuda, cuda:N or auto (cuda when available)."
+    ),
 ) -> None:
     """Train GMoP (Section 5.1 of the OpenworldAUC paper) on frozen features and save it."""
+    from oodeval._torch import check_device_spec, resolve_device
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
 
+    check_device_spec(device)  # a misspelt device fails before the features are read
     train = load_features(features)
     n_new = int(np.count_nonzero(~np.isin(train.labels, train.base_classes)))
     if n_new:
@@ -195,7 +200,9 @@ def train_gmop_command(
         seed=seed,
     )
     trainer = train_gmop if method is Method.gmop else train_single_context
-    model = trainer(train, config)
+    if device == "auto":
+        typer.echo(f"device: auto -> {resolve_device(device)}", err=True)
+    model = trainer(train, config, device=device)
     save_model(out, model, config)
     typer.echo(f"wrote {out}", err=True)
 

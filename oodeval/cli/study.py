@@ -15,23 +15,48 @@ app = typer.Typer(
 )
 
 
-def _config(config: Path | None, preset_name: str | None, precision: str | None = None):
+def _config(
+    config: Path | None,
+    preset_name: str | None,
+    precision: str | None = None,
+    device: str | None = None,
+):
+    from oodeval._torch import device_problem
     from oodeval.study import load_config, preset
     from oodeval.study.config import PRECISIONS
 
     if (config is None) == (preset_name is None):
         raise OodevalError("give exactly one of CONFIG.toml or --preset NAME (quick, paper)")
     chosen = preset(preset_name) if preset_name is not None else load_config(config)
-    if precision is None:
+    trainer = dict(chosen.trainer)
+    if precision is not None:
+        if precision not in PRECISIONS:
+            raise OodevalError(
+                f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+            )
+        trainer["precision"] = precision
+    if device is not None:
+        problem = device_problem(device)
+        if problem is not None:
+            raise OodevalError(f"--device: {problem}")
+        trainer["device"] = device  # overrides the config's [trainer] device
+    if trainer == chosen.trainer:
         return chosen
-    if precision not in PRECISIONS:
-        raise OodevalError(
-            f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
-    # replace() re-validates, which leaves the default fp32 out of the stored config
-    return chosen.replace(trainer={**chosen.trainer, "precision": precision})
+    # replace() re-validates, which leaves the defaults (fp32, cpu) out of the stored config
+    return chosen.replace(trainer=trainer)
 
 
+def _resolved_device(chosen) -> str:
+    """The config's device on this machine (one line and exit 2 when it is not here)."""
+    from oodeval._torch import resolve_device
+
+    return resolve_device(chosen.trainer.get("device", "cpu"))
+
+
+_DEVICE_HELP = (
+    "Device the units train on: cpu, cuda, cuda:N or auto (cuda when available, else cpu); "
+    "overrides [trainer] device. With cuda every GPU runs a worker of its own."
+)
 _PRECISION_HELP = (
     "Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 1.2-2.8x faster per "
     "unit on CPUs with AVX512-BF16/AMX, slightly different numbers); sets [trainer] precision."
@@ -52,6 +77,7 @@ def run_command(
         "running at once).",
     ),
     precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
+    device: str | None = typer.Option(None, "--device", help=_DEVICE_HELP),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     report: bool = typer.Option(
@@ -156,9 +182,12 @@ def run_command(
         units_per_job=slurm_units_per_job,
         cluster=slurm_cluster,
     )
+    study_config = _config(config, preset_name, precision, device)
+    if study_config.trainer.get("device", "cpu") not in ("cpu", "auto"):
+        typer.echo(f"device: {_resolved_device(study_config)}", err=True)
     try:
         summary = run_study(
-            _config(config, preset_name, precision),
+            study_config,
             out,
             retry_failed=retry_failed,
             progress=progress,
@@ -335,18 +364,34 @@ def estimate_command(
         1.0, "--steps-fraction", help="Run the sample with this fraction of the steps."
     ),
     precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
+    device: str | None = typer.Option(None, "--device", help=_DEVICE_HELP),
+    sample_steps: int | None = typer.Option(
+        None,
+        "--sample-steps",
+        min=1,
+        help="Time this many training steps of each sampled unit (one checkpoint) and "
+        "extrapolate to the configured steps; replaces --steps-fraction.",
+    ),
 ) -> None:
-    """Time a sample of the study's units and print the projected wall time of the whole study."""
+    """Time a sample of the study's units and print the projected wall time of the whole study.
+
+    The sample trains on the config's device (or --device); the projection holds for that
+    device, which the first line names. --sample-steps projects a long protocol (the paper's
+    5001 steps) from a few steps per unit.
+    """
     import os
 
     from oodeval.study.estimate import estimate_study
 
     chosen = tuple(a.strip() for a in algorithms.split(",") if a.strip()) if algorithms else None
+    study_config = _config(config, preset_name, precision, device)
+    typer.echo(f"measuring on device {_resolved_device(study_config)}", err=True)
     estimate = estimate_study(
-        _config(config, preset_name, precision),
+        study_config,
         workers=workers or os.cpu_count() or 1,
         algorithms=chosen,
         steps_fraction=steps_fraction,
         progress=True,
+        sample_steps=sample_steps,
     )
     typer.echo(estimate.summary())
