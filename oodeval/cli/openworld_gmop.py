@@ -179,11 +179,13 @@ def train_gmop_command(
     ),
 ) -> None:
     """Train GMoP (Section 5.1 of the OpenworldAUC paper) on frozen features and save it."""
-    from oodeval._torch import check_device_spec, resolve_device
+    from oodeval._torch import resolve_device
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
 
-    check_device_spec(device)  # a misspelt device fails before the features are read
+    where = resolve_device(device)  # a misspelt or missing device fails before any reading
+    if device == "auto":
+        typer.echo(f"device: auto -> {where}", err=True)
     train = load_features(features)
     n_new = int(np.count_nonzero(~np.isin(train.labels, train.base_classes)))
     if n_new:
@@ -200,9 +202,7 @@ def train_gmop_command(
         seed=seed,
     )
     trainer = train_gmop if method is Method.gmop else train_single_context
-    if device == "auto":
-        typer.echo(f"device: auto -> {resolve_device(device)}", err=True)
-    model = trainer(train, config, device=device)
+    model = trainer(train, config, device=where)
     save_model(out, model, config)
     typer.echo(f"wrote {out}", err=True)
 
