@@ -285,8 +285,7 @@ def test_local_executor_without_gpus_keeps_the_configs_device(monkeypatch):
 
 
 # -- benchmarks/device_check.py -----------------------------------------------------------------
-@pytest.mark.slow
-def test_device_check_cpu_runs_and_agrees_exactly():
+def test_device_check_cpu_runs_and_agrees_exactly():  # ~13 s
     small = ["--steps", "3", "--n-per-given", "60", "--n-eval", "40", "--batch-size", "8"]
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "device_check.py"), "cpu", *small],
@@ -312,3 +311,66 @@ def test_device_check_refuses_a_missing_device():
         cwd=REPO,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown device 'tpu'")
+
+
+# -- study estimate on a device -----------------------------------------------------------------
+def small_trainer_config(**overrides) -> StudyConfig:
+    """Two algorithms on one small digits SR-CMNIST scenario, 300 steps, a checkpoint every 50."""
+    data = {
+        "name": "estimate-device",
+        "source": "digits",
+        "algorithms": ["ERM", "MTL"],
+        "seeds": [0, 1],
+        "steps": 300,
+        "model": "mlp",
+        "trainer": {"eval_every": 50, "batch_size": 8},
+        "scenarios": [
+            {"family": "sr-cmnist", "ratio": "3:1", "scale": 1, "n_per_given": 60, "n_eval": 40}
+        ],
+    }
+    data.update(overrides)
+    return config_from_dict(data)
+
+
+def test_estimate_extrapolates_a_few_steps_per_unit(tmp_path):
+    from oodeval.study import load_study
+    from oodeval.study.estimate import _checkpoints, estimate_study
+
+    config = small_trainer_config()
+    assert _checkpoints(config) == 6  # steps 50, 100, ..., 300
+    assert _checkpoints(config.replace(steps=320)) == 7  # ... and the last step, 320
+    assert _checkpoints(config.replace(trainer={"selection": "last"})) == 0
+    estimate = estimate_study(
+        config, workers=1, algorithms=("ERM", "MTL"), sample_steps=4, directory=tmp_path
+    )
+    assert estimate.device == "cpu" and estimate.sample_steps == 4
+    units = load_study(tmp_path).units.set_index("algorithm")
+    assert set(units["steps"]) == {4}  # the sample trained 4 steps, one checkpoint
+    for row in estimate.samples.itertuples(index=False):
+        t = units.loc[row.algorithm, "timings"]
+        expected = (
+            t["wall"] - t["train"] - t["selection_eval"]
+            + t["train"] * 300 / 4
+            + t["selection_eval"] * 6
+        )  # fmt: skip
+        assert row.full_steps_seconds == pytest.approx(expected, rel=1e-12)
+    per_unit = estimate.samples["full_steps_seconds"].mean()
+    assert estimate.projected_seconds == pytest.approx(per_unit * 2 * 2, rel=1e-12)
+    summary = estimate.summary()
+    assert summary.splitlines()[0] == "measured on device cpu"
+    assert "at 4 step(s) each" in summary and "worker(s) on cpu" in summary
+
+
+def test_cli_estimate_names_the_device_it_measured_on(tmp_path):
+    config = tmp_path / "study.toml"
+    config.write_text(
+        'name = "e"\nsource = "digits"\nalgorithms = ["ERM"]\nseeds = [0]\nsteps = 300\n'
+        '[trainer]\nbatch_size = 8\n[[scenarios]]\nfamily = "sr-cmnist"\nratio = "3:1"\n'
+        "scale = 1\nn_per_given = 60\nn_eval = 40\n"
+    )
+    args = ["study", "estimate", str(config), "--device", "cpu", "--sample-steps", "3"]
+    result = runner.invoke(app, [*args, "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "measuring on device cpu" in result.output
+    assert "sampled 1 unit(s) at 3 step(s) each" in result.output
+    assert "with 1 worker(s) on cpu" in result.output

@@ -100,8 +100,8 @@ class Estimate:
             )
         hours = self.projected_seconds / 3600.0
         lines.append(
-            f"projected wall time on {self.device}: {self.projected_seconds:.0f} s = "
-            f"{hours:.2f} h with {self.workers} worker(s)"
+            f"projected wall time: {self.projected_seconds:.0f} s = {hours:.2f} h "
+            f"with {self.workers} worker(s) on {self.device}"
         )
         lines.append(
             "seconds/unit is projected to the full number of steps; measured = timed in this "
