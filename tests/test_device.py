@@ -374,3 +374,21 @@ def test_cli_estimate_names_the_device_it_measured_on(tmp_path):
     assert "measuring on device cpu" in result.output
     assert "sampled 1 unit(s) at 3 step(s) each" in result.output
     assert "with 1 worker(s) on cpu" in result.output
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="auto is the CPU on a machine without CUDA")
+def test_cli_auto_is_resolved_and_said_once(tmp_path):
+    config = tmp_path / "study.toml"
+    config.write_text(
+        'name = "e"\nsource = "digits"\nalgorithms = ["ERM"]\nseeds = [0]\nsteps = 2\n'
+        '[trainer]\nbatch_size = 8\ndevice = "auto"\n[[scenarios]]\nfamily = "sr-cmnist"\n'
+        'ratio = "3:1"\nscale = 1\nn_per_given = 60\nn_eval = 40\n'
+    )
+    out = tmp_path / "s"
+    args = ["study", "run", str(config), "--out", str(out), "--workers", "1", "--no-report"]
+    result = runner.invoke(app, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("device: auto -> cpu") == 1
+    from oodeval.study import load_study
+
+    assert "device" not in load_study(out).config.get("trainer", {})  # stored as the default cpu

@@ -40,6 +40,11 @@ def _config(
         if problem is not None:
             raise OodevalError(f"--device: {problem}")
         trainer["device"] = device  # overrides the config's [trainer] device
+    if trainer.get("device") == "auto":  # resolved (and said) once, here
+        from oodeval._torch import resolve_device
+
+        trainer["device"] = resolve_device("auto")
+        typer.echo(f"device: auto -> {trainer['device']}", err=True)
     if trainer == chosen.trainer:
         return chosen
     # replace() re-validates, which leaves the defaults (fp32, cpu) out of the stored config
@@ -183,7 +188,7 @@ def run_command(
         cluster=slurm_cluster,
     )
     study_config = _config(config, preset_name, precision, device)
-    if study_config.trainer.get("device", "cpu") not in ("cpu", "auto"):
+    if study_config.trainer.get("device", "cpu") != "cpu":
         typer.echo(f"device: {_resolved_device(study_config)}", err=True)
     try:
         summary = run_study(
