@@ -332,33 +332,57 @@ def small_trainer_config(**overrides) -> StudyConfig:
     return config_from_dict(data)
 
 
-def test_estimate_extrapolates_a_few_steps_per_unit(tmp_path):
-    from oodeval.study import load_study
+def test_estimate_extrapolates_a_few_steps_per_algorithm():
     from oodeval.study.estimate import _checkpoints, estimate_study
 
     config = small_trainer_config()
     assert _checkpoints(config) == 6  # steps 50, 100, ..., 300
     assert _checkpoints(config.replace(steps=320)) == 7  # ... and the last step, 320
     assert _checkpoints(config.replace(trainer={"selection": "last"})) == 0
-    estimate = estimate_study(
-        config, workers=1, algorithms=("ERM", "MTL"), sample_steps=4, directory=tmp_path
-    )
-    assert estimate.device == "cpu" and estimate.sample_steps == 4
-    units = load_study(tmp_path).units.set_index("algorithm")
-    assert set(units["steps"]) == {4}  # the sample trained 4 steps, one checkpoint
-    for row in estimate.samples.itertuples(index=False):
-        t = units.loc[row.algorithm, "timings"]
-        expected = (
-            t["wall"] - t["train"] - t["selection_eval"]
-            + t["train"] * 300 / 4
-            + t["selection_eval"] * 6
-        )  # fmt: skip
-        assert row.full_steps_seconds == pytest.approx(expected, rel=1e-12)
-    per_unit = estimate.samples["full_steps_seconds"].mean()
-    assert estimate.projected_seconds == pytest.approx(per_unit * 2 * 2, rel=1e-12)
+    estimate = estimate_study(config, workers=2, sample_steps=3)
+    assert estimate.device == "cpu" and estimate.sample_steps == 3 and estimate.workers == 2
+    timed = estimate.samples.set_index("algorithm")
+    assert list(timed.index) == ["ERM", "MTL"]  # one scenario: one N, every algorithm once
+    # ERM and the batch-dependent MTL are timed with their evaluations; each unit projects as
+    # steps x step + checkpoints x checkpoint + test, and the study as units / workers
+    units = {
+        a: timed.loc[a, "step_seconds"] * 300
+        + timed.loc[a, "checkpoint_seconds"] * 6
+        + timed.loc[a, "test_seconds"]
+        for a in ("ERM", "MTL")
+    }
+    assert all(v > 0 for v in units.values())
+    assert estimate.per_n["unit_seconds"].tolist() == pytest.approx([sum(units.values()) / 2])
+    assert estimate.projected_seconds == pytest.approx(sum(units.values()) * 2 / 2, rel=1e-12)
     summary = estimate.summary()
     assert summary.splitlines()[0] == "measured on device cpu"
-    assert "at 4 step(s) each" in summary and "worker(s) on cpu" in summary
+    assert "at 3 training step(s) each" in summary and "worker(s) on cpu" in summary
+
+
+def test_estimate_scales_other_algorithms_and_n_like_erm():
+    from oodeval.study.estimate import estimate_study
+
+    scenarios = [
+        {"family": "sr-cmnist", "ratio": "3:1", "scale": s, "n_per_given": 40, "n_eval": 30}
+        for s in (1, 2)
+    ]
+    config = small_trainer_config(algorithms=["CORAL"], scenarios=scenarios)
+    estimate = estimate_study(config, workers=1, sample_steps=2)
+    timed = estimate.samples
+    n_small, n_large = sorted(timed["n_given"].unique())
+    erm = timed[timed["algorithm"] == "ERM"].set_index("n_given")
+    coral = timed[timed["algorithm"] == "CORAL"].set_index("n_given")
+    assert list(coral.index) == [n_small]  # timed at the smallest N only, without evaluations
+    assert coral["checkpoint_seconds"].isna().all()
+
+    def unit(n: int) -> float:  # CORAL's steps scaled like ERM's, ERM's evaluations at n
+        step = coral.loc[n_small, "step_seconds"] * erm.loc[n, "step_seconds"]
+        step /= erm.loc[n_small, "step_seconds"]
+        return step * 300 + erm.loc[n, "checkpoint_seconds"] * 6 + erm.loc[n, "test_seconds"]
+
+    per_n = estimate.per_n.set_index("n_given")["unit_seconds"]
+    assert per_n[n_small] == pytest.approx(unit(n_small), rel=1e-9)
+    assert per_n[n_large] == pytest.approx(unit(n_large), rel=1e-9)
 
 
 def test_cli_estimate_names_the_device_it_measured_on(tmp_path):
@@ -372,7 +396,7 @@ def test_cli_estimate_names_the_device_it_measured_on(tmp_path):
     result = runner.invoke(app, [*args, "--workers", "1"])
     assert result.exit_code == 0, result.output
     assert "measuring on device cpu" in result.output
-    assert "sampled 1 unit(s) at 3 step(s) each" in result.output
+    assert "at 3 training step(s) each" in result.output
     assert "with 1 worker(s) on cpu" in result.output
 
 

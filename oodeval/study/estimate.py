@@ -20,18 +20,10 @@ When the sample ran with a fraction f of the steps, each unit's reported trainin
 (``timings["train"]``) is scaled by 1 / f and the rest (scenario building, evaluation) kept; without
 a reported training time the whole wall time is scaled (pessimistic).
 
-A few steps on a device (``sample_steps=K``, ``study estimate --sample-steps K --device D``): every
-sampled unit trains K steps on the config's device with a single checkpoint (``eval_every = K``),
-so its timings give the time per training step (``train / K``, the first step's set-up included,
-so slightly pessimistic), the cost of one checkpoint evaluation (``selection_eval``) and of the
-final test (``test_eval``); a unit of the full study is projected as
-
-    wall - train - selection_eval + train * steps / K + selection_eval * checkpoints(steps)
-
-with checkpoints(steps) the number of checkpoints at the configured steps and ``eval_every``
-(none with ``selection = "last"``). This times the faithful paper protocol (5001 steps of
-mnist_cnn) in minutes on a CPU. The projection holds for the device it was measured on, which the
-summary names; on GPUs the sample runs one worker per GPU, as the study would.
+A few steps on a device (``sample_steps=K``, ``study estimate --sample-steps K --device D``) times
+training steps and evaluations apart instead of whole units (`oodeval.study.estimate_steps`), so
+long protocols (the paper's 5001 steps of mnist_cnn) are projected in minutes. Either way the
+sample runs on the config's device, and the summary names it.
 """
 
 from __future__ import annotations
@@ -74,15 +66,21 @@ class Estimate:
 
     def summary(self) -> str:
         """A few human lines: the table per N and the projected total."""
-        length = (
-            f"{self.sample_steps} step(s) each"
-            if self.sample_steps is not None
-            else f"{self.steps_fraction:.0%} of the steps"
-        )
+        if self.sample_steps is not None:
+            sampled = (
+                f"timed {len(self.samples)} (algorithm, N_given) sample(s) at "
+                f"{self.sample_steps} training step(s) each in {self.sample_wall_seconds:.1f} s "
+                f"(in this process; assuming {self.workers} worker(s))"
+            )
+        else:
+            sampled = (
+                f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:.0%} of the steps in "
+                f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); "
+                f"{self.failed} failed"
+            )
         lines = [
             f"measured on device {self.device}",
-            f"sampled {len(self.samples)} unit(s) at {length} in "
-            f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); {self.failed} failed",
+            sampled,
             "N_given  seconds/unit  units  measured",
         ]
         for row in self.per_n.itertuples(index=False):
@@ -106,6 +104,10 @@ class Estimate:
         lines.append(
             "seconds/unit is projected to the full number of steps; measured = timed in this "
             "sample, fit = from a quadratic fit of the timed units' seconds against N_given."
+            if self.sample_steps is None
+            else "seconds/unit: the mean over the study's algorithms of steps x their timed "
+            "step + checkpoints x a checkpoint evaluation + the final test, scaled to each "
+            "N_given like ERM's times (measured = ERM timed at that N_given, fit = quadratic)."
         )
         return "\n".join(lines)
 
@@ -130,8 +132,8 @@ def estimate_study(
         first three).
     steps_fraction : run the sample with this fraction of the steps (0 < f <= 1).
     directory : where to keep the sample's store (default: a temporary folder, removed after).
-    sample_steps : time this many training steps per sampled unit, with one checkpoint, and
-        extrapolate to the configured steps (module docstring); replaces `steps_fraction`.
+    sample_steps : time this many training steps of each algorithm and extrapolate
+        (`oodeval.study.estimate_steps.estimate_steps`); replaces `steps_fraction`.
 
     The sample trains on the config's ``[trainer] device``; on a GPU device `workers` defaults to
     one per GPU (`oodeval.study.executors.local_devices`).
@@ -139,16 +141,16 @@ def estimate_study(
     if not 0 < steps_fraction <= 1:
         raise OodevalError(f"steps_fraction must be in (0, 1], got {steps_fraction}")
     if sample_steps is not None:
-        if sample_steps < 1:
-            raise OodevalError(f"sample_steps must be >= 1, got {sample_steps}")
-        steps_fraction = min(1.0, sample_steps / config.steps)
+        from oodeval.study.estimate_steps import estimate_steps
+
+        return estimate_steps(config, sample_steps=sample_steps, workers=workers, progress=progress)
     config = prepare_config(config)
     device = config_device(config)
     if device != "cpu":
         workers = len(local_devices(device, None, _gpu_count(device)))
     validated = validate_config(config, import_backend(config))
     n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
-    sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction, sample_steps)
+    sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction)
     with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
         folder = Path(directory) if directory is not None else Path(tmp)
         t0 = time.perf_counter()
@@ -166,8 +168,7 @@ def estimate_study(
             extra = load_study(folder / "other-algorithms").units.assign(role="mix")
             units = pd.concat([units, extra], ignore_index=True)
     name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}
-    checkpoints = _checkpoints(config) if sample_steps is not None else None
-    samples = _sample_times(units, name_to_n, steps_fraction, checkpoints)
+    samples = _sample_times(units, name_to_n, steps_fraction)
     mix_factor = _mix_factor(samples, int(min(n_by_scenario)))
     per_n = _per_n(samples, n_by_scenario, len(config.algorithms) * len(config.seeds), mix_factor)
     total = sum(
@@ -184,7 +185,6 @@ def estimate_study(
         failed=int((units["status"] == "failed").sum()),
         mix_factor=mix_factor,
         device=_measured_device(device),
-        sample_steps=sample.steps if sample_steps is not None else None,
     )
 
 
@@ -213,7 +213,6 @@ def _sample_configs(
     n_by_scenario: list[int],
     algorithms: tuple[str, ...] | None,
     steps_fraction: float,
-    sample_steps: int | None = None,
 ) -> tuple[StudyConfig, StudyConfig | None]:
     """The sample study (smallest, middle and largest N; the sampled algorithms; one seed) and
     the study timing every other algorithm once at the smallest N (None when there are none)."""
@@ -237,9 +236,6 @@ def _sample_configs(
         seeds=[config.seeds[0]],
         steps=max(1, round(config.steps * steps_fraction)),
     )
-    if sample_steps is not None:  # a single checkpoint, at the last step, timed once
-        steps = min(sample_steps, config.steps)
-        sample = sample.replace(steps=steps, trainer={**config.trainer, "eval_every": steps})
     others = [a for a in config.algorithms if a not in algorithms]
     if not others:
         return sample, None
@@ -256,11 +252,9 @@ def _sample_times(
     units: pd.DataFrame,
     name_to_n: dict[str, int],
     steps_fraction: float,
-    checkpoints: int | None = None,
 ) -> pd.DataFrame:
     """Per done unit: scenario, n_given, algorithm, role, measured seconds and the seconds it
-    would take with all the steps (the training time scaled by 1 / steps_fraction; with
-    `checkpoints`, the sample's one checkpoint evaluation counted that many times)."""
+    would take with all the steps (the training time scaled by 1 / steps_fraction)."""
     done = units[units["status"] == "done"]
     if not (done["role"] == "sample").any():
         reasons = "; ".join(units["failure"].astype(str).head(3))
@@ -279,9 +273,6 @@ def _sample_times(
     )
     train = samples["train_seconds"].fillna(samples["wall_seconds"])
     samples["full_steps_seconds"] = samples["wall_seconds"] + train * (1.0 / steps_fraction - 1.0)
-    if checkpoints is not None:
-        select = done["timings"].map(lambda t: float(t.get("selection_eval", 0.0))).to_numpy()
-        samples["full_steps_seconds"] += select * (checkpoints - 1)
     return samples
 
 
