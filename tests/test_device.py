@@ -332,6 +332,13 @@ def small_trainer_config(**overrides) -> StudyConfig:
     return config_from_dict(data)
 
 
+def build_small():
+    from oodeval.environments import build_scenario
+
+    return build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1, n_per_given=60,
+                          n_eval=40)  # fmt: skip
+
+
 def test_estimate_extrapolates_a_few_steps_per_algorithm():
     from oodeval.study.estimate import _checkpoints, estimate_study
 
@@ -343,13 +350,15 @@ def test_estimate_extrapolates_a_few_steps_per_algorithm():
     assert estimate.device == "cpu" and estimate.sample_steps == 3 and estimate.workers == 2
     timed = estimate.samples.set_index("algorithm")
     assert list(timed.index) == ["ERM", "MTL"]  # one scenario: one N, every algorithm once
-    # ERM and the batch-dependent MTL are timed with their evaluations; each unit projects as
-    # steps x step + checkpoints x checkpoint + test, and the study as units / workers
+    # ERM's evaluations are timed; the batch-dependent MTL's come from its seconds per predicted
+    # row: a checkpoint costs ERM's times the ratio, the test every given and evaluation row
+    erm, mtl = timed.loc["ERM"], timed.loc["MTL"]
+    rows = sum(sum(v.values()) for v in build_small().sizes().values())
+    assert mtl["test_seconds"] == pytest.approx(mtl["row_seconds"] * rows, rel=1e-12)
+    mtl_checkpoint = erm["checkpoint_seconds"] * mtl["row_seconds"] / erm["row_seconds"]
     units = {
-        a: timed.loc[a, "step_seconds"] * 300
-        + timed.loc[a, "checkpoint_seconds"] * 6
-        + timed.loc[a, "test_seconds"]
-        for a in ("ERM", "MTL")
+        "ERM": erm["step_seconds"] * 300 + erm["checkpoint_seconds"] * 6 + erm["test_seconds"],
+        "MTL": mtl["step_seconds"] * 300 + mtl_checkpoint * 6 + mtl["test_seconds"],
     }
     assert all(v > 0 for v in units.values())
     assert estimate.per_n["unit_seconds"].tolist() == pytest.approx([sum(units.values()) / 2])

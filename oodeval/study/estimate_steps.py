@@ -11,8 +11,11 @@ sampled unit; here each part is timed once, in this process, on the config's dev
 - ERM's unit, K steps with one checkpoint (``eval_every = K``), at the smallest, a middle and the
   largest N: its step, one checkpoint evaluation and the final test, each fitted against N as a
   quadratic through the measured points (`oodeval.study.estimate._fit`);
-- each batch-dependent algorithm (ARM, MTL: they predict environment by environment, in
-  batches of the training size) also with one checkpoint, at the smallest N.
+- prediction seconds per row of ERM's and of each batch-dependent algorithm's model (ARM, MTL:
+  they predict every environment of E_all apart, in batches of the training size), timed on the
+  first evaluation environment. Such an algorithm's checkpoint costs ERM's times the ratio of
+  the two, its final test its seconds per row times the rows it predicts (every given and every
+  evaluation environment's), without predicting all of them here.
 
 Every other N scales an algorithm's times by ERM's: t(a, N) = t(a, N_min) x t_ERM(N) /
 t_ERM(N_min); evaluations of algorithms that are not batch-dependent cost what ERM's do (the same
@@ -132,20 +135,39 @@ def _time(
     hparams = validated["hparams"].get((algorithm, seed))
     common = {"seed": seed, "steps": steps, "hparams": hparams, "model": config.model}
     options = {**config.trainer, "device": device}
-    evaluated = algorithm == REFERENCE or get_algorithm(algorithm).batch_dependent
-    if evaluated:
-        result = run_unit(scenario, algorithm, **common, **{**options, "eval_every": steps})
-        timings = result.timings
-    else:
-        timings = train_models(scenario, algorithm, **common, **{**options, "selection": "last"})
-        timings = timings.timings
-    return {
+    trained = train_models(scenario, algorithm, **common, **{**options, "selection": "last"})
+    row = {
         "algorithm": algorithm,
         "role": "reference" if algorithm == REFERENCE else "sample",
-        "step_seconds": timings["train"] / steps,
-        "checkpoint_seconds": timings["selection_eval"] if evaluated else float("nan"),
-        "test_seconds": timings["test_eval"] if evaluated else float("nan"),
+        "step_seconds": trained.timings["train"] / steps,
+        "checkpoint_seconds": float("nan"),
+        "test_seconds": float("nan"),
+        "row_seconds": float("nan"),
     }
+    batch_dependent = get_algorithm(algorithm).batch_dependent
+    if algorithm == REFERENCE or batch_dependent:
+        row["row_seconds"] = _row_seconds(trained, scenario, int(options.get("batch_size", 64)))
+    if algorithm == REFERENCE:
+        timings = run_unit(scenario, algorithm, **common, **{**options, "eval_every": steps})
+        row["checkpoint_seconds"] = timings.timings["selection_eval"]
+        row["test_seconds"] = timings.timings["test_eval"]
+    elif batch_dependent:  # predicts every environment apart: rows x its seconds per row
+        sizes = scenario.sizes()
+        rows = sum(sizes["given"].values()) + sum(sizes["evaluation"].values())
+        row["test_seconds"] = row["row_seconds"] * rows
+    return row
+
+
+def _row_seconds(trained: Any, scenario: Any, context: int) -> float:
+    """Seconds per row of the trained full model predicting the first evaluation environment."""
+    from oodeval.algorithms.networks import compute_precision
+    from oodeval.training import predict_labels
+
+    env = next(iter(scenario.evaluation()))
+    with compute_precision(trained.precision, trained.device):
+        t0 = time.perf_counter()
+        predict_labels(trained.models[-1], env.images, context=context)
+        return (time.perf_counter() - t0) / max(1, len(env))
 
 
 def _project(
@@ -164,6 +186,12 @@ def _project(
         own = at_min.loc[algorithm] if algorithm in at_min.index else None
         if own is None:
             raise OodevalError(f"{algorithm} was not timed; nothing to project it from")
+        if own["checkpoint_seconds"] != own["checkpoint_seconds"]:  # not timed: like ERM's
+            ratio = own["row_seconds"] / at_min.loc[REFERENCE, "row_seconds"]
+            own = own.copy()
+            own["checkpoint_seconds"] = at_min.loc[REFERENCE, "checkpoint_seconds"] * (
+                ratio if ratio == ratio else 1.0
+            )
         for n in sorted(set(n_by_scenario)):
             parts = {}
             for key, fit in fits.items():
