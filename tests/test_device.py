@@ -332,11 +332,22 @@ def small_trainer_config(**overrides) -> StudyConfig:
     return config_from_dict(data)
 
 
-def build_small():
+def build_small(scale: int = 1, n_per_given: int = 60, n_eval: int = 40):
     from oodeval.environments import build_scenario
 
-    return build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1, n_per_given=60,
-                          n_eval=40)  # fmt: skip
+    return build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=scale,
+                          n_per_given=n_per_given, n_eval=n_eval)  # fmt: skip
+
+
+def predicted_rows(scenario) -> tuple[float, int, int]:
+    """(checkpoint rows, final-test rows, test rows predicting E_all environment by environment):
+    a checkpoint predicts the G given rows with the N LOO models and the validation rows (a
+    fifth) with the full model; the test the given rows and E_all once per color."""
+    sizes = scenario.sizes()
+    given, n = sum(sizes["given"].values()), len(sizes["given"])
+    every = sum(sizes["evaluation"].values())
+    shared = scenario.shared_evaluation()
+    return (n + 0.2) * given, given + 2 * len(shared.labels), given + every
 
 
 def test_estimate_extrapolates_a_few_steps_per_algorithm():
@@ -353,12 +364,11 @@ def test_estimate_extrapolates_a_few_steps_per_algorithm():
     # ERM's evaluations are timed; the batch-dependent MTL's come from its seconds per predicted
     # row: a checkpoint costs ERM's times the ratio, the test every given and evaluation row
     erm, mtl = timed.loc["ERM"], timed.loc["MTL"]
-    rows = sum(sum(v.values()) for v in build_small().sizes().values())
-    assert mtl["test_seconds"] == pytest.approx(mtl["row_seconds"] * rows, rel=1e-12)
+    _, _, every_row = predicted_rows(build_small())
     mtl_checkpoint = erm["checkpoint_seconds"] * mtl["row_seconds"] / erm["row_seconds"]
     units = {
         "ERM": erm["step_seconds"] * 300 + erm["checkpoint_seconds"] * 6 + erm["test_seconds"],
-        "MTL": mtl["step_seconds"] * 300 + mtl_checkpoint * 6 + mtl["test_seconds"],
+        "MTL": mtl["step_seconds"] * 300 + mtl_checkpoint * 6 + mtl["row_seconds"] * every_row,
     }
     assert all(v > 0 for v in units.values())
     assert estimate.per_n["unit_seconds"].tolist() == pytest.approx([sum(units.values()) / 2])
@@ -382,16 +392,19 @@ def test_estimate_scales_other_algorithms_and_n_like_erm():
     erm = timed[timed["algorithm"] == "ERM"].set_index("n_given")
     coral = timed[timed["algorithm"] == "CORAL"].set_index("n_given")
     assert list(coral.index) == [n_small]  # timed at the smallest N only, without evaluations
-    assert coral["checkpoint_seconds"].isna().all()
+    assert list(erm.index) == [n_small, n_large] and erm["test_seconds"].notna().sum() == 1
+    small, large = (predicted_rows(build_small(s, 40, 30)) for s in (1, 2))
 
-    def unit(n: int) -> float:  # CORAL's steps scaled like ERM's, ERM's evaluations at n
+    def unit(n: int, rows: tuple) -> float:  # CORAL's step scaled like ERM's, ERM's evaluations
         step = coral.loc[n_small, "step_seconds"] * erm.loc[n, "step_seconds"]
         step /= erm.loc[n_small, "step_seconds"]
-        return step * 300 + erm.loc[n, "checkpoint_seconds"] * 6 + erm.loc[n, "test_seconds"]
+        checkpoint = erm.loc[n_small, "checkpoint_seconds"] * rows[0] / small[0]
+        test = erm.loc[n_small, "test_seconds"] * rows[1] / small[1]
+        return step * 300 + checkpoint * 6 + test
 
     per_n = estimate.per_n.set_index("n_given")["unit_seconds"]
-    assert per_n[n_small] == pytest.approx(unit(n_small), rel=1e-9)
-    assert per_n[n_large] == pytest.approx(unit(n_large), rel=1e-9)
+    assert per_n[n_small] == pytest.approx(unit(n_small, small), rel=1e-9)
+    assert per_n[n_large] == pytest.approx(unit(n_large, large), rel=1e-9)
 
 
 def test_cli_estimate_names_the_device_it_measured_on(tmp_path):

@@ -3,25 +3,26 @@
 A unit of a long protocol (the paper's: mnist_cnn at 28x28, 5001 steps, a checkpoint every 100)
 costs steps x (one training step) + checkpoints x (one checkpoint evaluation) + (the final test).
 Timing whole units, as `oodeval.study.estimate.estimate_study` does, pays the evaluations of every
-sampled unit; here each part is timed once, in this process, on the config's device:
+sampled unit, which at large N cost minutes each on a CPU; here each part is timed once, in this
+process, on the config's device:
 
-- per algorithm, K training steps of its unit at the smallest N (`train_models` with
+- every algorithm: K training steps of its unit at the smallest N (`train_models` with
   ``selection = "last"``, so nothing is evaluated): t_step(a, N_min) = train time / K, the first
-  step's set-up included (slightly pessimistic);
-- ERM's unit, K steps with one checkpoint (``eval_every = K``), at the smallest, a middle and the
-  largest N: its step, one checkpoint evaluation and the final test, each fitted against N as a
-  quadratic through the measured points (`oodeval.study.estimate._fit`);
-- prediction seconds per row of ERM's and of each batch-dependent algorithm's model (ARM, MTL:
-  they predict every environment of E_all apart, in batches of the training size), timed on the
-  first evaluation environment. Such an algorithm's checkpoint costs ERM's times the ratio of
-  the two, its final test its seconds per row times the rows it predicts (every given and every
-  evaluation environment's), without predicting all of them here.
+  step's set-up included (slightly pessimistic); ERM's steps also at a middle and the largest N;
+- ERM's unit at the smallest N with one checkpoint (``eval_every = K``): one checkpoint
+  evaluation and the final test, turned into seconds per predicted row. A checkpoint predicts
+  every given row with the N stacked LOO models and the validation rows with the full model,
+  (N + holdout_fraction) x G rows for G given rows; the final test predicts the G given rows and
+  E_all (once per distinct variant of its shared images, `Scenario.shared_evaluation`);
+- each batch-dependent algorithm (ARM, MTL): seconds per row of its full model on the first
+  evaluation environment; it predicts every environment of E_all apart, and its checkpoints cost
+  ERM's times the ratio of the two per-row times.
 
-Every other N scales an algorithm's times by ERM's: t(a, N) = t(a, N_min) x t_ERM(N) /
-t_ERM(N_min); evaluations of algorithms that are not batch-dependent cost what ERM's do (the same
-network predicts the same rows). A unit is projected as
+Other N scale an algorithm's step by ERM's: t_step(a, N) = t_step(a, N_min) x t_ERM(N) /
+t_ERM(N_min), with t_ERM fitted as a quadratic in N through the timed N (`estimate._fit`); the
+evaluations scale with each scenario's row counts. A unit is projected as
 
-    t_step(a, N) x steps + t_checkpoint(a, N) x checkpoints + t_test(a, N)
+    t_step(a, N) x steps + checkpoints x t_checkpoint(a, scenario) + t_test(a, scenario)
 
 (checkpoints: every ``eval_every`` steps and the last one, none with ``selection = "last"``), and
 the study as the sum over its units divided by the workers: one per GPU on a GPU device, else
@@ -89,15 +90,15 @@ def estimate_steps(
     sampled = sorted({distinct[0], distinct[len(distinct) // 2], distinct[-1]})
     steps = min(sample_steps, config.steps)
     t0 = time.perf_counter()
+    scenarios = [build(backend, config, spec) for spec, *_ in validated["scenarios"]]
     rows = []
     threads = single_threaded() if device == "cpu" else contextlib.nullcontext()
     with threads:
         for n in sampled:
-            spec_of_n = validated["scenarios"][n_by_scenario.index(n)][0]
-            scenario = build(backend, config, spec_of_n)
+            scenario = scenarios[n_by_scenario.index(n)]
             names = list(dict.fromkeys([REFERENCE, *config.algorithms])) if n == sampled[0] else []
             for algorithm in names or [REFERENCE]:
-                row = _time(scenario, algorithm, config, validated, steps, device)
+                row = _time(scenario, algorithm, config, validated, steps, device, n == sampled[0])
                 rows.append({"scenario": scenario.name, "n_given": n, **row})
                 if progress:
                     print(
@@ -105,7 +106,7 @@ def estimate_steps(
                         file=sys.stderr,
                     )
     samples = pd.DataFrame(rows)
-    per_n, total = _project(samples, config, n_by_scenario)
+    per_n, total = _project(samples, config, scenarios, n_by_scenario)
     return Estimate(
         samples=samples,
         per_n=per_n,
@@ -126,8 +127,9 @@ def _time(
     validated: dict[str, Any],
     steps: int,
     device: str,
+    evaluate: bool,
 ) -> dict[str, Any]:
-    """One algorithm's timed steps (and, for ERM and batch-dependent ones, evaluations)."""
+    """One algorithm's timed steps and, with `evaluate`, its evaluation costs (module doc)."""
     from oodeval.algorithms import get_algorithm
     from oodeval.training import run_unit, train_models
 
@@ -138,23 +140,18 @@ def _time(
     trained = train_models(scenario, algorithm, **common, **{**options, "selection": "last"})
     row = {
         "algorithm": algorithm,
-        "role": "reference" if algorithm == REFERENCE else "sample",
         "step_seconds": trained.timings["train"] / steps,
         "checkpoint_seconds": float("nan"),
         "test_seconds": float("nan"),
         "row_seconds": float("nan"),
     }
     batch_dependent = get_algorithm(algorithm).batch_dependent
-    if algorithm == REFERENCE or batch_dependent:
+    if evaluate and (algorithm == REFERENCE or batch_dependent):
         row["row_seconds"] = _row_seconds(trained, scenario, int(options.get("batch_size", 64)))
-    if algorithm == REFERENCE:
+    if evaluate and algorithm == REFERENCE:
         timings = run_unit(scenario, algorithm, **common, **{**options, "eval_every": steps})
         row["checkpoint_seconds"] = timings.timings["selection_eval"]
         row["test_seconds"] = timings.timings["test_eval"]
-    elif batch_dependent:  # predicts every environment apart: rows x its seconds per row
-        sizes = scenario.sizes()
-        rows = sum(sizes["given"].values()) + sum(sizes["evaluation"].values())
-        row["test_seconds"] = row["row_seconds"] * rows
     return row
 
 
@@ -170,51 +167,58 @@ def _row_seconds(trained: Any, scenario: Any, context: int) -> float:
         return (time.perf_counter() - t0) / max(1, len(env))
 
 
+def _rows(scenario: Any, holdout: float, batch_dependent: bool) -> tuple[float, float]:
+    """Rows predicted by one checkpoint evaluation and by the final test of a unit (module doc)."""
+    sizes = scenario.sizes()
+    given = sum(sizes["given"].values())
+    n = len(sizes["given"])
+    shared = None if batch_dependent else scenario.shared_evaluation()
+    if shared is None:
+        evaluation = sum(sizes["evaluation"].values())
+    else:
+        evaluation = len(shared.values()) * len(shared.labels)
+    return (n + holdout) * given, given + evaluation
+
+
 def _project(
-    samples: pd.DataFrame, config: StudyConfig, n_by_scenario: list[int]
+    samples: pd.DataFrame, config: StudyConfig, scenarios: list[Any], n_by_scenario: list[int]
 ) -> tuple[pd.DataFrame, float]:
     """Per N the mean projected unit of the study's algorithms, and the study's total seconds."""
+    from oodeval.algorithms import get_algorithm
+
     ref = samples[samples["algorithm"] == REFERENCE].drop_duplicates("n_given")
-    n_ref = ref["n_given"].to_numpy(float)
-    fits = {k: _fit(n_ref, ref[k].to_numpy(float)) for k in ("step_seconds", "checkpoint_seconds",
-                                                             "test_seconds")}  # fmt: skip
+    step_fit = _fit(ref["n_given"].to_numpy(float), ref["step_seconds"].to_numpy(float))
     n_min = int(samples["n_given"].min())
     at_min = samples[samples["n_given"] == n_min].set_index("algorithm")
+    erm = at_min.loc[REFERENCE]
+    holdout = float(config.trainer.get("holdout_fraction", 0.2))
+    checkpoint_rows, test_rows = _rows(scenarios[n_by_scenario.index(n_min)], holdout, False)
+    per_checkpoint_row = erm["checkpoint_seconds"] / checkpoint_rows
+    per_test_row = erm["test_seconds"] / test_rows
     checkpoints = _checkpoints(config)
-    unit_seconds: dict[tuple[str, int], float] = {}
-    for algorithm in config.algorithms:
-        own = at_min.loc[algorithm] if algorithm in at_min.index else None
-        if own is None:
-            raise OodevalError(f"{algorithm} was not timed; nothing to project it from")
-        if own["checkpoint_seconds"] != own["checkpoint_seconds"]:  # not timed: like ERM's
-            ratio = own["row_seconds"] / at_min.loc[REFERENCE, "row_seconds"]
-            own = own.copy()
-            own["checkpoint_seconds"] = at_min.loc[REFERENCE, "checkpoint_seconds"] * (
-                ratio if ratio == ratio else 1.0
-            )
-        for n in sorted(set(n_by_scenario)):
-            parts = {}
-            for key, fit in fits.items():
-                base = own[key] if own[key] == own[key] else at_min.loc[REFERENCE, key]
-                scale = fit(n) / fit(n_min) if fit(n_min) > 0 else 1.0  # 0: nothing evaluated
-                parts[key] = float(base) * scale
-            unit_seconds[algorithm, n] = (
-                parts["step_seconds"] * config.steps
-                + parts["checkpoint_seconds"] * checkpoints
-                + parts["test_seconds"]
-            )
-    rows, total = [], 0.0
+    units: dict[int, list[float]] = {}
+    total = 0.0
+    for scenario, n in zip(scenarios, n_by_scenario, strict=True):
+        for algorithm in config.algorithms:
+            own = at_min.loc[algorithm]
+            step = own["step_seconds"] * step_fit(n) / step_fit(n_min)
+            dependent = get_algorithm(algorithm).batch_dependent
+            ck_rows, t_rows = _rows(scenario, holdout, dependent)
+            ratio = own["row_seconds"] / erm["row_seconds"] if dependent else 1.0
+            test = own["row_seconds"] * t_rows if dependent else per_test_row * t_rows
+            unit = step * config.steps + checkpoints * per_checkpoint_row * ratio * ck_rows + test
+            units.setdefault(n, []).append(unit)
+            total += unit * len(config.seeds)
     sampled = set(samples["n_given"])
-    for n in sorted(set(n_by_scenario)):
-        per_unit = [unit_seconds[a, n] for a in config.algorithms]
-        units = n_by_scenario.count(n) * len(config.seeds)
-        total += sum(per_unit) * units
-        rows.append(
+    per_n = pd.DataFrame(
+        [
             {
                 "n_given": n,
-                "unit_seconds": sum(per_unit) / len(per_unit),
-                "units_in_study": units * len(config.algorithms),
+                "unit_seconds": sum(v) / len(v),
+                "units_in_study": len(v) * len(config.seeds),
                 "measured": n in sampled,
             }
-        )
-    return pd.DataFrame(rows), total
+            for n, v in sorted(units.items())
+        ]
+    )
+    return per_n, total
