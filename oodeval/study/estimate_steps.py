@@ -8,7 +8,8 @@ process, on the config's device:
 
 - every algorithm: K training steps of its unit at the smallest N (`train_models` with
   ``selection = "last"``, so nothing is evaluated): t_step(a, N_min) = train time / K, the first
-  step's set-up included (slightly pessimistic); ERM's steps also at a middle and the largest N;
+  step's set-up included (slightly pessimistic); ERM's steps also at the median N (not the
+  largest: its unit may need more memory than a sample should take, and is not run at all);
 - ERM's unit at the smallest N with one checkpoint (``eval_every = K``): one checkpoint
   evaluation and the final test, turned into seconds per predicted row. A checkpoint predicts
   every given row with the N stacked LOO models and the validation rows with the full model,
@@ -18,9 +19,11 @@ process, on the config's device:
   evaluation environment; it predicts every environment of E_all apart, and its checkpoints cost
   ERM's times the ratio of the two per-row times.
 
-Other N scale an algorithm's step by ERM's: t_step(a, N) = t_step(a, N_min) x t_ERM(N) /
-t_ERM(N_min), with t_ERM fitted as a quadratic in N through the timed N (`estimate._fit`); the
-evaluations scale with each scenario's row counts. A unit is projected as
+Other N scale an algorithm's step by ERM's: t_step(a, N) = t_step(a, N_min) x (N / N_min)^p. A
+step trains N LOO models on N - 1 minibatches each and the full model on N, N^2 minibatches in
+all, so p = 2 when only one N is timed; else p = log(t_ERM(N_med) / t_ERM(N_min)) /
+log(N_med / N_min) from ERM's two timed N (measured on a CPU for mnist_cnn: p = 2.24 between N = 4
+and 12). The evaluations scale with each scenario's row counts. A unit is projected as
 
     t_step(a, N) x steps + checkpoints x t_checkpoint(a, scenario) + t_test(a, scenario)
 
@@ -33,6 +36,7 @@ scenario (once per worker) is left out.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -48,7 +52,7 @@ from oodeval.study.config import (
     import_backend,
     validate_config,
 )
-from oodeval.study.estimate import Estimate, _checkpoints, _fit
+from oodeval.study.estimate import Estimate, _checkpoints
 from oodeval.study.executors import _gpu_count, config_device, local_devices
 from oodeval.study.runner import prepare_config
 
@@ -87,15 +91,21 @@ def estimate_steps(
     validated = validate_config(config, backend)
     n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
     distinct = sorted(set(n_by_scenario))
-    sampled = sorted({distinct[0], distinct[len(distinct) // 2], distinct[-1]})
+    sampled = sorted({distinct[0], distinct[len(distinct) // 2]})
     steps = min(sample_steps, config.steps)
     t0 = time.perf_counter()
-    scenarios = [build(backend, config, spec) for spec, *_ in validated["scenarios"]]
+    holdout = float(config.trainer.get("holdout_fraction", 0.2))
+    counts = []  # each scenario's predicted rows; built one at a time, so memory stays bounded
+    for spec, *_ in validated["scenarios"]:
+        scenario = build(backend, config, spec)
+        counts.append({d: _rows(scenario, holdout, d) for d in (False, True)})
+        del scenario
     rows = []
     threads = single_threaded() if device == "cpu" else contextlib.nullcontext()
     with threads:
         for n in sampled:
-            scenario = scenarios[n_by_scenario.index(n)]
+            spec = validated["scenarios"][n_by_scenario.index(n)][0]
+            scenario = build(backend, config, spec)
             names = list(dict.fromkeys([REFERENCE, *config.algorithms])) if n == sampled[0] else []
             for algorithm in names or [REFERENCE]:
                 row = _time(scenario, algorithm, config, validated, steps, device, n == sampled[0])
@@ -106,7 +116,7 @@ def estimate_steps(
                         file=sys.stderr,
                     )
     samples = pd.DataFrame(rows)
-    per_n, total = _project(samples, config, scenarios, n_by_scenario)
+    per_n, total = _project(samples, config, counts, n_by_scenario)
     return Estimate(
         samples=samples,
         per_n=per_n,
@@ -155,6 +165,17 @@ def _time(
     return row
 
 
+def _power(n: Any, seconds: Any) -> float:
+    """The exponent p of t(N) = t(N_min) (N / N_min)^p through two timed N; 2 with one.
+
+    >>> _power([4.0, 12.0], [1.0, 9.0])
+    2.0
+    """
+    if len(n) < 2 or n[0] == n[-1]:
+        return 2.0
+    return float(math.log(seconds[-1] / seconds[0]) / math.log(n[-1] / n[0]))
+
+
 def _row_seconds(trained: Any, scenario: Any, context: int) -> float:
     """Seconds per row of the trained full model predicting the first evaluation environment."""
     from oodeval.algorithms.networks import compute_precision
@@ -181,29 +202,31 @@ def _rows(scenario: Any, holdout: float, batch_dependent: bool) -> tuple[float, 
 
 
 def _project(
-    samples: pd.DataFrame, config: StudyConfig, scenarios: list[Any], n_by_scenario: list[int]
+    samples: pd.DataFrame,
+    config: StudyConfig,
+    counts: list[dict[bool, tuple[float, float]]],
+    n_by_scenario: list[int],
 ) -> tuple[pd.DataFrame, float]:
     """Per N the mean projected unit of the study's algorithms, and the study's total seconds."""
     from oodeval.algorithms import get_algorithm
 
     ref = samples[samples["algorithm"] == REFERENCE].drop_duplicates("n_given")
-    step_fit = _fit(ref["n_given"].to_numpy(float), ref["step_seconds"].to_numpy(float))
     n_min = int(samples["n_given"].min())
+    power = _power(ref["n_given"].to_numpy(float), ref["step_seconds"].to_numpy(float))
     at_min = samples[samples["n_given"] == n_min].set_index("algorithm")
     erm = at_min.loc[REFERENCE]
-    holdout = float(config.trainer.get("holdout_fraction", 0.2))
-    checkpoint_rows, test_rows = _rows(scenarios[n_by_scenario.index(n_min)], holdout, False)
+    checkpoint_rows, test_rows = counts[n_by_scenario.index(n_min)][False]
     per_checkpoint_row = erm["checkpoint_seconds"] / checkpoint_rows
     per_test_row = erm["test_seconds"] / test_rows
     checkpoints = _checkpoints(config)
     units: dict[int, list[float]] = {}
     total = 0.0
-    for scenario, n in zip(scenarios, n_by_scenario, strict=True):
+    for rows, n in zip(counts, n_by_scenario, strict=True):
         for algorithm in config.algorithms:
             own = at_min.loc[algorithm]
-            step = own["step_seconds"] * step_fit(n) / step_fit(n_min)
+            step = own["step_seconds"] * (n / n_min) ** power
             dependent = get_algorithm(algorithm).batch_dependent
-            ck_rows, t_rows = _rows(scenario, holdout, dependent)
+            ck_rows, t_rows = rows[dependent]
             ratio = own["row_seconds"] / erm["row_seconds"] if dependent else 1.0
             test = own["row_seconds"] * t_rows if dependent else per_test_row * t_rows
             unit = step * config.steps + checkpoints * per_checkpoint_row * ratio * ck_rows + test
