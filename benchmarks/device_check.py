@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         f"seed {args.seed}, torch {torch.__version__}, tolerance {tol:g}"
     )
     timed_unit(scenario, "ERM", device, argparse.Namespace(**{**vars(args), "steps": 1}))
-    print(f"{'algorithm':<10} {'cpu s':>7} {device + ' s':>9} {'max|dLOO|':>10} "
+    second = f"{device} s" if device != "cpu" else "cpu again s"
+    print(f"{'algorithm':<10} {'cpu s':>7} {second:>11} {'max|dLOO|':>10} "
           f"{'max|dall|':>10}  verdict")  # fmt: skip
     bad = 0
     for name in names:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = loo <= tol and full <= tol
         bad += not ok
         print(
-            f"{name:<10} {cpu_s:>7.2f} {dev_s:>9.2f} {loo:>10.4g} {full:>10.4g}  "
+            f"{name:<10} {cpu_s:>7.2f} {dev_s:>11.2f} {loo:>10.4g} {full:>10.4g}  "
             f"{'ok' if ok else 'DISAGREE'}"
         )
     if args.seeds_gap:
