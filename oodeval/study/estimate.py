@@ -107,7 +107,7 @@ class Estimate:
             if self.sample_steps is None
             else "seconds/unit: the mean over the study's algorithms of steps x their timed "
             "step + checkpoints x a checkpoint evaluation + the final test, scaled to each "
-            "N_given like ERM's times (measured = ERM timed at that N_given, fit = quadratic)."
+            "N_given like ERM's step (measured = ERM timed at that N_given, fit = power law)."
         )
         return "\n".join(lines)
 
