@@ -22,7 +22,7 @@ process, on the config's device:
 Other N scale an algorithm's step by ERM's: t_step(a, N) = t_step(a, N_min) x (N / N_min)^p. A
 step trains N LOO models on N - 1 minibatches each and the full model on N, N^2 minibatches in
 all, so p = 2 when only one N is timed; else p = log(t_ERM(N_med) / t_ERM(N_min)) /
-log(N_med / N_min) from ERM's two timed N (measured on a CPU for mnist_cnn: p = 2.24 between N = 4
+log(N_med / N_min) from ERM's two timed N (measured on a CPU for mnist_cnn: p = 2.29 between N = 4
 and 12). The evaluations scale with each scenario's row counts. A unit is projected as
 
     t_step(a, N) x steps + checkpoints x t_checkpoint(a, scenario) + t_test(a, scenario)
