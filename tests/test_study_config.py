@@ -101,7 +101,8 @@ def problems_of(data: dict) -> tuple[str, ...]:
         ({"trainer": {"selection": 1}}, "[trainer] selection must be one of training_domain"),
         ({"trainer": {"precision": "fp16"}}, "[trainer] precision must be one of fp32, bf16"),
         ({"trainer": {"precision": 16}}, "[trainer] precision must be one of fp32, bf16, got"),
-        ({"trainer": {"device": "cuda"}}, "unknown [trainer] key(s) 'device'; allowed: "),
+        ({"trainer": {"device": "gpu"}}, "[trainer] device must be cpu, cuda, cuda:N or auto, got"),
+        ({"trainer": {"speed": 1}}, "unknown [trainer] key(s) 'speed'; allowed: "),
         ({"trainer": "fast"}, "[trainer] must be a table, got str 'fast'"),
         ({"unit_options": {"seed": 1}}, "unit_options.seed is set by the study itself"),
         ({"unit_options": {"batch_size": 8}}, "unit_options.batch_size is a trainer setting"),
@@ -242,19 +243,19 @@ def test_nothing_is_written_for_a_bad_config(tmp_path):
 
 
 def test_a_new_trainer_key_is_one_table_entry(monkeypatch):
-    device = TrainerOption(one_of(("cpu", "cuda", "auto")), compared=lambda d: d.split(":")[0])
-    monkeypatch.setitem(TRAINER_OPTIONS, "device", device)
-    assert config_from_dict({**SYNTHETIC, "trainer": {"device": "cuda"}}).trainer == {
-        "device": "cuda"
+    speed = TrainerOption(one_of(("slow", "fast")), compared=lambda d: d.split(":")[0])
+    monkeypatch.setitem(TRAINER_OPTIONS, "speed", speed)
+    assert config_from_dict({**SYNTHETIC, "trainer": {"speed": "fast"}}).trainer == {
+        "speed": "fast"
     }
-    assert problems_of({**SYNTHETIC, "trainer": {"device": "tpu"}}) == (
-        "[trainer] device must be one of cpu, cuda, auto, got str 'tpu'",
+    assert problems_of({**SYNTHETIC, "trainer": {"speed": "warp"}}) == (
+        "[trainer] speed must be one of slow, fast, got str 'warp'",
     )
-    base = StudyConfig("s", (ScenarioSpec("a"),), ("ERM",), (0,), 5, trainer={"device": "cuda:0"})
-    same_kind = config_changes(base, {**base.to_dict(), "trainer": {"device": "cuda:1"}})
+    base = StudyConfig("s", (ScenarioSpec("a"),), ("ERM",), (0,), 5, trainer={"speed": "fast:0"})
+    same_kind = config_changes(base, {**base.to_dict(), "trainer": {"speed": "fast:1"}})
     assert same_kind.compatible
-    other_kind = config_changes(base, {**base.to_dict(), "trainer": {"device": "cpu"}})
-    assert other_kind.incompatible == (("trainer.device", "cuda:0", "cpu"),)
+    other_kind = config_changes(base, {**base.to_dict(), "trainer": {"speed": "slow"}})
+    assert other_kind.incompatible == (("trainer.speed", "fast:0", "slow"),)
 
 
 def test_the_default_precision_is_never_stored():

@@ -103,7 +103,9 @@ class _Adversarial(ERM):
         gp = float(self.hparams["grad_penalty"])
         if gp > 0 and torch.is_grad_enabled():
             (grad,) = torch.autograd.grad(
-                torch.where(valid, ce, torch.zeros(())).sum(), disc_in, create_graph=True
+                torch.where(valid, ce, torch.zeros((), device=ce.device)).sum(),
+                disc_in,
+                create_graph=True,
             )
             loss = loss + gp * masked_mean((grad**2).sum(-1), valid)
         return loss

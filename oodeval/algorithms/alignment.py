@@ -37,7 +37,7 @@ def coral_distances(feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         )
         for i, j, k in env_pairs(mask)
     ]
-    return mean_over_pairs(pairs, feats.shape[0])
+    return mean_over_pairs(pairs, feats.shape[0], feats.device)
 
 
 def mmd_distances(feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -54,7 +54,7 @@ def mmd_distances(feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     pairs = [
         (blocks[:, i, i] + blocks[:, j, j] - 2 * blocks[:, i, j], k) for i, j, k in env_pairs(mask)
     ]
-    return mean_over_pairs(pairs, m)
+    return mean_over_pairs(pairs, m, feats.device)
 
 
 class _Alignment(ERM):

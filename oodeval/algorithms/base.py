@@ -274,14 +274,14 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
         """
 
     def select_models(self, index: int) -> Algorithm:
-        """A copy holding only model `index` (M = 1), for evaluation."""
+        """A copy holding only model `index` (M = 1), for evaluation, on this one's device."""
         one = type(self)(
             self.input_shape,
             self.num_classes,
-            self.env_mask[index : index + 1].clone(),
+            self.env_mask[index : index + 1].cpu().clone(),
             self.hparams,
             model=self.model,
-        )
+        ).to(self.env_mask.device)
         state = {}
         for key, value in self.state_dict().items():
             if value.dim() == 0 or value.shape[0] != self.num_models:
@@ -341,7 +341,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     >>> masked_mean(torch.tensor([[1.0, float("nan"), 3.0]]), torch.tensor([[True, False, True]]))
     tensor([2.])
     """
-    total = torch.where(mask, values, torch.zeros((), dtype=values.dtype)).sum(dim=-1)
+    total = torch.where(
+        mask, values, torch.zeros((), dtype=values.dtype, device=values.device)
+    ).sum(dim=-1)
     return total / mask.sum(dim=-1).clamp_min(1).to(values.dtype)
 
 
@@ -351,10 +353,15 @@ def env_pairs(mask: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
     return [(i, j, mask[:, i] & mask[:, j]) for i in range(e) for j in range(i + 1, e)]
 
 
-def mean_over_pairs(penalties: list[tuple[torch.Tensor, torch.Tensor]], m: int) -> torch.Tensor:
-    """Per model, the mean of the pair penalties whose model mask is True (0 without any pair)."""
+def mean_over_pairs(
+    penalties: list[tuple[torch.Tensor, torch.Tensor]],
+    m: int,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Per model, the mean of the pair penalties whose model mask is True (0 without any pair,
+    on `device`)."""
     if not penalties:
-        return torch.zeros(m)
+        return torch.zeros(m, device=device)
     values = torch.stack([p for p, _ in penalties], dim=1)
     masks = torch.stack([k for _, k in penalties], dim=1)
     return masked_mean(values, masks)

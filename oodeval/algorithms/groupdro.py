@@ -31,10 +31,16 @@ class GroupDRO(ERM):
         with torch.no_grad():
             eta = float(self.hparams["groupdro_eta"])
             # subtracting the per-model max risk before exp() leaves q unchanged after normalising
-            own = torch.where(self.env_mask, risks, torch.full((), -torch.inf))
+            own = torch.where(self.env_mask, risks, torch.full((), -torch.inf, device=risks.device))
             shifted = own - own.max(dim=1, keepdim=True).values
-            q = torch.where(self.env_mask, self.q * torch.exp(eta * shifted), torch.zeros(()))
+            q = torch.where(
+                self.env_mask,
+                self.q * torch.exp(eta * shifted),
+                torch.zeros((), device=risks.device),
+            )
             self.q.copy_(q / q.sum(dim=1, keepdim=True))
-        loss = (self.q * torch.where(self.env_mask, risks, torch.zeros(()))).sum(dim=1)
+        loss = (
+            self.q * torch.where(self.env_mask, risks, torch.zeros((), device=risks.device))
+        ).sum(dim=1)
         self.step(loss)
         return {"loss": loss.detach()}

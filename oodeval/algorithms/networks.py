@@ -33,7 +33,7 @@ _COMPUTE_DTYPE: ContextVar[torch.dtype] = ContextVar("oodeval_compute_dtype", de
 
 
 @contextmanager
-def compute_precision(precision: str) -> Iterator[None]:
+def compute_precision(precision: str, device: str | torch.device = "cpu") -> Iterator[None]:
     """Run the ensembles' matrix products and convolutions in `precision` inside the block.
 
     ``"fp32"`` (default) is plain float32. ``"bf16"`` is mixed precision: parameters, optimiser
@@ -43,12 +43,22 @@ def compute_precision(precision: str) -> Iterator[None]:
     through the same casts. On CPUs with native bfloat16 (`native_bf16`) the products run about
     4x faster; elsewhere they are emulated and slower than float32.
 
+    On a GPU (`device` of another kind than ``"cpu"``), ``"bf16"`` is ``torch.autocast`` mixed
+    precision instead: the layers run as under fp32, and autocast runs the products (and the other
+    ops on its lower-precision list) in bfloat16 and keeps losses and normalisations in float32.
+
     >>> layer = EnsembleLinear(1, 3, 2)
     >>> with compute_precision("bf16"):
     ...     layer(torch.ones(4, 3)).dtype
     torch.float32
     """
-    token = _COMPUTE_DTYPE.set(compute_dtype(precision))
+    dtype = compute_dtype(precision)
+    kind = torch.device(device).type
+    if kind != "cpu" and dtype != torch.float32:
+        with torch.autocast(kind, dtype=dtype):
+            yield
+        return
+    token = _COMPUTE_DTYPE.set(dtype)
     try:
         yield
     finally:

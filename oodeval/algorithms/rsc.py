@@ -43,7 +43,9 @@ class RSC(ERM):
             muted = self.classifier(feats * keep_f)
             before = (F.softmax(logits, dim=-1) * onehot).sum(-1)
             after = (F.softmax(muted, dim=-1) * onehot).sum(-1)
-            change = torch.where(valid, before - after, torch.full((), torch.nan))
+            change = torch.where(
+                valid, before - after, torch.full((), torch.nan, device=before.device)
+            )
             batch_thresh = torch.nanquantile(change, 1 - b_drop, dim=1, keepdim=True)
             keep_b = change < batch_thresh
         return keep_f | keep_b[..., None]

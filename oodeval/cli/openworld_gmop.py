@@ -159,11 +159,18 @@ def train_gmop_command(
         None, "--logit-scale", help="Cosine-to-logit scale (default: from the feature file)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed (same seed -> same model)."),
+    device: str = typer.Option(
+        "cpu", "--device", help="Train on cpu, cuda, cuda:N or auto (cuda when available)."
+    ),
 ) -> None:
     """Train GMoP (Section 5.1 of the OpenworldAUC paper) on frozen features and save it."""
+    from oodeval._torch import resolve_device
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
 
+    where = resolve_device(device)  # a misspelt or missing device fails before any reading
+    if device == "auto":
+        typer.echo(f"device: auto -> {where}", err=True)
     train = load_features(features)
     n_new = int(np.count_nonzero(~np.isin(train.labels, train.base_classes)))
     if n_new:
@@ -183,7 +190,7 @@ def train_gmop_command(
     with stops_on_ctrl_c(
         f"nothing was written to {out} (the model is saved at the end); run it again"
     ):
-        model = trainer(train, config)
+        model = trainer(train, config, device=where)
     save_model(out, model, config)
     typer.echo(f"wrote {out}", err=True)
 

@@ -26,7 +26,13 @@ app = typer.Typer(
 )
 
 
-def _config(config: Path | None, preset_name: str | None, precision: str | None = None):
+def _config(
+    config: Path | None,
+    preset_name: str | None,
+    precision: str | None = None,
+    device: str | None = None,
+):
+    from oodeval._torch import device_problem
     from oodeval.study import load_config, preset
     from oodeval.study.config import PRECISIONS
 
@@ -35,14 +41,27 @@ def _config(config: Path | None, preset_name: str | None, precision: str | None 
             "give exactly one of CONFIG.toml or --preset NAME (quick, paper-cpu, paper)"
         )
     chosen = preset(preset_name) if preset_name is not None else load_config(config)
-    if precision is None:
+    trainer = dict(chosen.trainer)
+    if precision is not None:
+        if precision not in PRECISIONS:
+            raise OodevalError(
+                f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+            )
+        trainer["precision"] = precision
+    if device is not None:
+        problem = device_problem(device)
+        if problem is not None:
+            raise OodevalError(f"--device: {problem}")
+        trainer["device"] = device  # overrides the config's [trainer] device
+    if trainer.get("device") == "auto":  # resolved (and said) once, here
+        from oodeval._torch import resolve_device
+
+        trainer["device"] = resolve_device("auto")
+        typer.echo(f"device: auto -> {trainer['device']}", err=True)
+    if trainer == chosen.trainer:
         return chosen
-    if precision not in PRECISIONS:
-        raise OodevalError(
-            f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
-    # replace() re-validates, which leaves the default fp32 out of the stored config
-    return chosen.replace(trainer={**chosen.trainer, "precision": precision})
+    # replace() re-validates, which leaves the defaults (fp32, cpu) out of the stored config
+    return chosen.replace(trainer=trainer)
 
 
 _PRESET_HELP = (
@@ -51,6 +70,18 @@ _PRESET_HELP = (
     "steps; needs the real MNIST)."
 )
 
+
+def _resolved_device(chosen) -> str:
+    """The config's device on this machine (one line and exit 2 when it is not here)."""
+    from oodeval._torch import resolve_device
+
+    return resolve_device(chosen.trainer.get("device", "cpu"))
+
+
+_DEVICE_HELP = (
+    "Device the units train on: cpu, cuda, cuda:N or auto (cuda when available, else cpu); "
+    "overrides [trainer] device. With cuda every GPU runs a worker of its own."
+)
 _PRECISION_HELP = (
     "Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 1.2-2.8x faster per "
     "unit on CPUs with AVX512-BF16/AMX, slightly different numbers); sets [trainer] precision."
@@ -71,6 +102,7 @@ def run_command(
         "running at once).",
     ),
     precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
+    device: str | None = typer.Option(None, "--device", help=_DEVICE_HELP),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     report: bool = typer.Option(
@@ -177,10 +209,13 @@ def run_command(
         units_per_job=slurm_units_per_job,
         cluster=slurm_cluster,
     )
+    study_config = _config(config, preset_name, precision, device)
+    if study_config.trainer.get("device", "cpu") != "cpu":
+        typer.echo(f"device: {_resolved_device(study_config)}", err=True)
     # StudyInterrupted says how many units are stored; a Ctrl-C before that, the fallback line.
     with stops_on_ctrl_c("before the study started; the store is unchanged"):
         summary = run_study(
-            _config(config, preset_name, precision),
+            study_config,
             out,
             retry_failed=retry_failed,
             progress=progress,
@@ -385,10 +420,22 @@ def estimate_command(
         1.0, "--steps-fraction", help="Run the sample with this fraction of the steps."
     ),
     precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
+    device: str | None = typer.Option(None, "--device", help=_DEVICE_HELP),
+    sample_steps: int | None = typer.Option(
+        None,
+        "--n-sample-steps",
+        min=1,
+        help="Time this many training steps of each sampled unit (one checkpoint) and "
+        "extrapolate to the configured steps; replaces --steps-fraction.",
+    ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
 ) -> None:
     """Time a sample of the study's units and print the projected wall time of the whole study.
+
+    The sample trains on the config's device (or --device); the projection holds for that
+    device, which the first line names. --n-sample-steps projects a long protocol (the paper's
+    5001 steps) from a few steps per unit.
 
     table: the summary; csv and markdown: the table per N_given; json: the projection and both
     tables (per N_given and the timed units).
@@ -402,13 +449,16 @@ def estimate_command(
     # Ctrl-C: run_study's StudyInterrupted would say "run again to resume", but the sample lives
     # in a temporary folder that is removed, so the line says so instead.
     discarded = "the timing sample was discarded; run the same command again to re-estimate"
+    study_config = _config(config, preset_name, precision, device)
+    typer.echo(f"measuring on device {_resolved_device(study_config)}", err=True)
     with stops_on_ctrl_c(discarded, own_message=False):
         estimate = estimate_study(
-            _config(config, preset_name, precision),
+            study_config,
             workers=workers or os.cpu_count() or 1,
             algorithms=chosen,
             steps_fraction=steps_fraction,
             progress=True,
+            sample_steps=sample_steps,
         )
     if fmt is OutputFormat.table:
         text = estimate.summary()
@@ -416,6 +466,8 @@ def estimate_command(
         text = to_json(
             {
                 "projected_seconds": estimate.projected_seconds,
+                "device": estimate.device,
+                "sample_steps": estimate.sample_steps,
                 "workers": estimate.workers,
                 "steps_fraction": estimate.steps_fraction,
                 "sample_wall_seconds": estimate.sample_wall_seconds,

@@ -58,7 +58,7 @@ import torch
 import torch.nn.functional as F
 
 from oodeval._npz import read_npz
-from oodeval._torch import single_threaded
+from oodeval._torch import deterministic_device, resolve_device, single_threaded
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
 from oodeval.openworld.features import FeatureSet
@@ -349,7 +349,7 @@ class SingleContext(_ContextClassifier):
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """Cross-entropy over the base classes (the only term of CoOp-style training)."""
         pos = {c: i for i, c in enumerate(self.base_classes)}
-        y_pos = torch.tensor([pos[int(c)] for c in y], dtype=torch.long)
+        y_pos = torch.tensor([pos[int(c)] for c in y], dtype=torch.long, device=x.device)
         logits = self._logits(x, self.base_classes, self.weight, self.bias)
         return {"ce": F.cross_entropy(logits, y_pos)}
 
@@ -411,6 +411,7 @@ def _fit_steps(
             if cursor + batch > n:
                 perm, cursor = torch.randperm(n, generator=gen), 0
             idx, cursor = perm[cursor : cursor + batch], cursor + batch
+        idx = idx.to(device)  # drawn on the CPU: the same batches on every device
         terms = model.losses(x[idx], y[idx])
         loss = sum(weights[name] * value for name, value in terms.items())
         if not torch.isfinite(loss):
@@ -436,10 +437,20 @@ def _logit_scale(train: FeatureSet, config: GMoPConfig) -> float:
     return float(config.logit_scale if config.logit_scale is not None else train.logit_scale)
 
 
-def train_gmop(train: FeatureSet, config: GMoPConfig | None = None) -> GMoP:
+def _on(model: torch.nn.Module, device: str) -> torch.nn.Module:
+    """`model` moved to `device` (`oodeval._torch.resolve_device`: no silent CPU), made
+    deterministic there."""
+    where = resolve_device(device)
+    deterministic_device(where)
+    return model.to(where)
+
+
+def train_gmop(train: FeatureSet, config: GMoPConfig | None = None, *, device: str = "cpu") -> GMoP:
     """Train GMoP's base context and K detector contexts on `train` (base-class rows are used).
 
-    Same features, config and seed give bit-identical parameters.
+    Same features, config and seed give bit-identical parameters (on one device). The model
+    trains on `device` (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``) and stays there;
+    `predict` returns numpy arrays and `save_model` writes it from any device.
 
     Examples
     --------
@@ -459,18 +470,21 @@ def train_gmop(train: FeatureSet, config: GMoPConfig | None = None) -> GMoP:
         logit_scale=_logit_scale(train, config),
     )
     weights = {"ce": 1.0, "auc": config.auc_weight, "detector_ce": config.detector_weight}
-    _fit(model, train, config, weights)
+    _fit(_on(model, device), train, config, weights)
     return model.eval()
 
 
-def train_single_context(train: FeatureSet, config: GMoPConfig | None = None) -> SingleContext:
-    """The CoOp-style reference: one context trained with cross-entropy on the base classes only."""
+def train_single_context(
+    train: FeatureSet, config: GMoPConfig | None = None, *, device: str = "cpu"
+) -> SingleContext:
+    """The CoOp-style reference: one context trained with cross-entropy on the base classes only
+    (on `device`, as `train_gmop`)."""
     config = config or GMoPConfig()
     _check_config(config)
     model = SingleContext(
         train.text_features, train.base_classes, logit_scale=_logit_scale(train, config)
     )
-    _fit(model, train, config, {"ce": 1.0})
+    _fit(_on(model, device), train, config, {"ce": 1.0})
     return model.eval()
 
 
@@ -510,13 +524,13 @@ def save_model(
     arrays: dict[str, np.ndarray] = {
         "format": np.asarray(MODEL_FORMAT),
         "kind": np.asarray("gmop" if isinstance(model, GMoP) else "single_context"),
-        "text_features": model.text.numpy(),
+        "text_features": model.text.cpu().numpy(),
         "base_classes": np.asarray(model.base_classes, dtype=np.int64),
         "logit_scale": np.asarray(model.logit_scale),
     }
     for name, value in model.state_dict().items():
         if name != "text":
-            arrays[f"param_{name}"] = value.detach().numpy()
+            arrays[f"param_{name}"] = value.detach().cpu().numpy()
     if config is not None:
         arrays["config_json"] = np.asarray(_config_json(config))
     np.savez(path, **arrays)

@@ -199,6 +199,22 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _device(value: Any, _table: Mapping[str, Any]) -> str | None:
+    # spelling only (no torch): whether this machine has the device is `validate_config`'s check
+    from oodeval._torch import device_problem
+
+    if device_problem(value) is None:
+        return None
+    return f"must be cpu, cuda, cuda:N or auto, got {_shown(value)}"
+
+
+def _device_kind(value: Any) -> Any:
+    """cpu and cuda units differ; cuda:0 and cuda:1 compare (the same kernels)."""
+    from oodeval._torch import device_kind, device_problem
+
+    return device_kind(value) if device_problem(value) is None else value
+
+
 _NO_DEFAULT = object()
 
 
@@ -224,6 +240,7 @@ TRAINER_OPTIONS: dict[str, TrainerOption] = {
     "holdout_fraction": TrainerOption(_holdout_fraction),
     "batch_size": TrainerOption(integer_in(1, BATCH_SIZE_LIMIT)),
     "precision": TrainerOption(one_of(PRECISIONS), default=PRECISIONS[0]),
+    "device": TrainerOption(_device, default="cpu", compared=_device_kind),
 }
 TRAINER_KEYS = tuple(TRAINER_OPTIONS)
 
@@ -272,7 +289,8 @@ class StudyConfig:
     hparams_mode : ``default`` (the algorithm's defaults) or ``random`` (``sample_hparams(name,
         seed)``); ``hparams`` then overrides single values per algorithm.
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
-        batch_size, precision: ``"fp32"`` or ``"bf16"``; rules in `TRAINER_OPTIONS`).
+        batch_size, precision: ``"fp32"`` or ``"bf16"``, device: ``"cpu"``, ``"cuda"``,
+        ``"cuda:N"`` or ``"auto"``; rules in `TRAINER_OPTIONS`).
     measures : the measures the analyses use; ``worst_plus_gap`` requires >= 3 given environments.
     unit_options : extra keyword arguments for the backend's ``run_unit`` that are not trainer
         settings (used by the synthetic backend, e.g. ``fail_algorithms``).
@@ -856,7 +874,7 @@ def _grid_problems(
 ) -> tuple[list[str], dict[str, Any]]:
     """Every problem the backend finds in `config` (except the `skip` parts: "model",
     "scenarios"), and `validate_config`'s answer for the good parts."""
-    problems: list[str] = []
+    problems: list[str] = _device_problems(config)
     known = list(backend.available())
     unknown = [a for a in config.algorithms if a not in known]
     if unknown:
@@ -881,6 +899,20 @@ def _grid_problems(
     hparams = {(a, s): resolved_hparams(config, backend, a, s) for a in clean for s in config.seeds}
     built = [] if "scenarios" in skip else _scenario_problems(config, backend, problems)
     return problems, {"scenarios": built, "hparams": hparams}
+
+
+def _device_problems(config: StudyConfig) -> list[str]:
+    """Whether this machine has the config's ``[trainer] device`` (`resolve_device`)."""
+    from oodeval._torch import device_problem, resolve_device
+
+    device = config.trainer.get("device", "cpu")
+    if device == "cpu" or device_problem(device) is not None:
+        return []  # the CPU is always there; a misspelling was reported with the table
+    try:
+        resolve_device(device)
+    except OodevalError as exc:
+        return [f"[trainer] {exc}"]
+    return []
 
 
 def _scenario_problems(config: StudyConfig, backend: ModuleType, problems: list[str]) -> list:

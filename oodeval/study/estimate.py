@@ -11,7 +11,7 @@ one) and projects
     projected wall = sum over the study's units of t(N of its scenario) / workers.
 
 Algorithms differ in cost far more than the few sampled ones show (on SR-CMNIST an ARM unit
-costs 12x an ERM unit in fp32, 24x in bf16), so every other algorithm of the study is also timed
+cost 12x an ERM unit in fp32 before ARM became DomainBed-identical, and more since), so every other algorithm of the study is also timed
 once, on the smallest-N scenario only: t(N) is the sampled algorithms' fit times the ratio, at
 that N, of all algorithms' mean unit time to the sampled ones' (each algorithm's share of the cost
 is assumed not to change with N).
@@ -19,6 +19,11 @@ is assumed not to change with N).
 When the sample ran with a fraction f of the steps, each unit's reported training time
 (``timings["train"]``) is scaled by 1 / f and the rest (scenario building, evaluation) kept; without
 a reported training time the whole wall time is scaled (pessimistic).
+
+A few steps on a device (``sample_steps=K``, ``study estimate --n-sample-steps K --device D``)
+times training steps and evaluations apart instead of whole units (`oodeval.study.estimate_steps`), so
+long protocols (the paper's 5001 steps of mnist_cnn) are projected in minutes. Either way the
+sample runs on the config's device, and the summary names it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError, listing
 from oodeval.study.config import StudyConfig, import_backend, validate_config
+from oodeval.study.executors import _gpu_count, config_device, local_devices
 from oodeval.study.runner import prepare_config, run_study
 from oodeval.study.store import load_study
 from oodeval.tables import text_table
@@ -54,12 +60,28 @@ class Estimate:
     failed: int
     #: all algorithms' mean unit time over the sampled ones', at the smallest N (1 without others)
     mix_factor: float = 1.0
+    #: the device the sample trained on (resolved)
+    device: str = "cpu"
+    #: training steps of each sampled unit when timed by `sample_steps`, else None
+    sample_steps: int | None = None
 
     def summary(self) -> str:
         """A few human lines: the table per N and the projected total."""
+        if self.sample_steps is not None:
+            sampled = (
+                f"timed {len(self.samples)} (algorithm, N_given) sample(s) at "
+                f"{self.sample_steps} training step(s) each in {self.sample_wall_seconds:.1f} s "
+                f"(in this process; assuming {self.workers} worker(s))"
+            )
+        else:
+            sampled = (
+                f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:.0%} of the steps in "
+                f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); "
+                f"{self.failed} failed"
+            )
         lines = [
-            f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:.0%} of the steps in "
-            f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); {self.failed} failed",
+            f"measured on device {self.device}",
+            sampled,
         ]
         cells = [
             [
@@ -83,11 +105,15 @@ class Estimate:
         hours = self.projected_seconds / 3600.0
         lines.append(
             f"projected wall time: {self.projected_seconds:.0f} s = {hours:.2f} h "
-            f"with {self.workers} worker(s)"
+            f"with {self.workers} worker(s) on {self.device}"
         )
         lines.append(
             "seconds/unit is projected to the full number of steps; measured = timed in this "
             "sample, fit = from a quadratic fit of the timed units' seconds against N_given."
+            if self.sample_steps is None
+            else "seconds/unit: the mean over the study's algorithms of steps x their timed "
+            "step + checkpoints x a checkpoint evaluation + the final test, scaled to each "
+            "N_given like ERM's step (measured = ERM timed at that N_given, fit = power law)."
         )
         return "\n".join(lines)
 
@@ -100,30 +126,48 @@ def estimate_study(
     steps_fraction: float = 1.0,
     directory: str | Path | None = None,
     progress: bool = False,
+    sample_steps: int | None = None,
 ) -> Estimate:
     """Measure a sample of `config`'s units and project the full study's wall time.
 
     Parameters
     ----------
-    config : the study to project (e.g. ``preset("paper")``).
+    config : the study to project (e.g. ``preset("paper-cpu")``).
     workers : worker processes used for the sample and assumed for the full study.
     algorithms : algorithms to sample (default: those of `DEFAULT_SAMPLE` the study has, else its
         first three).
     steps_fraction : run the sample with this fraction of the steps (0 < f <= 1).
     directory : where to keep the sample's store (default: a temporary folder, removed after).
+    sample_steps : time this many training steps of each algorithm and extrapolate
+        (`oodeval.study.estimate_steps.estimate_steps`); replaces `steps_fraction`.
+
+    The sample trains on the config's ``[trainer] device``; on a GPU device `workers` defaults to
+    one per GPU (`oodeval.study.executors.local_devices`).
     """
     if not 0 < steps_fraction <= 1:
         raise OodevalError(f"steps_fraction must be in (0, 1], got {steps_fraction}")
+    if sample_steps is not None:
+        from oodeval.study.estimate_steps import estimate_steps
+
+        return estimate_steps(config, sample_steps=sample_steps, workers=workers, progress=progress)
     config = prepare_config(config)
+    device = config_device(config)
+    if device != "cpu":
+        workers = len(local_devices(device, None, _gpu_count(device)))
     validated = validate_config(config, import_backend(config))
     n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
     sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction)
     with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
         folder = Path(directory) if directory is not None else Path(tmp)
         t0 = time.perf_counter()
-        run_study(sample, folder, workers=workers, progress=progress)
+        run_study(sample, folder, workers=None if device != "cpu" else workers, progress=progress)
         if mix is not None:
-            run_study(mix, folder / "other-algorithms", workers=workers, progress=progress)
+            run_study(
+                mix,
+                folder / "other-algorithms",
+                workers=None if device != "cpu" else workers,
+                progress=progress,
+            )
         wall = time.perf_counter() - t0
         units = load_study(folder).units.assign(role="sample")
         if mix is not None:
@@ -146,7 +190,28 @@ def estimate_study(
         projected_seconds=total / workers,
         failed=int((units["status"] == "failed").sum()),
         mix_factor=mix_factor,
+        device=_measured_device(device),
     )
+
+
+def _measured_device(device: str) -> str:
+    from oodeval._torch import resolve_device
+
+    return resolve_device(device)
+
+
+def _checkpoints(config: StudyConfig) -> int:
+    """Checkpoint evaluations of a unit of `config`: every ``eval_every`` steps (default 100, at
+    most `steps`) and the last step; none with ``selection = "last"``.
+
+    >>> from oodeval.study import preset
+    >>> _checkpoints(preset("quick").replace(steps=250))
+    3
+    """
+    if config.trainer.get("selection") == "last":
+        return 0
+    every = min(int(config.trainer.get("eval_every", 100)), config.steps)
+    return config.steps // every + (config.steps % every != 0)
 
 
 def _sample_configs(
@@ -193,7 +258,9 @@ def _sample_configs(
 
 
 def _sample_times(
-    units: pd.DataFrame, name_to_n: dict[str, int], steps_fraction: float
+    units: pd.DataFrame,
+    name_to_n: dict[str, int],
+    steps_fraction: float,
 ) -> pd.DataFrame:
     """Per done unit: scenario, n_given, algorithm, role, measured seconds and the seconds it
     would take with all the steps (the training time scaled by 1 / steps_fraction)."""

@@ -17,6 +17,10 @@ skips them.
 A unit that raises is a ``failed`` record with the reason, as locally; a unit whose process dies
 (out of memory, a node lost, a Slurm time limit) is a ``failed`` record saying so. Failed units
 are run again with ``retry_failed=True`` (``--retry-failed``).
+
+GPUs (``[trainer] device`` cuda or cuda:N): the local executor runs one worker per GPU, each
+pinned to its own (`local_devices`); a Ray unit asks for one GPU (``num_gpus=1``) and a Slurm job
+for one (``gpus_per_node=1``), and runs on the GPU the scheduler made visible (``"cuda"``).
 """
 
 from __future__ import annotations
@@ -90,13 +94,48 @@ class Executor(ABC):
         return None
 
 
+def config_device(config: StudyConfig) -> str:
+    """The config's ``[trainer] device`` (``"cpu"`` when absent)."""
+    return str(config.trainer.get("device", "cpu"))
+
+
+def local_devices(device: str, workers: int | None, gpus: int) -> list[str | None]:
+    """The device each local worker is pinned to, one entry per worker (None: the config's).
+
+    ``"cuda"`` on a machine with `gpus` GPUs: one worker per GPU (or `workers`, spread over the
+    GPUs in turn), worker i on ``cuda:{i mod gpus}``; ``"cuda:N"``: every worker (default one) on
+    it; the CPU: `workers` (default: one per core) unpinned workers.
+
+    >>> local_devices("cuda", None, 2), local_devices("cuda:1", None, 2)
+    (['cuda:0', 'cuda:1'], ['cuda:1'])
+    >>> local_devices("cpu", 3, 0)
+    [None, None, None]
+    """
+    if device == "cuda":
+        if gpus < 1:
+            raise OodevalError("device 'cuda' requested but CUDA is not available here")
+        return [f"cuda:{i % gpus}" for i in range(int(workers or gpus))]
+    if device.startswith("cuda:"):
+        return [device] * int(workers or 1)
+    return [None] * max(1, int(workers or os.cpu_count() or 1))
+
+
+def _gpu_count(device: str) -> int:
+    if device == "cpu":
+        return 0  # torch is not imported by the driver for a CPU study
+    from oodeval._torch import cuda_count
+
+    return cuda_count()
+
+
 @dataclass(frozen=True)
 class LocalExecutor(Executor):
     """Worker processes on this machine (``spawn``, one BLAS/torch thread each).
 
     Parameters
     ----------
-    workers : number of worker processes (default: the number of CPU cores).
+    workers : number of worker processes (default: the number of CPU cores; on GPUs one per
+        GPU, each pinned to its own, `local_devices`).
     """
 
     workers: int | None = None
@@ -109,16 +148,18 @@ class LocalExecutor(Executor):
         each is re-run alone in a fresh one-worker pool, so only a unit that kills its worker by
         itself is recorded as failed; the others complete normally.
         """
-        workers = max(1, int(self.workers or os.cpu_count() or 1))
+        device = config_device(config)
+        devices = local_devices(device, self.workers, _gpu_count(device))
+        workers = len(devices)
         pending = deque(tasks)
         suspects: deque[UnitTask] = deque()
         config_json = config.to_json()
         while pending or suspects:
             if suspects:
                 task = suspects.popleft()
-                yield task, self._run_alone(config_json, task)
+                yield task, self._run_alone(config_json, task, devices[0])
                 continue
-            with _pool(config_json, min(workers, len(pending))) as pool:
+            with _pool(config_json, devices[: min(workers, len(pending))]) as pool:
                 yield from self._stream(pool, pending, suspects, window=2 * workers)
 
     @staticmethod
@@ -154,23 +195,24 @@ class LocalExecutor(Executor):
                 yield task, outcome
 
     @staticmethod
-    def _run_alone(config_json: str, task: UnitTask) -> UnitOutcome:
-        with _pool(config_json, 1) as pool:
+    def _run_alone(config_json: str, task: UnitTask, device: str | None) -> UnitOutcome:
+        with _pool(config_json, [device]) as pool:
             try:
                 return pool.submit(run_task, task).result()
             except BrokenProcessPool:
                 return failed_outcome(task, WORKER_DIED)
 
 
-def _pool(config_json: str, workers: int) -> WorkerPool:
-    """`workers` processes set up for the config, one thread each."""
-    settings = WorkerSettings(threads=1)
+def _pool(config_json: str, devices: Sequence[str | None]) -> WorkerPool:
+    """One process per entry of `devices` set up for the config, one thread each, worker i pinned
+    to ``devices[i]`` (None: the config's device)."""
+    settings = [WorkerSettings(threads=1, device=device) for device in devices]
     return WorkerPool(
-        workers,
-        threads=settings.threads,
+        len(settings),
+        threads=1,
         initializer=setup_worker,
         initargs=(config_json,),
-        per_worker=[settings] * workers,
+        per_worker=settings,
     )
 
 
@@ -223,11 +265,9 @@ class RayExecutor(Executor):
         started = self._connect(ray)
         refs: dict[Any, UnitTask] = {}
         try:
-            remote = ray.remote(run_tasks).options(
-                num_cpus=float(self.cpus_per_unit), max_retries=int(self.max_retries)
-            )
+            remote = ray.remote(run_tasks).options(**self.task_options(config))
             config_ref = ray.put(config.to_json())
-            settings = _settings(self.cpus_per_unit)
+            settings = _settings(self.cpus_per_unit, config)
             refs = {remote.remote(config_ref, settings, [task]): task for task in tasks}
             waiting = list(refs)
             while waiting:
@@ -247,6 +287,21 @@ class RayExecutor(Executor):
                     pass
             if started:
                 ray.shutdown()
+
+    def task_options(self, config: StudyConfig) -> dict[str, Any]:
+        """The resources each unit's Ray task asks for: its CPUs, and one GPU on a GPU device.
+
+        >>> from oodeval.study import preset
+        >>> RayExecutor().task_options(preset("quick"))
+        {'num_cpus': 1.0, 'max_retries': 0}
+        """
+        options: dict[str, Any] = {
+            "num_cpus": float(self.cpus_per_unit),
+            "max_retries": int(self.max_retries),
+        }
+        if config_device(config) != "cpu":
+            options["num_gpus"] = 1
+        return options
 
     def check(self) -> None:
         self._module()
@@ -340,9 +395,9 @@ class SlurmExecutor(Executor):
         executor = submitit.AutoExecutor(
             folder=Path(directory) / self.log_folder, cluster=self.cluster
         )
-        executor.update_parameters(**self._parameters(config))
+        executor.update_parameters(**self.parameters(config))
         config_json = config.to_json()
-        settings = _settings(self.cpus_per_unit)
+        settings = _settings(self.cpus_per_unit, config)
         size = int(self.units_per_job)
         queue = deque(list(tasks[i : i + size]) for i in range(0, len(tasks), size))
         window = len(queue) if self.cluster == "slurm" else self._local_window()
@@ -390,7 +445,9 @@ class SlurmExecutor(Executor):
             )
         return submitit
 
-    def _parameters(self, config: StudyConfig) -> dict[str, Any]:
+    def parameters(self, config: StudyConfig) -> dict[str, Any]:
+        """submitit's job parameters: name, time, CPUs, memory, partition, array parallelism and,
+        on a GPU device, one GPU per job (``gpus_per_node=1``, Slurm's ``--gpus-per-node``)."""
         params: dict[str, Any] = {
             "name": f"oodeval-{config.name}",
             "timeout_min": int(self.time_minutes),
@@ -402,6 +459,8 @@ class SlurmExecutor(Executor):
             params["slurm_partition"] = self.partition
         if self.max_parallel is not None:
             params["slurm_array_parallelism"] = int(self.max_parallel)
+        if config_device(config) != "cpu":
+            params["gpus_per_node"] = 1
         return params
 
     def _local_window(self) -> int:
@@ -477,9 +536,11 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         ) from None
 
 
-def _settings(cpus: float) -> WorkerSettings:
-    """A worker reserving `cpus` CPUs runs as many threads (their whole part, at least 1)."""
-    return WorkerSettings(threads=max(1, int(cpus)))
+def _settings(cpus: float, config: StudyConfig) -> WorkerSettings:
+    """A worker reserving `cpus` CPUs runs as many threads (their whole part, at least 1); on a
+    GPU device it runs on ``"cuda"``, the one GPU its scheduler (Ray, Slurm) made visible."""
+    device = None if config_device(config) == "cpu" else "cuda"
+    return WorkerSettings(threads=max(1, int(cpus)), device=device)
 
 
 def _ray_reason(ray: ModuleType, exc: Exception) -> str:

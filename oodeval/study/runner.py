@@ -80,9 +80,19 @@ def plan_units(config: StudyConfig, validated: dict[str, Any] | None = None) -> 
 
 
 def prepare_config(config: StudyConfig) -> StudyConfig:
-    """Resolve ``source = "auto"`` so the stored config names the data actually used."""
+    """Resolve ``source = "auto"`` and ``[trainer] device = "auto"`` so the stored config names
+    the data and the device kind actually used (the resolved device is printed on stderr)."""
     source = resolve_source(config.source)
-    return config if source == config.source else config.replace(source=source)
+    if source != config.source:
+        config = config.replace(source=source)
+    if config.trainer.get("device") == "auto":
+        from oodeval._torch import resolve_device
+
+        device = resolve_device("auto")
+        print(f"device: auto -> {device}", file=sys.stderr)
+        # replace() re-validates, which leaves the default cpu out of the stored config
+        config = config.replace(trainer={**config.trainer, "device": device})
+    return config
 
 
 def run_study(

@@ -62,13 +62,16 @@ class UnitTask:
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """How one worker process runs its units: `threads` BLAS/torch threads.
+    """How one worker process runs its units: `threads` BLAS/torch threads, on `device`.
 
-    Settings that may differ between the workers of one pool belong here (see
-    `oodeval.pool.WorkerPool`'s ``per_worker``).
+    `device` (e.g. ``"cuda:1"``) overrides the config's ``[trainer] device`` in this worker: the
+    local executor pins each worker to a GPU of its own; None runs the config's device. Settings
+    that may differ between the workers of one pool belong here (see `oodeval.pool.WorkerPool`'s
+    ``per_worker``).
     """
 
     threads: int = 1
+    device: str | None = None
 
 
 def now() -> str:
@@ -141,6 +144,14 @@ def setup_worker(config_json: str, settings: WorkerSettings | None = None) -> No
             import_versions=import_versions(config),
         )
     set_threads(settings.threads)
+    trainer = dict(_STATE["config"].trainer)
+    if settings.device is not None:
+        trainer["device"] = settings.device
+    _STATE["trainer"] = trainer
+    if trainer.get("device", "cpu") != "cpu":  # before the first product on the GPU
+        from oodeval._torch import deterministic_device
+
+        deterministic_device(trainer["device"])
 
 
 def run_tasks(
@@ -165,7 +176,7 @@ def run_task(task: UnitTask) -> UnitOutcome:
                 steps=task.steps,
                 hparams=dict(task.hparams),
                 model=task.model,
-                **config.trainer,
+                **_STATE["trainer"],
                 **config.unit_options,
             )
             outcome = _done(task, result, t0)

@@ -37,6 +37,17 @@ and testing; the training images are kept in bfloat16, which the first product r
 anyway. On CPUs with native bfloat16 a unit runs 1.2-2.8x faster (ERM 2.3-2.7x), with slightly
 different numbers (benchmarks/RESULTS.md). The default ``"fp32"`` is plain float32.
 
+Device: ``device="cpu"`` (default), ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available,
+else cpu), checked by `oodeval._torch.resolve_device` (CUDA asked for where there is none is an
+error, never a silent CPU run). The models are initialised on the CPU from the seed (so every
+device starts from the same weights) and moved to the device; a unit's training and validation
+tensors move there once, before the first step; minibatch indices are drawn on the CPU (the same
+minibatches on every device) and gathered on the device; evaluation batches run on the device
+(the evaluation images, the same for every unit of a scenario, are kept there once per process);
+predictions come back to the CPU, so errors are float64 numbers as on the CPU. On CUDA the
+process runs deterministic kernels (`oodeval._torch.deterministic_device`) and ``bf16`` is
+``torch.autocast`` mixed precision (`compute_precision`).
+
 Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
 random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
 gives identical errors, also in another process (checked here with 1 and 2 torch threads).
@@ -47,6 +58,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -54,6 +66,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from oodeval._torch import check_device_spec, deterministic_device, resolve_device
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
 from oodeval.algorithms.networks import compute_dtype, compute_precision, native_bf16
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
@@ -178,6 +191,8 @@ class TrainedUnit:
     timings: dict[str, float]
     checkpoints: list[CheckpointRow] = field(default_factory=list)
     precision: str = "fp32"
+    #: the device the models live on (resolved: never ``"auto"``)
+    device: str = "cpu"
 
 
 @dataclass
@@ -201,6 +216,7 @@ class _Run:
             and bool((index == torch.arange(len(xb))).all())
         ):
             return xb, yb
+        index = index.to(xb.device)
         return xb[index], yb[index]
 
 
@@ -221,6 +237,8 @@ class TrainerOptions:
         algorithms.
     precision : ``"fp32"`` or ``"bf16"``: arithmetic of the networks' matrix products, in training
         and testing (module docstring).
+    device : ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (module docstring); the spelling is
+        checked here, CUDA's presence when the unit runs.
     """
 
     selection: str = "training_domain"
@@ -228,6 +246,7 @@ class TrainerOptions:
     holdout_fraction: float = 0.2
     batch_size: int = 64
     precision: str = "fp32"
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.selection not in SELECTIONS:
@@ -246,6 +265,7 @@ class TrainerOptions:
         if self.eval_every is not None and self.eval_every < 1:
             raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")
         compute_dtype(self.precision)  # unknown names fail here, before any data is prepared
+        check_device_spec(self.device)
 
     @classmethod
     def from_keywords(cls, options: Mapping[str, Any]) -> TrainerOptions:
@@ -269,7 +289,7 @@ class _Data:
     """A unit's data as tensors: the training parts of the N given environments, concatenated
     (environment k's rows at ``offsets[k]:offsets[k] + sizes[k]``), and their validation parts."""
 
-    x: torch.Tensor
+    x: torch.Tensor  # on the unit's device, as are y and the validation images
     y: torch.Tensor
     sizes: torch.Tensor  # float64: a uniform draw in [0, 1) times a size is a row index
     offsets: torch.Tensor
@@ -290,6 +310,7 @@ class _Data:
         idx = self.offsets[:, None] + (draw * sizes[:, None]).long().clamp_max(
             sizes.long()[:, None] - 1
         )
+        idx = idx.to(self.x.device)  # drawn on the CPU: the same minibatches on every device
         return self.x[idx], self.y[idx]
 
 
@@ -315,8 +336,9 @@ class _Selection:
         if best is None:
             self.state[r] = {k: v.detach().clone() for k, v in state.items()}
         else:
+            on_device = improved.to(run.algorithm.env_mask.device)
             for k, v in state.items():
-                best[k][improved] = v[improved]
+                best[k][on_device] = v[on_device]
         self.accuracy[r] = torch.where(improved, accuracy, self.accuracy[r])
         for i in torch.nonzero(improved).flatten().tolist():
             self.step[r][i] = step
@@ -340,13 +362,42 @@ def predict_labels(
     """Predicted classes (M, n) of every model held by `model`, in large no-grad batches.
 
     Batch-dependent algorithms (ARM, MTL) see chunks of `context` rows, the training batch size.
+    The batches run on the model's device (numpy images are moved there once per process,
+    `on_device`); the predictions come back on the CPU.
     """
-    x = torch.as_tensor(images, dtype=torch.float32)
+    device = model.env_mask.device
+    x = images.to(device) if isinstance(images, torch.Tensor) else on_device(images, device)
     chunk = context if model.batch_dependent else EVAL_CHUNK.get(model.model, 1024)
     model.eval()
     with torch.inference_mode():
         parts = [model.predict(x[i : i + chunk]).argmax(-1) for i in range(0, len(x), chunk)]
-    return torch.cat(parts, dim=1) if parts else torch.zeros(model.num_models, 0, dtype=torch.long)
+    if not parts:
+        return torch.zeros(model.num_models, 0, dtype=torch.long)
+    return torch.cat(parts, dim=1).cpu()
+
+
+#: float32 copies of numpy images on a GPU, by (id of the array, device); an entry leaves with
+#: its array (a weak reference), so a worker keeps its scenario's evaluation images there once
+_ON_DEVICE: dict[tuple[int, str], tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def on_device(images: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    """`images` as a float32 tensor on `device`: on the CPU as before (no copy for float32 images),
+    elsewhere copied once per process and array and kept while the array lives."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.as_tensor(images, dtype=torch.float32)
+    key = (id(images), str(device))
+    hit = _ON_DEVICE.get(key)
+    if hit is not None and hit[0]() is images:
+        return hit[1]
+    tensor = torch.as_tensor(images, dtype=torch.float32).to(device)
+    try:
+        ref = weakref.ref(images, lambda _ref, key=key: _ON_DEVICE.pop(key, None))
+    except TypeError:  # not weak-referenceable (a subclass without slots): no caching
+        return tensor
+    _ON_DEVICE[key] = (ref, tensor)
+    return tensor
 
 
 def _error(model: Algorithm, env: Environment, context: int) -> float:
@@ -407,12 +458,19 @@ def _fit(
     if n < 2:
         raise OodevalError(f"leave-one-out training needs >= 2 given environments, got {n}")
     folds = [e.name for e in given] + [FULL_FOLD]
-    data = _prepare(scenario, given, seed, options)
+    device = resolve_device(options.device)
+    deterministic_device(device)
+    data = _prepare(scenario, given, seed, options, device)
     timings = {"train": 0.0, "selection_eval": 0.0}
     start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]), compute_precision(options.precision):
+    with (
+        torch.random.fork_rng(devices=_rng_devices(device)),
+        compute_precision(options.precision, device),
+    ):
         torch.manual_seed(seed)
         runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
+        for run in runs:  # initialised on the CPU: every device starts from the same weights
+            run.algorithm.to(device)
         best, records = _train(
             runs, data, folds, algorithm, seed=seed, steps=steps, options=options,
             progress=progress, timings=timings,
@@ -421,14 +479,28 @@ def _fit(
     timings["train"] = time.perf_counter() - start - timings["selection_eval"]
     records.sort(key=lambda c: (folds.index(c.fold), c.step))
     return TrainedUnit(
-        algorithm, folds, models, selected, accuracy, hp, timings, records, options.precision
-    )
+        algorithm, folds, models, selected, accuracy, hp, timings, records, options.precision,
+        device,
+    )  # fmt: skip
+
+
+def _rng_devices(device: str) -> list[int]:
+    """The CUDA devices whose RNG a unit on `device` forks (none on the CPU)."""
+    where = torch.device(device)
+    if where.type != "cuda":
+        return []
+    return [torch.cuda.current_device() if where.index is None else where.index]
 
 
 def _prepare(
-    scenario: Scenario, given: Sequence[Environment], seed: int, options: TrainerOptions
+    scenario: Scenario,
+    given: Sequence[Environment],
+    seed: int,
+    options: TrainerOptions,
+    device: str = "cpu",
 ) -> _Data:
-    """Split each given environment (seeded holdout) and gather the parts as tensors; check them."""
+    """Split each given environment (seeded holdout) and gather the parts as tensors on `device`
+    (moved there once); check them."""
     parts = [env.split(options.holdout_fraction, seed) for env in given]
     for env, (train, val) in zip(given, parts, strict=True):
         if len(train) == 0 or (options.selection == "training_domain" and len(val) == 0):
@@ -439,16 +511,19 @@ def _prepare(
             )
     train_x = torch.from_numpy(np.concatenate([t.images for t, _ in parts]).astype(np.float32))
     train_y = torch.from_numpy(np.concatenate([t.labels for t, _ in parts]).astype(np.int64))
-    if options.precision != "fp32":  # the first product rounds them anyway: gather half the bytes
+    on_cpu = torch.device(device).type == "cpu"
+    if options.precision != "fp32" and on_cpu:  # the first product rounds them: half the bytes
         train_x = train_x.to(compute_dtype(options.precision))
     sizes = torch.tensor([len(t) for t, _ in parts], dtype=torch.float64)
     offsets = torch.cumsum(sizes, 0).long() - sizes.long()
     val = [
-        (torch.from_numpy(v.images.astype(np.float32)), torch.from_numpy(v.labels))
+        (torch.from_numpy(v.images.astype(np.float32)).to(device), torch.from_numpy(v.labels))
         for _, v in parts
-    ]
+    ]  # labels stay on the CPU, where the predictions come back
+    labels = train_y
+    train_x, train_y = train_x.to(device), train_y.to(device)
     held_in = [
-        (train_x[o : o + s], train_y[o : o + s])
+        (train_x[o : o + s], labels[o : o + s])
         for o, s in zip(offsets.tolist(), sizes.long().tolist(), strict=True)
     ]
     input_shape = tuple(train_x.shape[1:])
@@ -457,10 +532,10 @@ def _prepare(
             f"scenario {scenario.name!r} declares input_shape {tuple(scenario.input_shape)} but "
             f"its images have shape {input_shape}; make them agree"
         )
-    if train_y.numel() and not 0 <= int(train_y.min()) <= int(train_y.max()) < scenario.num_classes:
+    if labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < scenario.num_classes:
         raise OodevalError(
             f"labels must lie in [0, {scenario.num_classes}) for scenario {scenario.name!r}, got "
-            f"[{int(train_y.min())}, {int(train_y.max())}]"
+            f"[{int(labels.min())}, {int(labels.max())}]"
         )
     return _Data(train_x, train_y, sizes, offsets, val, held_in)
 
@@ -655,7 +730,8 @@ def run_unit(
     progress : callable(step, steps), optional
     **options
         The trainer's options, fields of `TrainerOptions`: selection, eval_every,
-        holdout_fraction, batch_size, precision.
+        holdout_fraction, batch_size, precision, device (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
+        ``"auto"``).
 
     Returns
     -------
@@ -681,7 +757,7 @@ def run_unit(
     )
     t0 = time.perf_counter()
     context = trainer.batch_size
-    with compute_precision(trained.precision):
+    with compute_precision(trained.precision, trained.device):
         rows = [
             ResultRow(env.name, env.name, _error(trained.models[k], env, context), len(env))
             for k, env in enumerate(given)

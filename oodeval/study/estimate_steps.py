@@ -1,0 +1,249 @@
+"""Project a study's wall time on a device from a few timed training steps per algorithm.
+
+A unit of a long protocol (the paper's: mnist_cnn at 28x28, 5001 steps, a checkpoint every 100)
+costs steps x (one training step) + checkpoints x (one checkpoint evaluation) + (the final test).
+Timing whole units, as `oodeval.study.estimate.estimate_study` does, pays the evaluations of every
+sampled unit, which at large N cost minutes each on a CPU; here each part is timed once, in this
+process, on the config's device:
+
+- every algorithm: K training steps of its unit at the smallest N (`train_models` with
+  ``selection = "last"``, so nothing is evaluated): t_step(a, N_min) = train time / K, after
+  one untimed ERM step at each timed N (the kernels' set-up); ERM's steps also at the median N
+  (not the largest: its unit may need more memory than a sample should take; it is not run);
+- ERM's unit at the smallest N with one checkpoint (``eval_every = K``): one checkpoint
+  evaluation and the final test, turned into seconds per predicted row. A checkpoint predicts
+  every given row with the N stacked LOO models and the validation rows with the full model,
+  (N + holdout_fraction) x G rows for G given rows; the final test predicts the G given rows and
+  E_all (once per distinct variant of its shared images, `Scenario.shared_evaluation`);
+- each batch-dependent algorithm (ARM, MTL): seconds per row of its full model on the first
+  evaluation environment; it predicts every environment of E_all apart, and its checkpoints cost
+  ERM's times the ratio of the two per-row times.
+
+Other N scale an algorithm's step by ERM's: t_step(a, N) = t_step(a, N_min) x (N / N_min)^p. A
+step trains N LOO models on N - 1 minibatches each and the full model on N, N^2 minibatches in
+all, so p = 2 when only one N is timed; else p = log(t_ERM(N_med) / t_ERM(N_min)) /
+log(N_med / N_min) from ERM's two timed N (measured on a CPU for mnist_cnn: p = 2.29 between N = 4
+and 12). The evaluations scale with each scenario's row counts. A unit is projected as
+
+    t_step(a, N) x steps + checkpoints x t_checkpoint(a, scenario) + t_test(a, scenario)
+
+(checkpoints: every ``eval_every`` steps and the last one, none with ``selection = "last"``), and
+the study as the sum over its units divided by the workers: one per GPU on a GPU device, else
+`workers` CPU processes, each timed here at one thread (what a study's worker runs). Building a
+scenario (once per worker) is left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import pandas as pd
+
+from oodeval.errors import OodevalError
+from oodeval.study.config import (
+    DEFAULT_BACKEND,
+    StudyConfig,
+    build,
+    import_backend,
+    validate_config,
+)
+from oodeval.study.estimate import Estimate, _checkpoints
+from oodeval.study.executors import _gpu_count, config_device, local_devices
+from oodeval.study.runner import prepare_config
+
+#: the algorithm whose unit is timed with its evaluations at every sampled N
+REFERENCE = "ERM"
+
+
+def estimate_steps(
+    config: StudyConfig,
+    *,
+    sample_steps: int = 2,
+    workers: int | None = None,
+    progress: bool = False,
+) -> Estimate:
+    """Time `sample_steps` training steps of every algorithm and project the study (module doc).
+
+    `workers` is the number of CPU worker processes assumed (default: the cores); on a GPU
+    device it is one per GPU.
+    """
+    if sample_steps < 1:
+        raise OodevalError(f"sample_steps must be >= 1, got {sample_steps}")
+    config = prepare_config(config)
+    if config.backend != DEFAULT_BACKEND:
+        raise OodevalError(
+            f"--n-sample-steps times the oodeval trainer, not backend {config.backend!r}; "
+            "use --steps-fraction"
+        )
+    from oodeval._torch import resolve_device, single_threaded
+
+    spec = config_device(config)
+    device = resolve_device(spec)
+    if spec != "cpu":
+        workers = len(local_devices(spec, None, _gpu_count(spec)))
+    workers = int(workers or os.cpu_count() or 1)
+    backend = import_backend(config)
+    validated = validate_config(config, backend)
+    n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    distinct = sorted(set(n_by_scenario))
+    sampled = sorted({distinct[0], distinct[len(distinct) // 2]})
+    steps = min(sample_steps, config.steps)
+    t0 = time.perf_counter()
+    holdout = float(config.trainer.get("holdout_fraction", 0.2))
+    counts = []  # each scenario's predicted rows; built one at a time, so memory stays bounded
+    for spec, *_ in validated["scenarios"]:
+        scenario = build(backend, config, spec)
+        counts.append({d: _rows(scenario, holdout, d) for d in (False, True)})
+        del scenario
+    rows = []
+    threads = single_threaded() if device == "cpu" else contextlib.nullcontext()
+    with threads:
+        for n in sampled:
+            spec = validated["scenarios"][n_by_scenario.index(n)][0]
+            scenario = build(backend, config, spec)
+            # one untimed step first: the kernels' one-time set-up for these shapes is not a step
+            _time(scenario, REFERENCE, config, validated, 1, device, False)
+            names = list(dict.fromkeys([REFERENCE, *config.algorithms])) if n == sampled[0] else []
+            for algorithm in names or [REFERENCE]:
+                row = _time(scenario, algorithm, config, validated, steps, device, n == sampled[0])
+                rows.append({"scenario": scenario.name, "n_given": n, **row})
+                if progress:
+                    print(
+                        f"timed {algorithm} at N_given={n}: {row['step_seconds']:.3f} s/step",
+                        file=sys.stderr,
+                    )
+    samples = pd.DataFrame(rows)
+    per_n, total = _project(samples, config, counts, n_by_scenario)
+    return Estimate(
+        samples=samples,
+        per_n=per_n,
+        workers=workers,
+        steps_fraction=steps / config.steps,
+        sample_wall_seconds=time.perf_counter() - t0,
+        projected_seconds=total / workers,
+        failed=0,
+        device=device,
+        sample_steps=steps,
+    )
+
+
+def _time(
+    scenario: Any,
+    algorithm: str,
+    config: StudyConfig,
+    validated: dict[str, Any],
+    steps: int,
+    device: str,
+    evaluate: bool,
+) -> dict[str, Any]:
+    """One algorithm's timed steps and, with `evaluate`, its evaluation costs (module doc)."""
+    from oodeval.algorithms import get_algorithm
+    from oodeval.training import run_unit, train_models
+
+    seed = config.seeds[0]
+    hparams = validated["hparams"].get((algorithm, seed))
+    common = {"seed": seed, "steps": steps, "hparams": hparams, "model": config.model}
+    options = {**config.trainer, "device": device}
+    trained = train_models(scenario, algorithm, **common, **{**options, "selection": "last"})
+    row = {
+        "algorithm": algorithm,
+        "step_seconds": trained.timings["train"] / steps,
+        "checkpoint_seconds": float("nan"),
+        "test_seconds": float("nan"),
+        "row_seconds": float("nan"),
+    }
+    batch_dependent = get_algorithm(algorithm).batch_dependent
+    if evaluate and (algorithm == REFERENCE or batch_dependent):
+        row["row_seconds"] = _row_seconds(trained, scenario, int(options.get("batch_size", 64)))
+    if evaluate and algorithm == REFERENCE:
+        timings = run_unit(scenario, algorithm, **common, **{**options, "eval_every": steps})
+        row["checkpoint_seconds"] = timings.timings["selection_eval"]
+        row["test_seconds"] = timings.timings["test_eval"]
+    return row
+
+
+def _power(n: Any, seconds: Any) -> float:
+    """The exponent p of t(N) = t(N_min) (N / N_min)^p through two timed N; 2 with one.
+
+    >>> _power([4.0, 12.0], [1.0, 9.0])
+    2.0
+    """
+    if len(n) < 2 or n[0] == n[-1]:
+        return 2.0
+    return float(math.log(seconds[-1] / seconds[0]) / math.log(n[-1] / n[0]))
+
+
+def _row_seconds(trained: Any, scenario: Any, context: int) -> float:
+    """Seconds per row of the trained full model predicting the first evaluation environment."""
+    from oodeval.algorithms.networks import compute_precision
+    from oodeval.training import predict_labels
+
+    env = next(iter(scenario.evaluation()))
+    with compute_precision(trained.precision, trained.device):
+        t0 = time.perf_counter()
+        predict_labels(trained.models[-1], env.images, context=context)
+        return (time.perf_counter() - t0) / max(1, len(env))
+
+
+def _rows(scenario: Any, holdout: float, batch_dependent: bool) -> tuple[float, float]:
+    """Rows predicted by one checkpoint evaluation and by the final test of a unit (module doc)."""
+    sizes = scenario.sizes()
+    given = sum(sizes["given"].values())
+    n = len(sizes["given"])
+    shared = None if batch_dependent else scenario.shared_evaluation()
+    if shared is None:
+        evaluation = sum(sizes["evaluation"].values())
+    else:
+        evaluation = len(shared.values()) * len(shared.labels)
+    return (n + holdout) * given, given + evaluation
+
+
+def _project(
+    samples: pd.DataFrame,
+    config: StudyConfig,
+    counts: list[dict[bool, tuple[float, float]]],
+    n_by_scenario: list[int],
+) -> tuple[pd.DataFrame, float]:
+    """Per N the mean projected unit of the study's algorithms, and the study's total seconds."""
+    from oodeval.algorithms import get_algorithm
+
+    ref = samples[samples["algorithm"] == REFERENCE].drop_duplicates("n_given")
+    n_min = int(samples["n_given"].min())
+    power = _power(ref["n_given"].to_numpy(float), ref["step_seconds"].to_numpy(float))
+    at_min = samples[samples["n_given"] == n_min].set_index("algorithm")
+    erm = at_min.loc[REFERENCE]
+    checkpoint_rows, test_rows = counts[n_by_scenario.index(n_min)][False]
+    per_checkpoint_row = erm["checkpoint_seconds"] / checkpoint_rows
+    per_test_row = erm["test_seconds"] / test_rows
+    checkpoints = _checkpoints(config)
+    units: dict[int, list[float]] = {}
+    total = 0.0
+    for rows, n in zip(counts, n_by_scenario, strict=True):
+        for algorithm in config.algorithms:
+            own = at_min.loc[algorithm]
+            step = own["step_seconds"] * (n / n_min) ** power
+            dependent = get_algorithm(algorithm).batch_dependent
+            ck_rows, t_rows = rows[dependent]
+            ratio = own["row_seconds"] / erm["row_seconds"] if dependent else 1.0
+            test = own["row_seconds"] * t_rows if dependent else per_test_row * t_rows
+            unit = step * config.steps + checkpoints * per_checkpoint_row * ratio * ck_rows + test
+            units.setdefault(n, []).append(unit)
+            total += unit * len(config.seeds)
+    sampled = set(samples["n_given"])
+    per_n = pd.DataFrame(
+        [
+            {
+                "n_given": n,
+                "unit_seconds": sum(v) / len(v),
+                "units_in_study": len(v) * len(config.seeds),
+                "measured": n in sampled,
+            }
+            for n, v in sorted(units.items())
+        ]
+    )
+    return per_n, total
