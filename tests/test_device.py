@@ -209,7 +209,7 @@ def test_cli_train_gmop_checks_its_device(tmp_path):
 
     features = tmp_path / "train.npz"
     save_features(features, synthetic_features(n_classes=8, dim=6, n_per_class=3, seed=0))
-    base = ["openworld", "train-gmop", str(features), "--steps", "2"]
+    base = ["openworld", "train-gmop", str(features), "--n-steps", "2"]
     result = runner.invoke(app, [*base, "--out", str(tmp_path / "a.npz"), "--device", "tpu"])
     one_line_error(result, "unknown device 'tpu'")
     if not HAS_CUDA:
@@ -417,7 +417,7 @@ def test_cli_estimate_names_the_device_it_measured_on(tmp_path):
     args = ["study", "estimate", str(config), "--device", "cpu", "--n-sample-steps", "3"]
     result = runner.invoke(app, [*args, "--workers", "1"])
     assert result.exit_code == 0, result.output
-    assert "measuring on device cpu" in result.output
+    assert "measured on device cpu" in result.output
     assert "at 3 training step(s) each" in result.output
     assert "with 1 worker(s) on cpu" in result.output
 

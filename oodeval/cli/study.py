@@ -450,7 +450,6 @@ def estimate_command(
     # in a temporary folder that is removed, so the line says so instead.
     discarded = "the timing sample was discarded; run the same command again to re-estimate"
     study_config = _config(config, preset_name, precision, device)
-    typer.echo(f"measuring on device {_resolved_device(study_config)}", err=True)
     with stops_on_ctrl_c(discarded, own_message=False):
         estimate = estimate_study(
             study_config,

@@ -10,20 +10,20 @@ one) and projects
 
     projected wall = sum over the study's units of t(N of its scenario) / workers.
 
-Algorithms differ in cost far more than the few sampled ones show (on SR-CMNIST an ARM unit
-cost 12x an ERM unit in fp32 before ARM became DomainBed-identical, and more since), so every other algorithm of the study is also timed
-once, on the smallest-N scenario only: t(N) is the sampled algorithms' fit times the ratio, at
-that N, of all algorithms' mean unit time to the sampled ones' (each algorithm's share of the cost
-is assumed not to change with N).
+Algorithms differ in cost far more than the few sampled ones show (on SR-CMNIST an ARM unit cost 12x
+an ERM unit in fp32 before ARM became DomainBed-identical, and more since), so every other algorithm
+of the study is also timed once, on the smallest-N scenario only: t(N) is the sampled algorithms'
+fit times the ratio, at that N, of all algorithms' mean unit time to the sampled ones' (each
+algorithm's share of the cost is assumed not to change with N).
 
 When the sample ran with a fraction f of the steps, each unit's reported training time
 (``timings["train"]``) is scaled by 1 / f and the rest (scenario building, evaluation) kept; without
 a reported training time the whole wall time is scaled (pessimistic).
 
-A few steps on a device (``sample_steps=K``, ``study estimate --n-sample-steps K --device D``)
-times training steps and evaluations apart instead of whole units (`oodeval.study.estimate_steps`), so
-long protocols (the paper's 5001 steps of mnist_cnn) are projected in minutes. Either way the
-sample runs on the config's device, and the summary names it.
+A few steps on a device (``sample_steps=K``, ``study estimate --n-sample-steps K --device D``) times
+training steps and evaluations apart instead of whole units (`oodeval.study.estimate_steps`), so
+long protocols (the paper's 5001 steps of mnist_cnn) are projected in minutes. Either way the sample
+runs on the config's device, and the summary names it.
 """
 
 from __future__ import annotations
