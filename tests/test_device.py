@@ -422,6 +422,21 @@ def test_cli_estimate_names_the_device_it_measured_on(tmp_path):
     assert "with 1 worker(s) on cpu" in result.output
 
 
+def test_cli_estimate_of_a_long_study_times_steps_by_default(tmp_path):
+    """More than 1,000 steps (the paper preset's 5001): whole units would take hours to sample,
+    so the estimate times 3 steps per algorithm unless --steps-fraction asks for whole units."""
+    config = tmp_path / "study.toml"
+    config.write_text(
+        'name = "e"\nsource = "digits"\nalgorithms = ["ERM"]\nseeds = [0]\nsteps = 5001\n'
+        '[trainer]\nbatch_size = 8\n[[scenarios]]\nfamily = "sr-cmnist"\nratio = "3:1"\n'
+        "scale = 1\nn_per_given = 60\nn_eval = 40\n"
+    )
+    result = runner.invoke(app, ["study", "estimate", str(config), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "note: 5001 steps per unit; timing 3 steps per algorithm" in result.output
+    assert "at 3 training step(s) each" in result.output
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="auto is the CPU on a machine without CUDA")
 def test_cli_auto_is_resolved_and_said_once(tmp_path):
     config = tmp_path / "study.toml"

@@ -78,6 +78,10 @@ def _resolved_device(chosen) -> str:
     return resolve_device(chosen.trainer.get("device", "cpu"))
 
 
+#: `study estimate` on a study longer than this times steps (--n-sample-steps) by default.
+LONG_STUDY_STEPS = 1000
+DEFAULT_SAMPLE_STEPS = 3
+
 _DEVICE_HELP = (
     "Device the units train on: cpu, cuda, cuda:N or auto (cuda when available, else cpu); "
     "overrides [trainer] device. With cuda every GPU runs a worker of its own."
@@ -426,7 +430,8 @@ def estimate_command(
         "--n-sample-steps",
         min=1,
         help="Time this many training steps of each sampled unit (one checkpoint) and "
-        "extrapolate to the configured steps; replaces --steps-fraction.",
+        "extrapolate to the configured steps; replaces --steps-fraction. Default: 3 for a "
+        "study of more than 1,000 steps (the paper preset), else whole units.",
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
@@ -450,6 +455,17 @@ def estimate_command(
     # in a temporary folder that is removed, so the line says so instead.
     discarded = "the timing sample was discarded; run the same command again to re-estimate"
     study_config = _config(config, preset_name, precision, device)
+    if sample_steps is None and steps_fraction == 1.0 and study_config.steps > LONG_STUDY_STEPS:
+        from oodeval.study.config import DEFAULT_BACKEND
+
+        if study_config.backend == DEFAULT_BACKEND:  # whole units would take hours to sample
+            sample_steps = DEFAULT_SAMPLE_STEPS
+            typer.echo(
+                f"note: {study_config.steps} steps per unit; timing {sample_steps} steps per "
+                f"algorithm (--n-sample-steps {sample_steps}); --steps-fraction F times whole "
+                "units instead",
+                err=True,
+            )
     with stops_on_ctrl_c(discarded, own_message=False):
         estimate = estimate_study(
             study_config,
