@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             full = largest_gap(cpu.all_errors(), dev.all_errors())
         except Exception as exc:  # a unit that fails is reported, then the check goes on
             bad += 1
-            print(f"{name:<10} FAILED: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+            print(f"{name:<10} FAILED: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
             continue
         ok = loo <= tol and full <= tol
         bad += not ok

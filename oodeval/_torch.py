@@ -54,8 +54,9 @@ def device_problem(spec: object) -> str | None:
     kind, colon, index = spec.partition(":")
     if spec in (*DEVICE_KINDS, AUTO_DEVICE):
         return None
-    if kind == "cuda" and colon and index.isdigit() and index.isascii():
-        return None
+    if kind == "cuda" and colon and index.isascii() and index.isdigit():
+        if index == str(int(index)):  # torch refuses "cuda:01"
+            return None
     return f"unknown device {spec!r}; use cpu, cuda, cuda:N or auto"
 
 

@@ -453,3 +453,52 @@ def test_cli_auto_is_resolved_and_said_once(tmp_path):
     from oodeval.study import load_study
 
     assert "device" not in load_study(out).config.get("trainer", {})  # stored as the default cpu
+
+
+# -- review fixes: remote executors, spelling torch accepts, bf16 warning, estimate options -------
+def test_cuda_index_with_a_leading_zero_is_refused_as_torch_refuses_it():
+    assert device_problem("cuda:01") is not None and device_problem("cuda:10") is None
+    with pytest.raises(RuntimeError):
+        torch.device("cuda:01")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the refusal on a machine without CUDA")
+def test_units_training_elsewhere_are_not_refused_for_this_machines_missing_gpu(tmp_path):
+    from oodeval.study.config import validate_config
+    from oodeval.study.executors import LocalExecutor
+    from oodeval.study.runner import run_study
+
+    config = synthetic_config(trainer={"device": "cuda"})
+    with pytest.raises(OodevalError, match="CUDA"):
+        validate_config(config)
+    validate_config(config, device_here=False)  # Slurm nodes / a Ray cluster check it themselves
+
+    class Elsewhere(LocalExecutor):
+        @property
+        def trains_elsewhere(self) -> bool:
+            return True
+
+    auto = synthetic_config(trainer={"device": "auto"})
+    with pytest.raises(OodevalError, match="device auto would be resolved on this machine"):
+        run_study(auto, tmp_path / "s", executor=Elsewhere(workers=1), progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_bf16_warning_is_for_cpus_only(monkeypatch):
+    import warnings
+
+    from oodeval.training import loo
+
+    monkeypatch.setattr(loo, "native_bf16", lambda: False)
+    with pytest.warns(RuntimeWarning, match="emulated"):
+        loo._check_run(5, TrainerOptions(precision="bf16"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loo._check_run(5, TrainerOptions(precision="bf16", device="cuda"))
+
+
+def test_estimate_refuses_algorithms_with_sample_steps():
+    from oodeval.study.estimate import estimate_study
+
+    with pytest.raises(OodevalError, match="give one of them"):
+        estimate_study(synthetic_config(), algorithms=("ERM",), sample_steps=2)

@@ -471,3 +471,19 @@ def test_warnings_come_only_with_a_report(sweep_copy: Path) -> None:
     assert bad.exit_code == 2
     assert len(bad.stderr.splitlines()) == 1 and bad.stderr.startswith("error: ")
     assert "leave-one-domain-out cross-validation has no data" in bad.stderr
+
+
+def test_a_run_log_cut_mid_write_keeps_its_good_lines(tmp_path, domainbed_sweep):
+    import shutil
+
+    from oodeval.results.sweep import SweepWarning, read_sweep
+
+    clean = read_sweep(domainbed_sweep)
+    copy = tmp_path / "sweep"
+    shutil.copytree(domainbed_sweep, copy)
+    log = sorted(copy.glob("*/results.jsonl"))[0]
+    log.write_bytes(log.read_bytes() + b'{"acc": 0.\xff' + b"\x00" * 64)  # killed mid-write
+    with pytest.warns(SweepWarning, match="line 6: not valid JSON"):
+        damaged = read_sweep(copy)
+    assert damaged.n_runs == clean.n_runs
+    assert len(damaged.records) == len(clean.records)

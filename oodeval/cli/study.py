@@ -53,11 +53,6 @@ def _config(
         if problem is not None:
             raise OodevalError(f"--device: {problem}")
         trainer["device"] = device  # overrides the config's [trainer] device
-    if trainer.get("device") == "auto":  # resolved (and said) once, here
-        from oodeval._torch import resolve_device
-
-        trainer["device"] = resolve_device("auto")
-        typer.echo(f"device: auto -> {trainer['device']}", err=True)
     if trainer == chosen.trainer:
         return chosen
     # replace() re-validates, which leaves the defaults (fp32, cpu) out of the stored config
@@ -214,7 +209,8 @@ def run_command(
         cluster=slurm_cluster,
     )
     study_config = _config(config, preset_name, precision, device)
-    if study_config.trainer.get("device", "cpu") != "cpu":
+    device_spec = study_config.trainer.get("device", "cpu")
+    if device_spec not in ("cpu", "auto") and not chosen.trains_elsewhere:
         typer.echo(f"device: {_resolved_device(study_config)}", err=True)
     # StudyInterrupted says how many units are stored; a Ctrl-C before that, the fallback line.
     with stops_on_ctrl_c("before the study started; the store is unchanged"):
@@ -455,7 +451,8 @@ def estimate_command(
     # in a temporary folder that is removed, so the line says so instead.
     discarded = "the timing sample was discarded; run the same command again to re-estimate"
     study_config = _config(config, preset_name, precision, device)
-    if sample_steps is None and steps_fraction == 1.0 and study_config.steps > LONG_STUDY_STEPS:
+    long_study = study_config.steps > LONG_STUDY_STEPS
+    if sample_steps is None and steps_fraction == 1.0 and chosen is None and long_study:
         from oodeval.study.config import DEFAULT_BACKEND
 
         if study_config.backend == DEFAULT_BACKEND:  # whole units would take hours to sample

@@ -19,7 +19,6 @@ from typing import Any
 
 import pandas as pd
 
-from oodeval._text import read_text
 from oodeval.errors import OodevalError
 from oodeval.results.selection import CHECKPOINT_COLUMNS
 
@@ -121,10 +120,13 @@ def _parse_record(obj: Any) -> dict[str, Any] | str:
 def _read_run(results: Path, notes: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     try:
-        text = read_text(results, what="run log", save_as="UTF-8 JSON lines")
-    except OodevalError as exc:  # one unreadable run is skipped like an unreadable line
-        notes.append(f"skipped the run: {exc}")
+        data = results.read_bytes()
+    except OSError as exc:  # one unreadable run is skipped like an unreadable line
+        notes.append(f"skipped the run: cannot read {results} ({exc.strerror or exc})")
         return rows
+    # A run killed mid-write may leave NUL padding or a cut UTF-8 sequence at the end of its
+    # log: bad bytes only spoil their own line, which is skipped below like any invalid line.
+    text = data.decode("utf-8", errors="replace").replace("\x00", "")
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

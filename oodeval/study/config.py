@@ -833,7 +833,9 @@ def _override_problems(algorithm: str, overrides: Mapping[str, Any], defaults: d
     return problems
 
 
-def validate_config(config: StudyConfig, backend: ModuleType | None = None) -> dict[str, Any]:
+def validate_config(
+    config: StudyConfig, backend: ModuleType | None = None, *, device_here: bool = True
+) -> dict[str, Any]:
     """Check the whole grid before any training; return the built scenario names per spec.
 
     Asks the backend about every algorithm (known?), the model (`available_models`), every
@@ -843,10 +845,13 @@ def validate_config(config: StudyConfig, backend: ModuleType | None = None) -> d
 
     Returns a dict with ``"scenarios"``: a list of (spec, scenario name, given names, the
     scenario's own parameters) and
-    ``"hparams"``: {(algorithm, seed): hparams}.
+    ``"hparams"``: {(algorithm, seed): hparams}. With ``device_here=False`` (units train on
+    other machines: a Ray cluster, Slurm nodes) the device's spelling is checked but not whether
+    this machine has it; the workers check that.
     """
     backend = import_backend(config) if backend is None else backend
-    problems, validated = _grid_problems(config, backend)
+    skip = frozenset() if device_here else frozenset({"device"})
+    problems, validated = _grid_problems(config, backend, skip=skip)
     if problems:
         raise ConfigError(problems)
     return validated
@@ -873,8 +878,8 @@ def _grid_problems(
     config: StudyConfig, backend: ModuleType, *, skip: frozenset[str] = frozenset()
 ) -> tuple[list[str], dict[str, Any]]:
     """Every problem the backend finds in `config` (except the `skip` parts: "model",
-    "scenarios"), and `validate_config`'s answer for the good parts."""
-    problems: list[str] = _device_problems(config)
+    "scenarios", "device"), and `validate_config`'s answer for the good parts."""
+    problems: list[str] = [] if "device" in skip else _device_problems(config)
     known = list(backend.available())
     unknown = [a for a in config.algorithms if a not in known]
     if unknown:

@@ -149,6 +149,12 @@ def estimate_study(
     if sample_steps is not None:
         from oodeval.study.estimate_steps import estimate_steps
 
+        if algorithms is not None:
+            raise OodevalError(
+                "sample_steps times every algorithm of the study; `algorithms` chooses whole "
+                "units to sample: give one of them (--n-sample-steps or --algorithms)"
+            )
+
         return estimate_steps(config, sample_steps=sample_steps, workers=workers, progress=progress)
     config = prepare_config(config)
     device = config_device(config)

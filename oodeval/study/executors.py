@@ -85,6 +85,12 @@ class Executor(ABC):
         directory : the study folder (executors may keep logs there).
         """
 
+    @property
+    def trains_elsewhere(self) -> bool:
+        """True when units train on other machines (a given Ray cluster, Slurm nodes), whose
+        devices this machine cannot check: the workers check them when they start."""
+        return False
+
     def check(self) -> None:
         """Raise OodevalError now if this executor cannot run here (a missing extra, no Slurm).
 
@@ -332,6 +338,10 @@ class RayExecutor(Executor):
             ) from None
         return True
 
+    @property
+    def trains_elsewhere(self) -> bool:  # a cluster given by address; else a local instance
+        return self.address is not None
+
 
 @dataclass(frozen=True)
 class SlurmExecutor(Executor):
@@ -467,6 +477,10 @@ class SlurmExecutor(Executor):
         if self.max_parallel is not None:
             return int(self.max_parallel)
         return max(1, (os.cpu_count() or 1) // int(self.cpus_per_unit))
+
+    @property
+    def trains_elsewhere(self) -> bool:  # Slurm nodes; submitit's local modes train here
+        return self.cluster == "slurm"
 
 
 def make_executor(name: str | Executor | None = None, **options: Any) -> Executor:

@@ -126,9 +126,15 @@ def run_study(
     start = time.perf_counter()
     units_executor = make_executor(executor, workers=workers)
     units_executor.check()
+    elsewhere = units_executor.trains_elsewhere
+    if elsewhere and config.trainer.get("device") == "auto":
+        raise OodevalError(
+            f"device auto would be resolved on this machine, not where the {units_executor.name} "
+            "executor's units train; name their device (cuda, cuda:N or cpu)"
+        )
     config = prepare_config(config)
     backend = import_backend(config)
-    validated = validate_config(config, backend)
+    validated = validate_config(config, backend, device_here=not elsewhere)
     tasks = plan_units(config, validated)
     names = {scenario_key(spec): name for spec, name, _given, _params in validated["scenarios"]}
     with ResultStore(directory, create=True) as store:  # the writer: holds DIR/study.lock

@@ -347,7 +347,9 @@ class _Selection:
 def _check_run(steps: int, options: TrainerOptions) -> None:
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise OodevalError(f"steps must be a positive integer, got {steps!r}")
-    if options.precision == "bf16" and not native_bf16():
+    spec = str(options.device)  # bf16 on CUDA is autocast, native there
+    on_cpu = spec == "cpu" or (spec == "auto" and not torch.cuda.is_available())
+    if options.precision == "bf16" and on_cpu and not native_bf16():
         warnings.warn(
             "precision='bf16' on a CPU without native bfloat16 (avx512_bf16 / amx_bf16): the "
             "products are emulated and slower than fp32; use precision='fp32' here",
