@@ -319,7 +319,8 @@ def test_cnn_model_and_progress_callback():
     )
     assert calls == [(1, 3), (2, 3), (3, 3)]
     assert len(res.rows) == 3 + 5 and all(0 <= r.error <= 1 for r in res.rows)
-    assert {"train", "selection_eval", "test_eval", "total"} <= set(res.timings)
+    assert {"train", "steps", "selection_eval", "test_eval", "total"} <= set(res.timings)
+    assert 0 < res.timings["steps"] <= res.timings["train"]  # the loop alone, inside training
 
 
 @pytest.mark.parametrize(

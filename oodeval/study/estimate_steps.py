@@ -152,7 +152,7 @@ def _time(
     trained = train_models(scenario, algorithm, **common, **{**options, "selection": "last"})
     row = {
         "algorithm": algorithm,
-        "step_seconds": trained.timings["train"] / steps,
+        "step_seconds": trained.timings["steps"] / steps,
         "checkpoint_seconds": float("nan"),
         "test_seconds": float("nan"),
         "row_seconds": float("nan"),
