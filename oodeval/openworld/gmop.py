@@ -177,6 +177,25 @@ def _contextual_text(text: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return F.normalize(text + text @ weight.T + bias, dim=-1)
 
 
+def _positions(y: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
+    """The position of each label of `y` in `classes`, on `y`'s device (a lookup table, so a
+    GPU batch is never read back element by element).
+
+    >>> _positions(torch.tensor([7, 3, 7]), [3, 9, 7]).tolist()
+    [2, 0, 2]
+    """
+    table = torch.full((max(classes) + 1,), -1, dtype=torch.long, device=y.device)
+    table[torch.tensor(list(classes), dtype=torch.long, device=y.device)] = torch.arange(
+        len(classes), device=y.device
+    )
+    if y.numel() and int(y.max()) >= len(table):
+        raise OodevalError(f"label {int(y.max())} is not one of the classes {list(classes)}")
+    idx = table[y]
+    if bool((idx < 0).any()):
+        raise OodevalError(f"a label is not one of the classes {list(classes)}")
+    return idx
+
+
 def _check_features(x: np.ndarray | torch.Tensor, dim: int) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(x, dtype=np.float32))
     if t.ndim != 2 or t.shape[1] != dim:
@@ -259,7 +278,7 @@ class GMoP(_ContextClassifier):
         """
         base = self.base_classes
         pos = {c: i for i, c in enumerate(base)}
-        y_pos = torch.tensor([pos[int(c)] for c in y], dtype=torch.long, device=x.device)
+        y_pos = _positions(y, base)
         ce = F.cross_entropy(self.base_logits(x), y_pos)
         auc_terms, det_terms = [], []
         for k, part in enumerate(self.partitions):
@@ -285,15 +304,13 @@ class GMoP(_ContextClassifier):
 
     def base_gate(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
         """phi_b = sigmoid(p_g(y | x)), g's softmax over `classes` (depends on g's context)."""
-        col = {c: i for i, c in enumerate(classes)}
-        idx = torch.tensor([col[int(c)] for c in y], dtype=torch.long, device=x.device)
+        idx = _positions(y, classes)
         prob = self.base_logits(x, classes).softmax(dim=1)
         return torch.sigmoid(prob.gather(1, idx[:, None])[:, 0])
 
     def new_gate(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
         """phi_n = sigmoid(p_h(y | x)), zero-shot softmax over `classes` (no learnable input)."""
-        col = {c: i for i, c in enumerate(classes)}
-        idx = torch.tensor([col[int(c)] for c in y], dtype=torch.long, device=x.device)
+        idx = _positions(y, classes)
         prob = self.zero_shot_logits(x, classes).softmax(dim=1)
         return torch.sigmoid(prob.gather(1, idx[:, None])[:, 0])
 
@@ -348,8 +365,7 @@ class SingleContext(_ContextClassifier):
 
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """Cross-entropy over the base classes (the only term of CoOp-style training)."""
-        pos = {c: i for i, c in enumerate(self.base_classes)}
-        y_pos = torch.tensor([pos[int(c)] for c in y], dtype=torch.long, device=x.device)
+        y_pos = _positions(y, self.base_classes)
         logits = self._logits(x, self.base_classes, self.weight, self.bias)
         return {"ce": F.cross_entropy(logits, y_pos)}
 
