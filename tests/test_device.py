@@ -351,12 +351,12 @@ def predicted_rows(scenario) -> tuple[float, int, int]:
 
 
 def test_estimate_extrapolates_a_few_steps_per_algorithm():
-    from oodeval.study.estimate import _checkpoints, estimate_study
+    from oodeval.study.estimate import estimate_study, unit_checkpoints
 
     config = small_trainer_config()
-    assert _checkpoints(config) == 6  # steps 50, 100, ..., 300
-    assert _checkpoints(config.replace(steps=320)) == 7  # ... and the last step, 320
-    assert _checkpoints(config.replace(trainer={"selection": "last"})) == 0
+    assert unit_checkpoints(config) == 6  # steps 50, 100, ..., 300
+    assert unit_checkpoints(config.replace(steps=320)) == 7  # ... and the last step, 320
+    assert unit_checkpoints(config.replace(trainer={"selection": "last"})) == 0
     estimate = estimate_study(config, workers=2, sample_steps=3)
     assert estimate.device == "cpu" and estimate.sample_steps == 3 and estimate.workers == 2
     timed = estimate.samples.set_index("algorithm")

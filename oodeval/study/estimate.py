@@ -38,7 +38,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError, listing
 from oodeval.study.config import StudyConfig, import_backend, validate_config
-from oodeval.study.executors import _gpu_count, config_device, local_devices
+from oodeval.study.executors import config_device, gpu_count, local_devices
 from oodeval.study.runner import prepare_config, run_study
 from oodeval.study.store import load_study
 from oodeval.tables import text_table
@@ -159,7 +159,7 @@ def estimate_study(
     config = prepare_config(config)
     device = config_device(config)
     if device != "cpu":
-        workers = len(local_devices(device, None, _gpu_count(device)))
+        workers = len(local_devices(device, None, gpu_count(device)))
     validated = validate_config(config, import_backend(config))
     n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
     sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction)
@@ -206,12 +206,12 @@ def _measured_device(device: str) -> str:
     return resolve_device(device)
 
 
-def _checkpoints(config: StudyConfig) -> int:
+def unit_checkpoints(config: StudyConfig) -> int:
     """Checkpoint evaluations of a unit of `config`: every ``eval_every`` steps (default 100, at
     most `steps`) and the last step; none with ``selection = "last"``.
 
     >>> from oodeval.study import preset
-    >>> _checkpoints(preset("quick").replace(steps=250))
+    >>> unit_checkpoints(preset("quick").replace(steps=250))
     3
     """
     if config.trainer.get("selection") == "last":

@@ -52,8 +52,8 @@ from oodeval.study.config import (
     import_backend,
     validate_config,
 )
-from oodeval.study.estimate import Estimate, _checkpoints
-from oodeval.study.executors import _gpu_count, config_device, local_devices
+from oodeval.study.estimate import Estimate, unit_checkpoints
+from oodeval.study.executors import config_device, gpu_count, local_devices
 from oodeval.study.runner import prepare_config
 
 #: the algorithm whose unit is timed with its evaluations at every sampled N
@@ -85,7 +85,7 @@ def estimate_steps(
     spec = config_device(config)
     device = resolve_device(spec)
     if spec != "cpu":
-        workers = len(local_devices(spec, None, _gpu_count(spec)))
+        workers = len(local_devices(spec, None, gpu_count(spec)))
     workers = int(workers or os.cpu_count() or 1)
     backend = import_backend(config)
     validated = validate_config(config, backend)
@@ -220,7 +220,7 @@ def _project(
     checkpoint_rows, test_rows = counts[n_by_scenario.index(n_min)][False]
     per_checkpoint_row = erm["checkpoint_seconds"] / checkpoint_rows
     per_test_row = erm["test_seconds"] / test_rows
-    checkpoints = _checkpoints(config)
+    checkpoints = unit_checkpoints(config)
     units: dict[int, list[float]] = {}
     total = 0.0
     for rows, n in zip(counts, n_by_scenario, strict=True):

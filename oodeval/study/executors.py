@@ -126,7 +126,8 @@ def local_devices(device: str, workers: int | None, gpus: int) -> list[str | Non
     return [None] * max(1, int(workers or os.cpu_count() or 1))
 
 
-def _gpu_count(device: str) -> int:
+def gpu_count(device: str) -> int:
+    """The GPUs this machine has for a study on `device` (0 for the CPU, torch not imported)."""
     if device == "cpu":
         return 0  # torch is not imported by the driver for a CPU study
     from oodeval._torch import cuda_count
@@ -155,7 +156,7 @@ class LocalExecutor(Executor):
         itself is recorded as failed; the others complete normally.
         """
         device = config_device(config)
-        devices = local_devices(device, self.workers, _gpu_count(device))
+        devices = local_devices(device, self.workers, gpu_count(device))
         workers = len(devices)
         pending = deque(tasks)
         suspects: deque[UnitTask] = deque()
