@@ -229,9 +229,7 @@ def test_paper_on_the_full_set_has_no_test_set_note(tmp_path, monkeypatch):
     images = np.arange(20 * 28 * 28, dtype=np.uint8).reshape(20, 28, 28)
     labels = np.arange(20, dtype=np.uint8) % 10
     for stem, array in (("train-images-idx3-ubyte", images), ("train-labels-idx1-ubyte", labels)):
-        header = bytes([0, 0, 8, array.ndim]) + b"".join(
-            d.to_bytes(4, "big") for d in array.shape
-        )
+        header = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
         (full / stem).write_bytes(header + array.tobytes())
     monkeypatch.setenv(MNIST_ENV_VAR, str(full))
     paper = preset("paper")
@@ -240,8 +238,9 @@ def test_paper_on_the_full_set_has_no_test_set_note(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("command", ["run", "estimate"])
-def test_a_broken_install_without_the_bundled_set_exits_2(command, without_mnist, tmp_path,
-                                                          monkeypatch):
+def test_a_broken_install_without_the_bundled_set_exits_2(
+    command, without_mnist, tmp_path, monkeypatch
+):
     """The bundled files missing (a damaged install) and nothing else found: one error line."""
     import importlib.resources
 
