@@ -349,10 +349,10 @@ def resolve_source(source: str, *, cwd: Path | None = None) -> str:
     >>> resolve_source("digits")
     'digits'
     """
-    from oodeval.environments.mnist import bundled_mnist_dir
-
     if source != "auto":
         return source
+    from oodeval.environments.mnist import bundled_mnist_dir
+
     base = Path.cwd() if cwd is None else cwd
     candidates = []
     if os.environ.get(MNIST_ENV_VAR):
