@@ -1,4 +1,5 @@
-"""Fixtures for the shared data beside the checkout (skipped when absent, failed under CI=true)."""
+"""Fixtures for the shared data beside the checkout (skipped when absent, failed under CI=true)
+and for the real MNIST test set (../shared, else the copy bundled with oodeval)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from oodeval.environments.mnist import bundled_mnist_dir
 from tests.requires import DOMAINBED_SWEEP, MNIST_DIR, requires_path
 
 
 @pytest.fixture(scope="session")
 def mnist_dir() -> Path:
-    """The real MNIST test set (IDX files) at ../shared/data/mnist."""
-    requires_path(MNIST_DIR / "t10k-images-idx3-ubyte.gz", "the real MNIST test set")
-    return MNIST_DIR
+    """The real MNIST test set (IDX files): ../shared/data/mnist when present, else the copy
+    bundled with oodeval (the same bytes: tests/test_bundled_mnist.py)."""
+    if (MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file():
+        return MNIST_DIR
+    return bundled_mnist_dir()
 
 
 @pytest.fixture(scope="session")

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from oodeval.cli.main import app
-from oodeval.errors import OodevalError
+from oodeval.environments.mnist import bundled_mnist_dir, is_test_set_only
 from oodeval.study import config_from_dict, preset, preset_names
 from oodeval.study.config import (
     MNIST_ENV_VAR,
     ScenarioSpec,
+    data_note,
     import_backend,
     resolved_hparams,
     validate_config,
@@ -131,11 +134,11 @@ def with_mnist(mnist_dir, monkeypatch):
 
 @pytest.fixture()
 def without_mnist(tmp_path, monkeypatch):
-    """No MNIST to be found: OODEVAL_MNIST names an empty folder, no ../shared beside the cwd."""
-    empty = tmp_path / "work" / "empty"
-    empty.mkdir(parents=True)
-    monkeypatch.setenv(MNIST_ENV_VAR, str(empty))
-    monkeypatch.chdir(empty.parent)
+    """No MNIST beside the package: no OODEVAL_MNIST, no ../shared beside the cwd."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.delenv(MNIST_ENV_VAR, raising=False)
+    monkeypatch.chdir(work)
 
 
 def test_names_in_order_of_cost():
@@ -210,23 +213,47 @@ def test_every_preset_passes_validation(name, with_mnist):
     assert len(validated["scenarios"]) == len(config.scenarios)
 
 
-def test_paper_without_mnist_is_one_clear_error(without_mnist):
-    with pytest.raises(OodevalError, match=r"preset 'paper' trains on the real MNIST") as caught:
-        preset("paper")
-    message = str(caught.value)
-    assert "\n" not in message and f"{MNIST_ENV_VAR}=DIR" in message and "paper-cpu" in message
-    assert preset("paper-cpu").source == "auto"  # the others still build (and fall back later)
+def test_paper_without_mnist_trains_on_the_bundled_test_set_and_says_so(without_mnist):
+    paper = preset("paper")
+    assert paper.source == f"mnist:{bundled_mnist_dir()}"
+    assert paper.source_identity is not None and is_test_set_only(paper.source_identity)
+    note = data_note(paper)
+    assert note is not None and "test set alone (10,000 images), 1/7 of the 70,000" in note
+    assert preset("paper-cpu").source == "auto"  # the others resolve when they run
+
+
+def test_paper_on_the_full_set_has_no_test_set_note(tmp_path, monkeypatch):
+    """OODEVAL_MNIST with train and t10k files: the source is all of them, no note."""
+    full = tmp_path / "mnist"
+    shutil.copytree(bundled_mnist_dir(), full)
+    images = np.arange(20 * 28 * 28, dtype=np.uint8).reshape(20, 28, 28)
+    labels = np.arange(20, dtype=np.uint8) % 10
+    for stem, array in (("train-images-idx3-ubyte", images), ("train-labels-idx1-ubyte", labels)):
+        header = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
+        (full / stem).write_bytes(header + array.tobytes())
+    monkeypatch.setenv(MNIST_ENV_VAR, str(full))
+    paper = preset("paper")
+    assert paper.source == f"mnist:{full.resolve()}"
+    assert not is_test_set_only(paper.source_identity) and data_note(paper) is None
 
 
 @pytest.mark.parametrize("command", ["run", "estimate"])
-def test_paper_without_mnist_exits_2_through_the_cli(command, without_mnist, tmp_path):
+def test_a_broken_install_without_the_bundled_set_exits_2(
+    command, without_mnist, tmp_path, monkeypatch
+):
+    """The bundled files missing (a damaged install) and nothing else found: one error line."""
+    import importlib.resources
+
+    monkeypatch.setattr(importlib.resources, "files", lambda package: tmp_path / "site")
     args = ["study", command, "--preset", "paper"]
     if command == "run":
         args += ["--out", str(tmp_path / "out")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: preset 'paper' trains on the real")
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: oodeval's bundled MNIST test set is missing from ")
+    assert "reinstall oodeval, or set OODEVAL_MNIST=DIR" in lines[0]
     assert not (tmp_path / "out").exists()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import oodeval
 from oodeval.errors import OodevalError
 from oodeval.study import (
     config_from_dict,
@@ -302,7 +303,8 @@ def test_bad_toml_and_unknown_keys(tmp_path):
 
 def test_auto_source_finds_mnist_beside_the_checkout(tmp_path, monkeypatch):
     monkeypatch.delenv("OODEVAL_MNIST", raising=False)
-    assert resolve_source("auto", cwd=tmp_path / "work") == "digits"
+    bundled = (Path(oodeval.__file__).parent / "data" / "mnist").resolve()
+    assert resolve_source("auto", cwd=tmp_path / "work") == f"mnist:{bundled}"
     mnist = tmp_path / "shared" / "data" / "mnist"
     mnist.mkdir(parents=True)
     (mnist / "t10k-images-idx3-ubyte.gz").write_bytes(b"")

@@ -228,6 +228,8 @@ def run_command(
         f"({summary.done} done, {summary.failed} failed) in {summary.wall_seconds:.1f} s; "
         f"store: {Path(out) / 'results.sqlite'}"
     )
+    if summary.data_note:
+        typer.echo(f"note: {summary.data_note}")
     if report:
         from oodeval.report.build import write_report
 
@@ -297,7 +299,8 @@ def _status_notes(study, directory: Path) -> list[str]:
     """The lines `study status` prints under the coverage table: notes, failures, damage, store."""
     from oodeval.study.integrity import printable
 
-    lines = [f"note: {n}" for n in filter(None, [study.outside_note(), *study.code_notes()])]
+    notes = [study.data_note(), study.outside_note(), *study.code_notes()]
+    lines = [f"note: {n}" for n in filter(None, notes)]
     failed = study.units[study.units["status"] == "failed"]
     for unit in failed.itertuples(index=False):
         lines.append(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
@@ -352,6 +355,8 @@ def analyze_command(
         typer.echo(f"warning: {note}", err=True)
     if study.outside_note():
         typer.echo(f"note: {study.outside_note()}", err=True)
+    if study.data_note() and fmt.value in ("csv", "json"):  # the verdict block has it otherwise
+        typer.echo(f"note: {study.data_note()}", err=True)
 
 
 @app.command("merge")

@@ -1,7 +1,14 @@
-"""MNIST in IDX format: reading (plain or gzip), checksum verification, optional download.
+"""MNIST in IDX format: reading (plain or gzip), checksum verification, optional download, and
+the test set bundled with oodeval.
 
 IDX layout: a 4-byte magic (two zero bytes, a type code 0x08 for unsigned bytes, the number of
 dimensions), one big-endian uint32 per dimension, then the data.
+
+oodeval ships MNIST's test set (10,000 images; CC BY-SA 3.0, credited in NOTICE) in
+``oodeval/data/mnist`` (`bundled_mnist_dir`): the last place ``source = "auto"`` looks
+(`oodeval.study.config.resolve_source`). DomainBed's ColoredMNIST draws from all 70,000 images
+(train + test); `is_test_set_only` tells, from a source's identity alone, when a study trained
+on the 10,000 only.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import hashlib
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +44,14 @@ KNOWN_SHA256 = {
         "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"
     ),
 }
+#: SHA-256 of MNIST's test-set IDX files, decompressed: the content of the bundled copy.
+TEST_SET_SHA256 = {
+    "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+    "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+}
+#: Images in MNIST's test set, and in train + test: the pool DomainBed's ColoredMNIST draws from.
+TEST_SET_IMAGES = 10_000
+ALL_IMAGES = 70_000
 DEFAULT_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -92,6 +108,47 @@ def load_mnist(root: str | Path, *, split: str | None = None) -> ImageSource:
         y,
         tuple(str(d) for d in range(10)),
     )
+
+
+def bundled_mnist_dir() -> Path:
+    """The folder of the MNIST test set shipped inside the package (``oodeval/data/mnist``).
+
+    Found with `importlib.resources`, so it is the installed package's folder wherever that
+    lies (a checkout, site-packages). Raises OodevalError when the files are missing or the
+    package is not installed as plain files (e.g. imported from a zip).
+
+    >>> sorted(p.name for p in bundled_mnist_dir().glob("t10k-*"))
+    ['t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz']
+    """
+    from importlib.resources import files
+
+    folder = files("oodeval").joinpath("data", "mnist")
+    names = [stem + ".gz" for stem in FILES["t10k"]]
+    if not isinstance(folder, Path) or not all((folder / n).is_file() for n in names):
+        raise OodevalError(
+            f"oodeval's bundled MNIST test set is missing from {folder} (expected "
+            f"{' and '.join(names)}); reinstall oodeval, or set OODEVAL_MNIST=DIR to a folder "
+            "holding the MNIST IDX files"
+        )
+    return folder.resolve()
+
+
+def is_test_set_only(identity: Mapping[str, str] | None) -> bool:
+    """Whether a source identity (``{"kind", "digest"}``, as a study config stores it) is
+    MNIST's test set alone: the 10,000 images bundled with oodeval, or the same two IDX files
+    anywhere else (the digest names the content, `oodeval.environments.sources.source_identity`).
+
+    >>> from oodeval.environments.sources import source_identity
+    >>> is_test_set_only(source_identity(f"mnist:{bundled_mnist_dir()}").as_dict())
+    True
+    >>> is_test_set_only({"kind": "digits", "digest": "sha256:0"}), is_test_set_only(None)
+    (False, False)
+    """
+    from oodeval.environments.sources import manifest_digest
+
+    if not identity or identity.get("kind") != "mnist":
+        return False
+    return identity.get("digest") == manifest_digest(TEST_SET_SHA256)
 
 
 def read_idx(path: str | Path) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,10 +173,19 @@ def source_identity(spec: str) -> SourceIdentity:
     else:
         files = list(_source_files(kind, root))
         hint = str(root.resolve())
-    manifest = "".join(
-        f"{name}\0{_file_sha256(path, decompress)}\n" for name, path, decompress in sorted(files)
-    )
-    return SourceIdentity(kind, "sha256:" + hashlib.sha256(manifest.encode()).hexdigest(), hint)
+    digests = {name: _file_sha256(path, decompress) for name, path, decompress in files}
+    return SourceIdentity(kind, manifest_digest(digests), hint)
+
+
+def manifest_digest(file_digests: Mapping[str, str]) -> str:
+    """``"sha256:" + SHA-256`` of the lines ``<name>\\0<sha256>\\n``, sorted by name: a source's
+    content digest from its files' SHA-256 hex digests (`source_identity`).
+
+    >>> manifest_digest({"b": "00", "a": "11"}) == manifest_digest({"a": "11", "b": "00"})
+    True
+    """
+    manifest = "".join(f"{name}\0{file_digests[name]}\n" for name in sorted(file_digests))
+    return "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
 
 
 def _source_files(kind: str, root: Path) -> Iterator[tuple[str, Path, bool]]:

@@ -58,6 +58,8 @@ def verdict_section(
     """
     section = Section("Verdict", lead=True, anchor="verdict")
     section.facts.append(("units", completeness_sentence(study)))
+    if study.data_note():
+        section.notes.append(f"Note: {study.data_note()}.")
     if results is None:
         section.intro = f"No verdict yet: {problem}"
         return section

@@ -265,15 +265,18 @@ VERDICT_FOOTNOTE = (
 def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     """The verdict block: one sentence, the units it uses, the per-scenario table, the footnote.
 
-    Printed first by `oodeval study analyze` and at the top of ``analysis.md``.
+    Printed first by `oodeval study analyze` and at the top of ``analysis.md``; a note on the
+    data (`Study.data_note`) follows the count of units when there is one.
     """
     verdicts = results["verdict"]
+    note = study.data_note()
     return "\n".join(
         [
             f"Verdict: {meta_tables.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
             "",
             completeness_sentence(study),
             "",
+            *([f"Note: {note}.", ""] if note else []),
             markdown_table(verdict_view(verdicts)),
             "",
             VERDICT_FOOTNOTE,

@@ -7,7 +7,7 @@ the model trained on all given environments, from which the analyses compute the
 A config file looks like ``examples/study.toml``::
 
     name = "my-study"
-    source = "auto"                 # digits | mnist:DIR | auto (real MNIST when found, else digits)
+    source = "auto"                 # auto (MNIST: $OODEVAL_MNIST, ../shared, the bundled test set)
     algorithms = ["ERM", "IRM", "GroupDRO"]
     seeds = [0, 1, 2]
     steps = 1000
@@ -277,9 +277,9 @@ class StudyConfig:
         module names, or paths of ``.py`` files (`import_module_or_file`), stored absolute.
     import_digests : {path: `code_digest`} of each ``.py`` file of ``imports``, computed when the
         config is built unless given (a stored config carries them).
-    source : image source spec (``digits``, ``mnist:DIR``, ...); ``auto`` is resolved by
-        `resolve_source` when the study runs. Once resolved, the path is a hint: the data is
-        identified by `source_identity`.
+    source : image source spec (``digits``, ``mnist:DIR``, ...); ``auto`` (real MNIST) is
+        resolved by `resolve_source` when the study runs. Once resolved, the path is a hint:
+        the data is identified by `source_identity`.
     source_identity : ``{"kind", "digest"}`` of the resolved source's content
         (`oodeval.environments.sources.source_identity`), computed when the config is built
         unless given (a stored config carries it); None while the source is ``auto``.
@@ -336,17 +336,23 @@ class StudyConfig:
 
 
 def resolve_source(source: str, *, cwd: Path | None = None) -> str:
-    """Resolve ``source = "auto"``: real MNIST when found, else the bundled ``digits``.
+    """Resolve ``source = "auto"`` to real MNIST: ``"mnist:DIR"`` of the first folder found.
 
-    Looks, in order, at the ``OODEVAL_MNIST`` environment variable and at ``../shared/data/mnist``
-    relative to the working directory; a folder counts when it holds ``t10k-images-idx3-ubyte``
-    (optionally ``.gz``). Any other source string is returned unchanged.
+    Looks, in order, at the folder the ``OODEVAL_MNIST`` environment variable names, at
+    ``../shared/data/mnist`` relative to the working directory (`cwd`), and at the MNIST test
+    set bundled with oodeval (`oodeval.environments.mnist.bundled_mnist_dir`, always there in an
+    intact install); the first two count when they hold ``t10k-images-idx3-ubyte`` (optionally
+    ``.gz``). Any other source string is returned unchanged: scikit-learn's 8x8 digits only
+    as ``"digits"``. A folder with MNIST's train files as well gives all 70,000 images
+    (`oodeval.environments.mnist.load_mnist` reads every split present).
 
     >>> resolve_source("digits")
     'digits'
     """
     if source != "auto":
         return source
+    from oodeval.environments.mnist import bundled_mnist_dir
+
     base = Path.cwd() if cwd is None else cwd
     candidates = []
     if os.environ.get(MNIST_ENV_VAR):
@@ -355,7 +361,30 @@ def resolve_source(source: str, *, cwd: Path | None = None) -> str:
     for folder in candidates:
         if any((folder / f"t10k-images-idx3-ubyte{ext}").is_file() for ext in ("", ".gz")):
             return f"mnist:{folder.resolve()}"
-    return "digits"
+    return f"mnist:{bundled_mnist_dir()}"
+
+
+def data_note(config: StudyConfig | Mapping[str, Any]) -> str | None:
+    """What every output of a study's numbers says about its data, or None.
+
+    A study trained on MNIST's test set alone (the bundled copy, or the same two files
+    anywhere: `oodeval.environments.mnist.is_test_set_only` on its ``source_identity``) drew
+    from 1/7 of the 70,000 images DomainBed's ColoredMNIST uses; `study run`, `study status`,
+    `study analyze` and the study report say so with this sentence.
+
+    >>> data_note({"source": "digits", "source_identity": {"kind": "digits", "digest": "x"}})
+    """
+    from oodeval.environments.mnist import ALL_IMAGES, TEST_SET_IMAGES, is_test_set_only
+
+    data = config.to_dict() if isinstance(config, StudyConfig) else config
+    if not is_test_set_only(data.get("source_identity")):
+        return None
+    return (
+        f"the data is MNIST's test set alone ({TEST_SET_IMAGES:,} images), "
+        f"1/{ALL_IMAGES // TEST_SET_IMAGES} of the {ALL_IMAGES:,} (train + test) that "
+        f"DomainBed's ColoredMNIST draws from; for all {ALL_IMAGES:,}, set {MNIST_ENV_VAR} to a "
+        "folder holding MNIST's four IDX files (docs/howto/data.md)"
+    )
 
 
 def load_config(path: str | Path) -> StudyConfig:

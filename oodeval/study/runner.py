@@ -28,6 +28,7 @@ from oodeval.study.config import (
     ScenarioSpec,
     StudyConfig,
     build,
+    data_note,
     import_backend,
     resolve_source,
     scenario_key,
@@ -41,7 +42,8 @@ from oodeval.study.worker import UnitOutcome, UnitTask
 @dataclass(frozen=True)
 class RunSummary:
     """What `run_study` did: units planned, skipped (already stored), run, done and failed;
-    `changes` says how the config grew (or shrank) a stored study (None for a new study)."""
+    `changes` says how the config grew (or shrank) a stored study (None for a new study);
+    `data_note` what the outputs say about the data (`oodeval.study.config.data_note`)."""
 
     directory: Path
     planned: int
@@ -51,6 +53,7 @@ class RunSummary:
     failed: int
     wall_seconds: float
     changes: ConfigChanges | None = None
+    data_note: str | None = None
 
 
 def plan_units(config: StudyConfig, validated: dict[str, Any] | None = None) -> list[UnitTask]:
@@ -164,6 +167,7 @@ def run_study(
         failed=failed,
         wall_seconds=time.perf_counter() - start,
         changes=changes,
+        data_note=data_note(config),
     )
 
 

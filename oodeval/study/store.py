@@ -1311,6 +1311,13 @@ class Study:
         (damaged units left out, units without checksums); empty for a verified store."""
         return self.health.notes() if self.health is not None else []
 
+    def data_note(self) -> str | None:
+        """One sentence on the study's data that every output of its numbers repeats, or None
+        (`oodeval.study.config.data_note`: MNIST's test set alone is 1/7 of DomainBed's pool)."""
+        from oodeval.study.config import data_note
+
+        return data_note(self.config)
+
     def outside_note(self) -> str | None:
         """One sentence on the stored units the current config does not ask for, or None."""
         if not self.outside:
