@@ -26,6 +26,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help (click's): the text is printed as written and each paragraph reflowed to the
+    # terminal. Rich markup would eat "[trainer]" (a TOML table), Markdown "<domain>/<class>"
+    # and "prob_<j>"; both keep the source's line breaks or drop characters. Sub-apps inherit it.
+    rich_markup_mode=None,
 )
 
 

@@ -92,7 +92,9 @@ _PRECISION_HELP = (
 def run_command(
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
     preset_name: str | None = typer.Option(None, "--preset", help=_PRESET_HELP),
-    out: Path = typer.Option(..., "--out", help="Study folder (results.sqlite goes here)."),
+    out: Path = typer.Option(
+        ..., "--out", metavar="DIR", help="Study folder (results.sqlite goes here)."
+    ),
     workers: int | None = typer.Option(
         None,
         "--workers",
@@ -359,7 +361,7 @@ def analyze_command(
 def merge_command(
     inputs: list[Path] = typer.Argument(..., help="Study folders to merge."),
     out: Path = typer.Option(
-        ..., "--out", help="Study folder to merge into (created, or resumed)."
+        ..., "--out", metavar="DIR", help="Study folder to merge into (created, or resumed)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
 ) -> None:
