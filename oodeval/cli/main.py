@@ -77,7 +77,8 @@ def run(args: list[str] | None = None) -> int:
         code = app(args=args, standalone_mode=False, prog_name="oodeval")
     except Exception as exc:
         kinds = _click_kinds(exc)
-        if "NoArgsIsHelpError" in kinds:  # the help has been printed already
+        if "NoArgsIsHelpError" in kinds:  # a group without a command: its help, status 2
+            typer.echo(exc.format_message())  # type: ignore[attr-defined]
             return USAGE_ERROR
         if "UsageError" in kinds:
             message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
