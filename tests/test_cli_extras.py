@@ -161,3 +161,16 @@ def test_require_extra_names_the_first_missing_module(monkeypatch):
     )
     with pytest.raises(OodevalError, match=r"^y needs the 'report' extra \(jinja2 is not"):
         require_extra("report", "y")
+
+
+def test_the_digits_source_names_the_train_extra(monkeypatch):
+    import importlib.util
+
+    from oodeval.environments import sources
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a)
+    )
+    with pytest.raises(OodevalError, match=r"^the digits source needs the 'train' extra \(sklearn"):
+        sources._digits_file()
