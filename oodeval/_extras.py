@@ -52,16 +52,20 @@ def missing_extra_message(what: str, module: str, extra: str | None = None) -> s
 
 def extra_of(exc: ImportError) -> str | None:
     """The extra whose missing module raised `exc`, or None when it is not an extra's module
-    (a broken install of a core dependency, or our own code: those stay real errors).
+    (a core dependency or our own code) or not a missing package at all: a package that is not
+    installed fails on its top-level name, while a missing submodule of an installed one
+    (``torch.nn``) is a broken install, which stays a real error.
 
-    >>> extra_of(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib.pyplot"))
+    >>> extra_of(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"))
     'report'
     >>> extra_of(ModuleNotFoundError("No module named 'numpy'", name="numpy")) is None
     True
+    >>> extra_of(ModuleNotFoundError("No module named 'torch.nn'", name="torch.nn")) is None
+    True
     """
-    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name or "." in exc.name:
         return None
-    return EXTRAS.get(exc.name.split(".")[0])
+    return EXTRAS.get(exc.name)
 
 
 def _absent(module: str) -> bool:

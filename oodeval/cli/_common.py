@@ -87,8 +87,7 @@ def reports_errors(fn: F) -> F:
             extra = extra_of(exc)
             if extra is None:
                 raise
-            module = (exc.name or "").split(".")[0]
-            raise fail(missing_extra_message(command_path(), module, extra)) from None
+            raise fail(missing_extra_message(command_path(), str(exc.name), extra)) from None
         except FileNotFoundError as exc:
             name = exc.filename or str(exc)
             raise fail(f"file not found: {name}; check the path") from None

@@ -27,8 +27,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
     # Plain help (click's): the text is printed as written and each paragraph reflowed to the
-    # terminal. Rich markup would eat "[trainer]" (a TOML table), Markdown "<domain>/<class>"
-    # and "prob_<j>"; both keep the source's line breaks or drop characters. Sub-apps inherit it.
+    # terminal. Rich markup ate "[trainer]" (a TOML table) and kept the docstrings' line breaks
+    # (sentences broke mid-line); Markdown drops "<domain>/<class>" and "prob_<j>". Sub-apps
+    # inherit the mode from this app.
     rich_markup_mode=None,
 )
 
