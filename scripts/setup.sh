@@ -9,4 +9,6 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[train,corruptions,test,ray,slurm]"
+# every extra the tests and the docs build need (not clip: open_clip_torch pulls torchvision)
+.venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    -e ".[report,train,corruptions,test,ray,slurm,docs]"

@@ -19,21 +19,16 @@ from typing import NoReturn
 
 import pytest
 
+from oodeval._extras import EXTRAS as PACKAGE_EXTRAS
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 MNIST_DIR = SHARED / "data" / "mnist"
 DOMAINBED_SWEEP = SHARED / "fixtures" / "domainbed-vlcs-sweep"
 
 #: The optional extras of pyproject.toml's [project.optional-dependencies], by the top-level module
-#: each provides (what a test or a module imports).
-EXTRAS: dict[str, str] = {
-    "torch": "train",
-    "imagecorruptions": "corruptions",
-    "ray": "ray",
-    "submitit": "slurm",
-    "open_clip": "clip",
-    "selenium": "test",
-}
+#: each provides (what a test or a module imports): the package's own map, plus the test extra.
+EXTRAS: dict[str, str] = {**PACKAGE_EXTRAS, "selenium": "test"}
 
 
 def in_ci() -> bool:

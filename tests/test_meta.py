@@ -21,7 +21,12 @@ from oodeval.measures import (
     select_algorithm,
     selection_degradation,
 )
-from oodeval.measures.meta import _rowwise_kendall_b, _rowwise_spearman
+from oodeval.measures.meta import (
+    KENDALL_PAIRWISE_MAX,
+    _average_ranks,
+    _rowwise_kendall_b,
+    _rowwise_spearman,
+)
 
 
 def brute_kendall_tau_b(x, y):
@@ -165,6 +170,51 @@ def test_vectorised_bootstrap_statistics_match_scipy_per_row(pair):
     else:
         assert rho == pytest.approx(stats.spearmanr(x[0], y[0]).statistic, abs=1e-12)
         assert tau == pytest.approx(stats.kendalltau(x[0], y[0]).statistic, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.lists(
+            st.lists(st.one_of(st.integers(0, 3), st.just(None)), min_size=n, max_size=n),
+            min_size=1,
+            max_size=4,
+        )
+    )
+)
+def test_average_ranks_match_scipy_rankdata_with_ties_and_missing_values(rows):
+    # scipy.stats stays the reference here; oodeval ranks in numpy so `measures` need not
+    # import it (about a second of start-up)
+    x = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float)
+    np.testing.assert_array_equal(_average_ranks(x), stats.rankdata(x, axis=1, nan_policy="omit"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(2, 20).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(0, 5), min_size=n, max_size=n),
+            st.lists(st.integers(0, 5), min_size=n, max_size=n),
+        )
+    )
+)
+def test_rank_correlation_matches_scipy_with_ties(pair):
+    x, y = (np.array(v, dtype=float) / 10 for v in pair)
+    r = rank_correlation(x, y)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        assert math.isnan(r["spearman"]) and math.isnan(r["kendall"])
+    else:  # sums of at most 20^2 small integers, one division and a square root: 1e-12 is ample
+        assert r["spearman"] == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+        assert r["kendall"] == pytest.approx(stats.kendalltau(x, y).statistic, abs=1e-12)
+
+
+def test_rank_correlation_beyond_the_pairwise_limit_matches_scipy():
+    rng = np.random.default_rng(5)
+    n = KENDALL_PAIRWISE_MAX + 50
+    x, y = np.round(rng.uniform(size=(2, n)), 2)
+    r = rank_correlation(x, y)
+    assert r["kendall"] == pytest.approx(stats.kendalltau(x, y).statistic, abs=1e-12)
+    assert r["spearman"] == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
 
 
 def test_bootstrap_interval_matches_a_scipy_loop_over_the_same_resamples():

@@ -79,6 +79,23 @@ def test_openworld_curve_area_and_roc_area_equal_the_metrics():
     assert np.trapezoid(roc.y, roc.x) == pytest.approx(metrics["auroc"], abs=1e-12)
 
 
+def test_roc_points_match_scikit_learn():
+    from sklearn.metrics import roc_curve
+
+    from oodeval.report.openworld_report import roc_points
+
+    rng = np.random.default_rng(4)
+    for decimals in (1, 2, 6):  # many ties, some, none
+        base = np.round(rng.uniform(0.2, 1.0, size=57), decimals)
+        new = np.round(rng.uniform(0.0, 0.8, size=31), decimals)
+        y = np.r_[np.ones(base.size), np.zeros(new.size)]
+        fpr, tpr, _ = roc_curve(y, np.r_[base, new], drop_intermediate=False)
+        ours = roc_points(base, new)
+        # counts divided by the same totals: equal to the last bit
+        np.testing.assert_array_equal(ours[0], fpr)
+        np.testing.assert_array_equal(ours[1], tpr)
+
+
 def test_ratio_sweep_moves_base_share_and_plots_the_study_numbers():
     from oodeval.openworld.ratio_study import ratio_study
     from oodeval.report.openworld_report import SWEEP_RATIOS

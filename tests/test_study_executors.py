@@ -238,8 +238,8 @@ def test_a_missing_extra_is_one_clear_error_before_the_store_is_made(
         run_study(tiny_config(), tmp_path / "s", executor=executor, progress=False)
     message = str(info.value)
     assert message == (
-        f"the {extra} executor needs {module}, which is not installed; "
-        f"pip install 'oodeval[{extra}]'"
+        f"the {extra} executor needs the '{extra}' extra ({module} is not installed); "
+        f"install it with: pip install 'oodeval[{extra}]'"
     )
     assert not (tmp_path / "s" / "results.sqlite").exists()
     # the CLI prints that one line and exits with status 2

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import typer
 from typer.core import TyperGroup
 
+from oodeval._extras import extra_of, missing_extra_message
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, render_rows, to_json
 
@@ -49,7 +50,7 @@ FORMAT_OPT: Any = typer.Option(
     help="Output format: table (aligned text), csv, json or markdown.",
 )
 OUTPUT_OPT: Any = typer.Option(
-    None, "--output", "-o", help="Write the output to this file instead of stdout."
+    None, "--output", "-o", metavar="FILE", help="Write the output to this file instead of stdout."
 )
 
 
@@ -59,8 +60,22 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=USAGE_ERROR)
 
 
+def command_path() -> str:
+    """The running command as the user typed it (``oodeval study run``), for messages."""
+    try:  # typer >= 0.2x vendors its own click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer, with click itself
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    return ctx.command_path if ctx is not None else "this command"
+
+
 def reports_errors(fn: F) -> F:
-    """Turn OodevalError (bad input) into one stderr line and exit status 2, no traceback."""
+    """Turn OodevalError (bad input) into one stderr line and exit status 2, no traceback.
+
+    A missing optional extra (torch for `study run`, matplotlib for `report`...) is one line too,
+    naming the command and the extra to install (`oodeval._extras.missing_extra_message`).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -68,6 +83,11 @@ def reports_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except OodevalError as exc:
             raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        except ModuleNotFoundError as exc:  # an optional extra's module (torch...) is missing
+            extra = extra_of(exc)
+            if extra is None:
+                raise
+            raise fail(missing_extra_message(command_path(), str(exc.name), extra)) from None
         except FileNotFoundError as exc:
             name = exc.filename or str(exc)
             raise fail(f"file not found: {name}; check the path") from None

@@ -40,7 +40,9 @@ SIZE_OPT = typer.Option(
 PATTERN_OPT = typer.Option(None, "--pattern", help="Corrupted sampling pattern, e.g. 1-1-1-1.")
 SEVERITY_OPT = typer.Option(None, "--severity", help="Corruption severity 1..5 (corrupted).")
 IMAGE_SIZE_OPT = typer.Option(None, "--image-size", help="Resize folder images (corrupted).")
-CACHE_OPT = typer.Option(None, "--cache-dir", help="Cache folder for corrupted images.")
+CACHE_OPT = typer.Option(
+    None, "--cache-dir", metavar="DIR", help="Cache folder for corrupted images."
+)
 
 
 def _scenario(family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir):
@@ -166,7 +168,7 @@ def show(
 @reports_errors
 def preview(
     family: str = FAMILY_ARG,
-    out: Path = typer.Option(..., "--out", help="PNG file to write the grid to."),
+    out: Path = typer.Option(..., "--out", metavar="FILE", help="PNG file to write the grid to."),
     source: str = SOURCE_OPT,
     seed: int = SEED_OPT,
     ratio: str | None = RATIO_OPT,

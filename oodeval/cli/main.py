@@ -26,6 +26,11 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help (click's): the text is printed as written and each paragraph reflowed to the
+    # terminal. Rich markup ate "[trainer]" (a TOML table) and kept the docstrings' line breaks
+    # (sentences broke mid-line); Markdown drops "<domain>/<class>" and "prob_<j>". Sub-apps
+    # inherit the mode from this app.
+    rich_markup_mode=None,
 )
 
 
@@ -73,7 +78,8 @@ def run(args: list[str] | None = None) -> int:
         code = app(args=args, standalone_mode=False, prog_name="oodeval")
     except Exception as exc:
         kinds = _click_kinds(exc)
-        if "NoArgsIsHelpError" in kinds:  # the help has been printed already
+        if "NoArgsIsHelpError" in kinds:  # a group without a command: its help, status 2
+            typer.echo(exc.format_message())  # type: ignore[attr-defined]
             return USAGE_ERROR
         if "UsageError" in kinds:
             message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ included in JSON output; the exit status stays 0. Bad input: one ``error: ...`` 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import typer
@@ -87,7 +88,7 @@ def render(tables: ScoreTables, fmt: str, source: str = "results") -> str:
 
 @reports_errors
 def measures_command(
-    results: str = typer.Argument(
+    results: Path = typer.Argument(
         ...,
         help="Long-form CSV or JSON lines: algorithm, environment, error|accuracy, split "
         "(loo|all), optional seed.",
@@ -136,7 +137,7 @@ def measures_command(
     tables = score_results(
         data, measures=names, bootstrap=bootstrap, confidence=confidence, bootstrap_seed=seed
     )
-    echo_output(render(tables, fmt.value, source=results), output)
+    echo_output(render(tables, fmt.value, source=str(results)), output)
     for note in tables.notes:
         typer.echo(f"note: {note}", err=True)
 

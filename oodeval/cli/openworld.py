@@ -94,7 +94,10 @@ def score(
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
     curve: str | None = typer.Option(
-        None, "--curve", help="Also write the MissRate_b/HitRate_n curve to this CSV file."
+        None,
+        "--curve",
+        metavar="FILE",
+        help="Also write the MissRate_b/HitRate_n curve to this CSV file.",
     ),
 ) -> None:
     """Print BaseAcc, NewAcc, HM, OverallAcc, AUROC and OpenworldAUC for PREDICTIONS.

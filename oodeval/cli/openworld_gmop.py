@@ -107,8 +107,10 @@ def ratio_study_command(
 
 
 def make_features_command(
-    train_out: Path = typer.Option(..., "--train-out", help="Few-shot training features (.npz)."),
-    test_out: Path = typer.Option(..., "--test-out", help="Test features (.npz)."),
+    train_out: Path = typer.Option(
+        ..., "--train-out", metavar="FILE", help="Few-shot training features (.npz)."
+    ),
+    test_out: Path = typer.Option(..., "--test-out", metavar="FILE", help="Test features (.npz)."),
     source: str = typer.Option(
         "digits", "--source", help="digits, mnist:DIR, or synthetic (Gaussian clusters)."
     ),
@@ -144,7 +146,9 @@ def make_features_command(
 
 def train_gmop_command(
     features: Path = typer.Argument(..., help="Training feature file (.npz); base rows are used."),
-    out: Path = typer.Option(..., "--out", help="Where to write the trained model (.npz)."),
+    out: Path = typer.Option(
+        ..., "--out", metavar="FILE", help="Where to write the trained model (.npz)."
+    ),
     method: Method = typer.Option(Method.gmop, "--method", help="gmop or single-context (CE)."),
     partitions: int = typer.Option(3, "--n-partitions", help="K pseudo base/new partitions."),
     auc_weight: float = typer.Option(1.0, "--auc-weight", help="lambda: gated AUC term weight."),
@@ -198,10 +202,16 @@ def train_gmop_command(
 def evaluate_command(
     features: Path = typer.Argument(..., help="Test feature file (.npz)."),
     model_path: Path | None = typer.Option(
-        None, "--model", help="Model from train-gmop; omit for the zero-shot reference."
+        None,
+        "--model",
+        metavar="FILE",
+        help="Model from train-gmop; omit for the zero-shot reference.",
     ),
     predictions: Path | None = typer.Option(
-        None, "--predictions", help="Also write per-sample predictions (.npz) for ratio-study."
+        None,
+        "--predictions",
+        metavar="FILE",
+        help="Also write per-sample predictions (.npz) for ratio-study.",
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,

@@ -20,7 +20,9 @@ def register(app: typer.Typer) -> None:
             help="A study folder, a results CSV/JSONL (as for `oodeval measures`), or an "
             "open-world predictions .npz/.csv (as for `oodeval openworld`).",
         ),
-        out: Path = typer.Option(Path("report.html"), "--out", help="HTML file to write."),
+        out: Path = typer.Option(
+            Path("report.html"), "--out", metavar="FILE", help="HTML file to write."
+        ),
         base_classes: str | None = typer.Option(
             None, "--base-classes", help="Open-world files only: base class ids, e.g. 0-49."
         ),

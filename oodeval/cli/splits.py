@@ -82,7 +82,9 @@ def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -
 
 
 TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
-OUT_OPT = typer.Option(..., "--out", help="Split CSV to write (path,class,domain,role).")
+OUT_OPT = typer.Option(
+    ..., "--out", metavar="FILE", help="Split CSV to write (path,class,domain,role)."
+)
 SEED_OPT = typer.Option(0, "--seed", help="Seed of every random draw.")
 PER_MINOR_OPT = typer.Option(50, "--per-minor", help="Images per minor training domain.")
 PER_TEST_OPT = typer.Option(50, "--per-test", help="Images per test domain.")

@@ -6,12 +6,14 @@ from pathlib import Path
 
 import typer
 
+from oodeval._extras import require_extra
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_folder_path,
     check_output_path,
+    command_path,
     echo_output,
     render_lines,
     reports_errors,
@@ -92,7 +94,9 @@ _PRECISION_HELP = (
 def run_command(
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
     preset_name: str | None = typer.Option(None, "--preset", help=_PRESET_HELP),
-    out: Path = typer.Option(..., "--out", help="Study folder (results.sqlite goes here)."),
+    out: Path = typer.Option(
+        ..., "--out", metavar="DIR", help="Study folder (results.sqlite goes here)."
+    ),
     workers: int | None = typer.Option(
         None,
         "--workers",
@@ -171,6 +175,7 @@ def run_command(
     this process alone writes the store, so resuming works the same everywhere.
     """
     from oodeval.study import run_study
+    from oodeval.study.config import DEFAULT_BACKEND
     from oodeval.study.executors import make_executor
 
     check_folder_path(out)
@@ -209,6 +214,11 @@ def run_command(
         cluster=slurm_cluster,
     )
     study_config = _config(config, preset_name, precision, device)
+    # Before the store is made: the missing extras that would stop the run now, or at its end.
+    if study_config.backend == DEFAULT_BACKEND:
+        require_extra("train", command_path())
+    if report:
+        require_extra("report", f"{command_path()}'s report (--no-report skips it)")
     device_spec = study_config.trainer.get("device", "cpu")
     if device_spec not in ("cpu", "auto") and not chosen.trains_elsewhere:
         typer.echo(f"device: {_resolved_device(study_config)}", err=True)
@@ -364,7 +374,7 @@ def analyze_command(
 def merge_command(
     inputs: list[Path] = typer.Argument(..., help="Study folders to merge."),
     out: Path = typer.Option(
-        ..., "--out", help="Study folder to merge into (created, or resumed)."
+        ..., "--out", metavar="DIR", help="Study folder to merge into (created, or resumed)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import typer
@@ -87,7 +88,7 @@ def variance_report(
 
 @reports_errors
 def variance(
-    source: str = typer.Argument(
+    source: Path = typer.Argument(
         ...,
         help="A study folder (`oodeval study run --out`), a DomainBed-style sweep folder, or a "
         "CSV of per-checkpoint records.",

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval._extras import require_extra
 from oodeval.environments.base import Environment, Scenario
 from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.errors import OodevalError
@@ -235,12 +236,7 @@ class CorruptedScenario(Scenario):
         parse_pattern(pattern, None)
         if not (0.0 < float(eval_fraction) < 1.0):
             raise OodevalError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}")
-        import importlib.util
-
-        if importlib.util.find_spec("imagecorruptions") is None:
-            raise OodevalError(
-                "the corrupted family needs imagecorruptions: pip install 'oodeval[corruptions]'"
-            )
+        require_extra("corruptions", "the corrupted family")
         images = source.images
         if images.ndim != 4 or images.shape[1] not in (1, 3):
             raise OodevalError(f"corrupted needs (N, 1 or 3, H, W) images, got {images.shape}")

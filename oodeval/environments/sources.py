@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval._extras import MissingExtra, missing_extra_message
 from oodeval.errors import OodevalError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -232,6 +233,8 @@ def _digits_file() -> Path:
     import importlib.util
 
     spec = importlib.util.find_spec("sklearn")
+    if spec is None:
+        raise MissingExtra(missing_extra_message("the digits source", "sklearn"))
     for base in (spec.submodule_search_locations or []) if spec else []:
         path = Path(base) / "datasets" / "data" / "digits.csv.gz"
         if path.is_file():

@@ -2,8 +2,11 @@
 algorithm selection, selection degradation (Sections 5 and 6.1 of the worst+gap paper), seed
 statistics and a bootstrap confidence interval for the correlations.
 
-Conventions: Spearman's rho is `scipy.stats.spearmanr`; Kendall's tau is tau-b
-(`scipy.stats.kendalltau`, variant "b", which corrects for ties). Scores are "lower is better".
+Conventions: Spearman's rho is Pearson's correlation of average ranks (as
+`scipy.stats.spearmanr`); Kendall's tau is tau-b (as `scipy.stats.kendalltau`, variant "b",
+which corrects for ties). Both are computed here in numpy, exactly (the tests compare them with
+scipy's): importing scipy.stats costs about a second, more than a whole `oodeval measures` run.
+Scores are "lower is better".
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy import stats
 
 from oodeval.errors import OodevalError, listing, repeats
 from oodeval.measures._validation import as_float_array, check_same_length
@@ -34,6 +36,10 @@ TIE_DECIMALS = 12
 0.3 - 0.1 != 0.4 - 0.2 neither breaks a tie in a selection nor orders tied values in a rank."""
 
 
+KENDALL_PAIRWISE_MAX = 200
+"""Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
+
+
 def _tie_rounded(x: np.ndarray) -> np.ndarray:
     return np.round(x, TIE_DECIMALS)
 
@@ -50,10 +56,13 @@ def _paired_scores(measure_scores: Any, ideal_scores: Any) -> tuple[np.ndarray, 
 def rank_correlation(measure_scores: Any, ideal_scores: Any) -> dict[str, float]:
     """Spearman's rho and Kendall's tau-b between a measure and the ideal measure over algorithms.
 
-    Section 5 of the worst+gap paper. Both come from scipy (`spearmanr`, `kendalltau` with
-    variant="b"), on scores rounded to TIE_DECIMALS decimals (so floating-point noise does not
-    order tied values). When either input is constant the correlation is undefined and NaN is
-    returned (scipy's warning is silenced; the caller decides how to report it).
+    Section 5 of the worst+gap paper. rho = Pearson's r of the average ranks (ties share the
+    mean of their positions); tau_b = (n_c - n_d) / sqrt((n_0 - n_x)(n_0 - n_y)) over the n_0 =
+    n(n-1)/2 pairs, n_c / n_d concordant / discordant, n_x / n_y tied in one input: the values
+    of scipy's `spearmanr` and `kendalltau(variant="b")`. Computed on scores rounded to
+    TIE_DECIMALS decimals (so floating-point noise does not order tied values). When either
+    input is constant the correlation is undefined and NaN is returned (the caller decides how
+    to report it).
 
     Parameters
     ----------
@@ -71,10 +80,8 @@ def rank_correlation(measure_scores: Any, ideal_scores: Any) -> dict[str, float]
     m, i = _paired_scores(measure_scores, ideal_scores)
     if np.ptp(m) == 0 or np.ptp(i) == 0:
         return {"spearman": float("nan"), "kendall": float("nan")}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rho = stats.spearmanr(m, i).statistic
-        tau = stats.kendalltau(m, i, variant="b").statistic
+    rho = _rowwise_spearman(m[None, :], i[None, :])[0]
+    tau = _rowwise_kendall_b(m[None, :], i[None, :])[0]
     return {"spearman": float(rho), "kendall": float(tau)}
 
 
@@ -173,14 +180,38 @@ def mean_std(values: Any, *, ddof: int = 1) -> tuple[float, float]:
     return mean, std
 
 
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """The rank of each entry within its row, 1-based; tied entries share the mean of their
+    positions; NaN entries stay NaN and are not counted (scipy's ``rankdata(x, axis=1,
+    nan_policy="omit")``).
+
+    >>> _average_ranks(np.array([[0.5, 0.1, 0.5, np.nan, 0.2]]))
+    array([[3.5, 1. , 3.5, nan, 2. ]])
+    """
+    n = x.shape[1]
+    order = np.argsort(x, axis=1, kind="stable")  # NaN sort last
+    ordered = np.take_along_axis(x, order, axis=1)
+    starts = np.ones(x.shape, dtype=bool)  # position j opens a run of equal values
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ends = np.ones(x.shape, dtype=bool)  # position j closes one
+    ends[:, :-1] = starts[:, 1:]
+    positions = np.arange(n)
+    first = np.maximum.accumulate(np.where(starts, positions, 0), axis=1)
+    last = np.minimum.accumulate(np.where(ends, positions, n)[:, ::-1], axis=1)[:, ::-1]
+    ranks = np.empty(x.shape)
+    np.put_along_axis(ranks, order, (first + last) / 2 + 1, axis=1)
+    ranks[np.isnan(x)] = np.nan
+    return ranks
+
+
 def _rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Spearman's rho of each row pair (average ranks for ties); NaN for constant rows.
 
     NaN entries (missing values, NaN in x and y alike) are left out of their row, so a row's rho
     is that of its present pairs; a row with fewer than two distinct present values is NaN.
     """
-    rx = stats.rankdata(x, axis=1, nan_policy="omit")
-    ry = stats.rankdata(y, axis=1, nan_policy="omit")
+    rx = _average_ranks(x)
+    ry = _average_ranks(y)
     with warnings.catch_warnings():  # an all-NaN row has no mean; it is NaN below
         warnings.simplefilter("ignore", RuntimeWarning)
         rx -= np.nanmean(rx, axis=1, keepdims=True)
@@ -196,8 +227,19 @@ def _rowwise_kendall_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     tau_b = (n_c - n_d) / sqrt((n_0 - n_x)(n_0 - n_y)), n_0 = n(n-1)/2 pairs, n_x / n_y the pairs
     tied in x / y; (n_c - n_d) is half the sum of sign(dx)*sign(dy) over ordered pairs.
+    Beyond KENDALL_PAIRWISE_MAX columns the pairwise signs get large (n^2 per row): scipy's
+    O(n log n) `kendalltau` per row instead, imported only then.
     """
     n = x.shape[1]
+    if n > KENDALL_PAIRWISE_MAX:
+        from scipy import stats
+
+        with warnings.catch_warnings():  # constant rows: NaN, as below
+            warnings.simplefilter("ignore")
+            return np.array(
+                [stats.kendalltau(a, b, variant="b").statistic for a, b in zip(x, y, strict=True)],
+                dtype=np.float64,
+            )
     out = np.empty(x.shape[0])
     chunk = max(1, 4_000_000 // (n * n))
     n0 = n * (n - 1) / 2
@@ -265,14 +307,7 @@ def bootstrap_correlation_ci(
     idx = rng.integers(0, m.size, size=(int(n_resamples), m.size))
     x, y = m[idx], i[idx]
     rho = _rowwise_spearman(x, y)
-    if m.size <= 200:
-        tau = _rowwise_kendall_b(x, y)
-    else:  # O(n^2) pairwise signs get large; scipy's O(n log n) per resample instead
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tau = np.array(
-                [stats.kendalltau(a, b, variant="b").statistic for a, b in zip(x, y, strict=True)]
-            )
+    tau = _rowwise_kendall_b(x, y)
     valid = np.isfinite(rho) & np.isfinite(tau)
     return {
         "spearman": _percentile_interval(rho, valid, confidence),

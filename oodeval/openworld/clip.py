@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from oodeval._extras import MissingExtra, missing_extra_message
 from oodeval.errors import OodevalError
 from oodeval.openworld.features import FeatureSet, make_feature_set
 from oodeval.openworld.gmop import (
@@ -46,9 +47,7 @@ def _open_clip() -> Any:
     try:
         import open_clip
     except ImportError:
-        raise OodevalError(
-            "open_clip is not installed; install the extra with pip install 'oodeval[clip]'"
-        ) from None
+        raise MissingExtra(missing_extra_message("CLIP features", "open_clip", "clip")) from None
     return open_clip
 
 

@@ -17,12 +17,24 @@ SWEEP_METRICS = ("overall_acc", "openworld_auc", "auroc", "hm")
 
 
 def roc_points(base_scores: np.ndarray, new_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ROC of the base-vs-new detector (base positive): false and true positive rates."""
-    from sklearn.metrics import roc_curve
+    """ROC of the base-vs-new detector (base positive): false and true positive rates.
 
-    y = np.concatenate([np.ones(base_scores.size), np.zeros(new_scores.size)])
-    fpr, tpr, _ = roc_curve(y, np.concatenate([base_scores, new_scores]), drop_intermediate=False)
-    return fpr, tpr
+    One point per distinct score t, from the highest down, after (0, 0): TPR(t) = #{base >= t} /
+    #base and FPR(t) = #{new >= t} / #new (scikit-learn's ``roc_curve(...,
+    drop_intermediate=False)``, without needing it).
+
+    >>> fpr, tpr = roc_points(np.array([0.9, 0.4]), np.array([0.4, 0.1]))
+    >>> fpr.tolist(), tpr.tolist()
+    ([0.0, 0.0, 0.5, 1.0], [0.0, 0.5, 1.0, 1.0])
+    """
+    scores = np.concatenate([base_scores, new_scores])
+    is_base = np.concatenate([np.ones(base_scores.size), np.zeros(new_scores.size)])
+    order = np.argsort(-scores, kind="stable")
+    ordered = scores[order]
+    last_of_each = np.r_[np.flatnonzero(np.diff(ordered)), ordered.size - 1]
+    true_pos = np.cumsum(is_base[order])[last_of_each]
+    false_pos = last_of_each + 1 - true_pos
+    return np.r_[0.0, false_pos] / new_scores.size, np.r_[0.0, true_pos] / base_scores.size
 
 
 def ratio_sweep_table(

@@ -28,6 +28,7 @@ runs on the config's device, and the summary names it.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -163,6 +164,13 @@ def estimate_study(
     validated = validate_config(config, import_backend(config))
     n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
     sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction)
+    if progress:  # what is timed, before the minutes it takes (after every check of the input)
+        print(
+            sampling_line(
+                sample, mix, _sampled_n(n_by_scenario), workers, _measured_device(device)
+            ),
+            file=sys.stderr,
+        )
     with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
         folder = Path(directory) if directory is not None else Path(tmp)
         t0 = time.perf_counter()
@@ -220,6 +228,34 @@ def unit_checkpoints(config: StudyConfig) -> int:
     return config.steps // every + (config.steps % every != 0)
 
 
+def _sampled_n(n_by_scenario: list[int]) -> list[int]:
+    """The N_given values whole units are timed at: the smallest, the middle and the largest."""
+    distinct = sorted(set(n_by_scenario))
+    return sorted({distinct[0], distinct[len(distinct) // 2], distinct[-1]})
+
+
+def sampling_line(
+    sample: StudyConfig, mix: StudyConfig | None, sampled_n: list[int], workers: int, device: str
+) -> str:
+    """The line `study estimate` prints before it times whole units: what, where, how many.
+
+    >>> from oodeval.study import preset
+    >>> quick = preset("quick")
+    >>> sample = quick.replace(algorithms=["ERM"], hparams={}, steps=300)
+    >>> sampling_line(sample, None, [2, 4], 2, "cpu")
+    'sampling: ERM at N_given=2, 4 (one seed, 300 steps per unit) with 2 worker(s) on cpu'
+    """
+    line = (
+        f"sampling: {', '.join(sample.algorithms)} at N_given={', '.join(map(str, sampled_n))} "
+        f"(one seed, {sample.steps} steps per unit)"
+    )
+    if mix is not None:
+        line += (
+            f", then the {len(mix.algorithms)} other algorithm(s) once at N_given={sampled_n[0]}"
+        )
+    return f"{line} with {workers} worker(s) on {device}"
+
+
 def _sample_configs(
     config: StudyConfig,
     n_by_scenario: list[int],
@@ -228,9 +264,7 @@ def _sample_configs(
 ) -> tuple[StudyConfig, StudyConfig | None]:
     """The sample study (smallest, middle and largest N; the sampled algorithms; one seed) and
     the study timing every other algorithm once at the smallest N (None when there are none)."""
-    distinct = sorted(set(n_by_scenario))
-    sampled_n = sorted({distinct[0], distinct[len(distinct) // 2], distinct[-1]})
-    representatives = [n_by_scenario.index(n) for n in sampled_n]
+    representatives = [n_by_scenario.index(n) for n in _sampled_n(n_by_scenario)]
     if algorithms is None:
         picked = [a for a in DEFAULT_SAMPLE if a in config.algorithms]
         algorithms = tuple(picked or config.algorithms[:3])

@@ -93,6 +93,14 @@ def estimate_steps(
     distinct = sorted(set(n_by_scenario))
     sampled = sorted({distinct[0], distinct[len(distinct) // 2]})
     steps = min(sample_steps, config.steps)
+    if progress:  # what is timed, before the minutes it takes (after every check of the input)
+        reference = f" and {REFERENCE}'s at N_given={sampled[1]}" if len(sampled) > 1 else ""
+        print(
+            f"sampling: {steps} training step(s) of each of the {len(config.algorithms)} "
+            f"algorithm(s) at N_given={sampled[0]}{reference}, on {device} (projected for "
+            f"{workers} worker(s))",
+            file=sys.stderr,
+        )
     t0 = time.perf_counter()
     holdout = float(config.trainer.get("holdout_fraction", 0.2))
     counts = []  # each scenario's predicted rows; built one at a time, so memory stays bounded

@@ -42,6 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
+from oodeval._extras import MissingExtra, missing_extra_message
 from oodeval.errors import OodevalError, listing
 from oodeval.pool import WorkerPool
 from oodeval.study.config import StudyConfig
@@ -525,10 +526,7 @@ def _import_extra(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise OodevalError(
-            f"the {extra} executor needs {module}, which is not installed; "
-            f"pip install 'oodeval[{extra}]'"
-        ) from None
+        raise MissingExtra(missing_extra_message(f"the {extra} executor", module, extra)) from None
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
