@@ -17,6 +17,7 @@ domain.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,22 @@ from oodeval.results.selection import (
     select_training_domain,
     selection_method,
 )
-from oodeval.results.sweep import Sweep, checkpoint_table
+from oodeval.results.sweep import Sweep, checkpoint_table, read_sweep
+
+__all__ = [
+    "DOMAINBED_MEASURES",
+    "ENVIRONMENT_NAMES",
+    "LONG_FORM_COLUMNS",
+    "domain_measures_table",
+    "environment_names",
+    "long_form",
+    "read_domainbed",
+    "results_table",
+    "select",
+    "select_leave_one_domain_out",
+    "selection_requirement",
+    "trial_summary",
+]
 
 # Short environment names DomainBed prints as table columns (its datasets' ENVIRONMENTS lists).
 ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
@@ -279,3 +295,66 @@ def long_form(selected: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
         for r in selected.itertuples(index=False)
     ]
     return pd.DataFrame(rows, columns=LONG_FORM_COLUMNS)
+
+
+def read_domainbed(
+    sweep_dir: str | Path, *, selection: str = "training_domain", dataset: str | None = None
+) -> pd.DataFrame:
+    """Read a DomainBed sweep folder and apply one model-selection method: the long form that
+    `oodeval.score` takes.
+
+    The sweep folder holds one sub-folder per run, each with DomainBed's ``results.jsonl`` and,
+    once finished, ``done`` (runs without it are skipped; unreadable lines are skipped with an
+    `oodeval.results.sweep.SweepWarning`). Each selected test-environment accuracy is a
+    leave-one-environment-out accuracy: the model never saw that domain.
+
+    Parameters
+    ----------
+    sweep_dir : str or Path
+        DomainBed's ``--output_dir``.
+    selection : str, default "training_domain"
+        ``training_domain``, ``leave_one_domain_out`` (``lodo``) or ``test_domain``
+        (``oracle``), as DomainBed's ``collect_results`` names them.
+    dataset : str, optional
+        Which dataset to keep; needed only when the sweep holds several.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns dataset, selection, algorithm, environment (DomainBed's name, e.g. ``C``),
+        seed (the trial_seed), split (``loo``) and accuracy (a fraction); one row per
+        (algorithm, test environment, trial).
+
+    Raises
+    ------
+    OodevalError
+        A missing or malformed folder, an unknown selection or dataset, or no data for the
+        selection (e.g. leave-one-domain-out without the runs with two test environments).
+
+    Examples
+    --------
+    >>> import oodeval
+    >>> rows = read_domainbed("examples/domainbed-sweep")  # doctest: +SKIP
+    >>> oodeval.score(rows).answer  # doctest: +SKIP
+    'worst+gap picks IRM; average picks Mixup (they disagree; mean of each measure over 3 seeds)'
+    """
+    method = selection_method(selection)
+    sweep = read_sweep(sweep_dir)
+    if dataset is not None and dataset not in sweep.datasets:
+        raise OodevalError(
+            f"dataset {dataset!r} is not in the sweep; it holds {', '.join(sweep.datasets)}"
+        )
+    if dataset is None and len(sweep.datasets) > 1:
+        raise OodevalError(
+            f"the sweep holds {len(sweep.datasets)} datasets ({', '.join(sweep.datasets)}); "
+            "pass dataset= to choose one"
+        )
+    chosen = select(sweep, method)
+    name = dataset or sweep.datasets[0]
+    chosen = chosen[chosen["dataset"] == name]
+    if chosen.empty:
+        raise OodevalError(
+            f"{method} selection has no data for {name} in {sweep_dir}: it needs "
+            f"{selection_requirement(method)}; choose another selection"
+        )
+    return long_form(chosen, sweep)
