@@ -25,6 +25,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import REGISTRY
+from oodeval.measures.meta_tables import answer_line
 from oodeval.results.selection import (
     LEAVE_ONE_DOMAIN_OUT,
     SELECTED_COLUMNS,
@@ -45,12 +46,15 @@ __all__ = [
     "domain_measures_table",
     "environment_names",
     "long_form",
+    "MIN_TRIALS",
     "read_domainbed",
     "results_table",
     "select",
     "select_leave_one_domain_out",
     "selection_requirement",
+    "sweep_answer",
     "trial_summary",
+    "trials_warning",
 ]
 
 # Short environment names DomainBed prints as table columns (its datasets' ENVIRONMENTS lists).
@@ -261,6 +265,75 @@ def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
     return out
 
 
+def sweep_answer(table: pd.DataFrame, measures: pd.DataFrame, labels: dict[str, str]) -> str:
+    """The answer line (`oodeval.measures.meta_tables.answer_line`) for the tables `oodeval
+    import domainbed` prints: per (dataset, selection), which algorithm worst+gap and average
+    pick, on the same numbers as the table's rank columns (measures of each environment's
+    trial-mean accuracy, as DomainBed aggregates trials).
+
+    Parameters
+    ----------
+    table : `results_table`'s output (for the number of trials)
+    measures : `domain_measures_table`'s output; algorithms without every environment are left
+        out
+    labels : selection key -> how to print it (e.g. ``SELECTION_METHODS``)
+
+    >>> m = pd.DataFrame({"selection": "training_domain", "dataset": "VLCS",
+    ...                   "algorithm": ["ERM", "IRM"], "average": [21.0, 22.0],
+    ...                   "worst_plus_gap": [50.0, 45.0]})
+    >>> t = pd.DataFrame({"n_trials": [3, 3]})
+    >>> sweep_answer(t, m, {"training_domain": "training-domain validation"})
+    'VLCS, training-domain validation: worst+gap picks IRM; average picks ERM (they disagree; \
+on accuracies averaged over 3 trials, as in the tables)'
+    """
+    complete = measures.dropna(subset=["average", "worst_plus_gap"])
+    if complete.empty:
+        return "no algorithm has every test environment, so there is no pick"
+    order = {key: k for k, key in enumerate(labels)}
+    complete = complete.assign(_order=complete["selection"].map(order)).sort_values(
+        ["dataset", "_order"], kind="stable"
+    )
+    trials = sorted({int(n) for n in table["n_trials"]})
+    span = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
+    how = f"on accuracies averaged over {span} trials, as in the tables" if trials[-1] > 1 else ""
+    units = {
+        "scenario": [
+            f"{d}, {labels.get(m, m)}"
+            for d, m in zip(complete["dataset"], complete["selection"], strict=True)
+        ],
+        "algorithm": complete["algorithm"].to_numpy(),
+        "average": complete["average"].to_numpy(dtype=float),
+        "worst_plus_gap": complete["worst_plus_gap"].to_numpy(dtype=float),
+    }
+    return answer_line(units, how=how or None)
+
+
+MIN_TRIALS = 3
+"""DomainBed's +/- is std / sqrt(trials) over the trials of a cell: with one trial it is 0, with
+two it rests on one difference; below this many trials `trials_warning` says so."""
+
+
+def trials_warning(table: pd.DataFrame) -> str:
+    """A one-line warning when some cell of `results_table` has fewer than `MIN_TRIALS` trials
+    (its +/- interval then says little), else ``""``.
+
+    >>> trials_warning(pd.DataFrame({"n_trials": [2, 3, 3]}))[:53]
+    '1 of 3 table cells has fewer than 3 trials (as few as'
+    >>> trials_warning(pd.DataFrame({"n_trials": [3, 5]}))
+    ''
+    """
+    n = table["n_trials"].to_numpy()
+    few = int((n < MIN_TRIALS).sum())
+    if not few:
+        return ""
+    return (
+        f"{few} of {len(n)} table cells {'has' if few == 1 else 'have'} fewer than {MIN_TRIALS} "
+        f"trials (as few as {int(n.min())}): "
+        "their +/- (std/sqrt(trials)) says little about how much the means would move; run more "
+        "trials (DomainBed's sweep --n_trials)"
+    )
+
+
 LONG_FORM_COLUMNS = [
     "dataset",
     "selection",
@@ -333,10 +406,14 @@ def read_domainbed(
 
     Examples
     --------
+    >>> from pathlib import Path
     >>> import oodeval
-    >>> rows = read_domainbed("examples/domainbed-sweep")  # doctest: +SKIP
-    >>> oodeval.score(rows).answer  # doctest: +SKIP
-    'worst+gap picks IRM; average picks Mixup (they disagree; mean of each measure over 3 seeds)'
+    >>> sweep = Path(oodeval.__file__).parents[1] / "examples" / "domainbed-sweep"
+    >>> rows = read_domainbed(sweep)
+    >>> rows[["algorithm", "environment", "seed", "split"]].drop_duplicates().shape[0]
+    60
+    >>> oodeval.score(rows).answer
+    "worst+gap picks IRM; average picks Mixup (they disagree; on each measure's mean over 3 seeds)"
     """
     method = selection_method(selection)
     sweep = read_sweep(sweep_dir)
