@@ -674,7 +674,13 @@ def verdict_sentence(
     clear_m, clear_b = verdict.count("clearly ahead"), verdict.count("clearly behind")
     unclear = sum(defined) - clear_m - clear_b
     interval = f"the {confidence:.0%} bootstrap interval of the difference in Spearman's rho"
-    if n == 1 and defined[0]:
+    why = [r for r, d in zip(reasons, defined, strict=True) if not d]
+    kinds = "; ".join(
+        r if why.count(r) in (1, len(why)) else f"{r}: {why.count(r)}" for r in dict.fromkeys(why)
+    )
+    if not any(defined):
+        return f"no verdict ({kinds})." if n == 1 else f"no verdict in any of the {n} ({kinds})."
+    if n == 1:
         if clear_m or clear_b:
             winner, loser = (m, b) if clear_m else (b, m)
             text = f"{winner} tracks the ideal measure clearly better than {loser} ({interval} "
@@ -687,17 +693,9 @@ def verdict_sentence(
             f"better in {clear_m}, {b} clearly better in {clear_b}, no clear difference in "
             f"{unclear} ({interval} includes 0)"
         )
-    if not all(defined):
-        why = [r for r, d in zip(reasons, defined, strict=True) if not d]
-        kinds = "; ".join(
-            r if why.count(r) in (1, len(why)) else f"{r}: {why.count(r)}"
-            for r in dict.fromkeys(why)
-        )
-        text += f"; no verdict in {len(why)} ({kinds})" if n > 1 else f"no verdict ({kinds})"
-        if n == 1:
-            return text + "."
-    tracking = _tracking_text(verdicts, measure, baseline, defined, confidence)
-    text += ". " + tracking
+    if why:
+        text += f"; no verdict in {len(why)} ({kinds})"
+    text += ". " + _tracking_text(verdicts, measure, baseline, defined, confidence)
     if n <= 3:
         text += f"; {_rho_text(verdicts, measure)}; {_rho_text(verdicts, baseline)}"
     return text + "."

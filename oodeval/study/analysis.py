@@ -268,6 +268,9 @@ def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     Printed first by `oodeval study analyze` and at the top of ``analysis.md``.
     """
     verdicts = results["verdict"]
+    warning = meta_tables.interval_warning(int(verdicts["n_algorithms"].min())) if len(
+        verdicts
+    ) else ""
     return "\n".join(
         [
             f"Verdict: {meta_tables.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
@@ -276,6 +279,7 @@ def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
             "",
             markdown_table(verdict_view(verdicts)),
             "",
+            *([f"Warning: {warning}.", ""] if warning else []),
             VERDICT_FOOTNOTE,
             "",
         ]
