@@ -259,7 +259,9 @@ def _table(verdicts, reasons=None, *, rho=None):
     default = {"worst_plus_gap": (0.8, 0.4, 0.95), "average": (0.3, -0.2, 0.7)}
     for m in ("worst_plus_gap", "average"):
         rows = (rho or {}).get(m) or [default[m]] * len(verdicts)
-        rows = [(np.nan,) * 3 if v == "undefined" else r for v, r in zip(verdicts, rows)]
+        rows = [
+            (np.nan,) * 3 if v == "undefined" else r for v, r in zip(verdicts, rows, strict=True)
+        ]
         for k, suffix in enumerate(("", "_low", "_high")):
             table[f"rho_{m}{suffix}"] = np.array([r[k] for r in rows], dtype=float)
     return table
@@ -284,8 +286,9 @@ def test_a_clear_win_says_clearly_better_and_states_the_rhos():
 @pytest.mark.parametrize("verdict", ["ahead", "behind", "tied"])
 def test_an_interval_covering_0_says_no_clear_difference_whatever_the_sign(verdict):
     text = verdict_sentence(_table([verdict]))
-    assert text.startswith(f"no clear difference between worst+gap and average ({_INTERVAL} "
-                           "includes 0). ")
+    assert text.startswith(
+        f"no clear difference between worst+gap and average ({_INTERVAL} includes 0). "
+    )
     assert "better" not in text
 
 

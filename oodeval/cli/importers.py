@@ -116,9 +116,7 @@ def _measures_section(dataset: str, measures: pd.DataFrame, fmt: str) -> str:
     return heading(title, fmt) + "\n" + _table(header, rows, fmt)
 
 
-def domainbed_report(
-    sweep: Sweep, methods: list[str], fmt: str
-) -> tuple[str, list[str], str]:
+def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, list[str], str]:
     """The text `oodeval import domainbed` prints, the warnings for stderr ('no data', too few
     trials) and the answer line for stderr ("" for table and markdown, which open with it)."""
     selected = pd.concat([select(sweep, m) for m in methods], ignore_index=True)
@@ -150,7 +148,7 @@ def domainbed_report(
     parts = [
         answer,
         f"Sweep {sweep.path}: {sweep.n_runs} finished runs, {len(sweep.records)} records"
-        f" ({sweep.unfinished_runs} unfinished runs skipped)."
+        f" ({sweep.unfinished_runs} unfinished runs skipped).",
     ]
     for dataset in sweep.datasets:
         parts += _selection_tables(sweep, dataset, table, methods, fmt)

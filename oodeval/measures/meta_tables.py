@@ -725,7 +725,6 @@ def _tracking_text(
     return counts + (f", neither in {neither}" if neither else "") + f" ({rule})"
 
 
-
 # ----------------------------------------------------------------------------- selection
 
 
@@ -935,13 +934,18 @@ def _picks_text(
         right = [measure_label(m) for m in names if chosen[m] == chosen["ideal"]]
         if not right:
             notes.append(
-                "neither picks the ideal's choice" if len(names) == 2 else "none picks the "
-                "ideal's choice" if len(names) > 2 else "it misses the ideal's choice"
+                "neither picks the ideal's choice"
+                if len(names) == 2
+                else "none picks the ideal's choice"
+                if len(names) > 2
+                else "it misses the ideal's choice"
             )
         elif len(right) == len(names) and len(names) == 2:
             notes.append("both pick the ideal's choice")
         else:
-            notes.append(f"{', '.join(right)} pick{'s' if len(right) == 1 else ''} the ideal's choice")
+            notes.append(
+                f"{', '.join(right)} pick{'s' if len(right) == 1 else ''} the ideal's choice"
+            )
     if how:
         notes.append(how)
     return "; ".join(said) + (f" ({'; '.join(notes)})" if notes else "")

@@ -14,7 +14,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
-from oodeval.measures.meta_tables import interval_warning, verdict_sentence
+from oodeval.measures.meta_tables import verdict_sentence
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section, Table
 from oodeval.report.results_report import numeric_environment, report_answer
@@ -26,6 +26,7 @@ from oodeval.study.analysis import (
     analyze,
     completeness_sentence,
     verdict_view,
+    verdict_warning,
 )
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
 
@@ -72,8 +73,7 @@ def verdict_section(
             widths={"worst+gap vs average": 90},
         )
     )
-    fewest = verdicts["n_algorithms"].min() if len(verdicts) else 0
-    warning = interval_warning(int(fewest)) if len(verdicts) else ""
+    warning = verdict_warning(verdicts)
     if warning:
         section.notes.append(f"Warning: {warning}.")
     section.notes += [f"Warning: {note}" for note in study.integrity_notes()]

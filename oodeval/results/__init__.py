@@ -29,7 +29,16 @@ _LAZY = {
     "read_sweep": "oodeval.results.sweep",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "LongResults",
+    "Scores",
+    "read_domainbed",
+    "read_results",
+    "read_sweep",
+    "results_from_frame",
+    "score",
+    "score_results",
+]
 
 if TYPE_CHECKING:  # for type checkers and documentation tools; never run
     from oodeval.results.domainbed import read_domainbed

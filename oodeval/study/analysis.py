@@ -262,15 +262,22 @@ VERDICT_FOOTNOTE = (
 )
 
 
+def verdict_warning(verdicts: pd.DataFrame) -> str:
+    """`meta_tables.interval_warning` for the fewest algorithms of a scenario with a verdict
+    ("" when every such scenario has enough, or none has a verdict)."""
+    defined = verdicts[verdicts["verdict"] != "undefined"]
+    if defined.empty:
+        return ""
+    return meta_tables.interval_warning(int(defined["n_algorithms"].min()))
+
+
 def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     """The verdict block: one sentence, the units it uses, the per-scenario table, the footnote.
 
     Printed first by `oodeval study analyze` and at the top of ``analysis.md``.
     """
     verdicts = results["verdict"]
-    warning = meta_tables.interval_warning(int(verdicts["n_algorithms"].min())) if len(
-        verdicts
-    ) else ""
+    warning = verdict_warning(verdicts)
     return "\n".join(
         [
             f"Verdict: {meta_tables.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
