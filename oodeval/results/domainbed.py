@@ -330,7 +330,7 @@ def trials_warning(table: pd.DataFrame) -> str:
         f"{few} of {len(n)} table cells {'has' if few == 1 else 'have'} fewer than {MIN_TRIALS} "
         f"trials (as few as {int(n.min())}): "
         "their +/- (std/sqrt(trials)) says little about how much the means would move; run more "
-        "trials (DomainBed's sweep --n_trials)"
+        "trials (the n_trials option of DomainBed's sweep)"
     )
 
 
