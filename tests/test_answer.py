@@ -107,9 +107,12 @@ def test_scenarios_one_algorithm_chosen_measures_and_the_callers_wording():
         "s1: worst+gap picks B; average picks A (they disagree). "
         "s2: only one algorithm (A), so nothing to choose"
     )
-    # without worst+gap or average, the line names the measures there are
+    # without both worst+gap and average, the line names the measures there are
     assert answer_line({"algorithm": ["A", "B"], "worst": [0.3, 0.2], "gap": [0.1, 0.2]}) == (
         "worst picks B; gap picks A (they disagree)"
+    )
+    assert answer_line({"algorithm": ["A", "B"], "gap": [0.1, 0.2], "average": [0.3, 0.2]}) == (
+        "average picks B; gap picks A (they disagree)"
     )
     assert answer_line(_units([0.2, 0.1, 0.3], [0.5, 0.6, 0.4]), ["average"], how="x") == (
         "average picks B (x)"

@@ -868,8 +868,8 @@ def answer_line(
     ----------
     units : table with algorithm, the measure columns[, ideal, scenario, seed] (as
         `unit_measures` returns it, or `oodeval.Scores.measures`)
-    measures : the measures to name (default: those of `ANSWER_MEASURES` that `units` has,
-        else every LOO measure it has)
+    measures : the measures to name (default: `ANSWER_MEASURES` when `units` has both, else
+        every LOO measure it has, in the order of `oodeval.measures.MEASURES`)
     how : how the values were aggregated, when the caller did it (replaces the seed wording)
 
     Returns
@@ -888,7 +888,8 @@ worst+gap picks the ideal's choice)"
     if n_rows == 0:
         raise OodevalError("the table has no rows; the answer needs one row per algorithm")
     names = list(measures) if measures is not None else [m for m in ANSWER_MEASURES if m in units]
-    names = names or [m for m in MEASURES if m in units]
+    if measures is None and len(names) < len(ANSWER_MEASURES):  # a subset chosen by the user
+        names = [m for m in MEASURES if m in units]
     if not names:
         raise OodevalError(f"the table has no measure column; give one of {', '.join(MEASURES)}")
     has_ideal = "ideal" in units
