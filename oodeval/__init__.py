@@ -1,6 +1,75 @@
-"""oodeval: trustworthy evaluation of models under distribution shift."""
+"""oodeval: trustworthy evaluation of models under distribution shift.
+
+The public Python API; every name is imported on first use, so ``import oodeval`` stays light
+(it imports neither pandas, torch, matplotlib nor scipy.stats):
+
+- `score`: score long-form results (a DataFrame, a file or a list of rows) -> `Scores`
+- `Scores`: the measures, rankings, correlation with the ideal measure, selection,
+  degradation and the one-line `Scores.answer`
+- `read_domainbed`: a DomainBed sweep folder -> long-form results for `score`
+- `load_study`, `analyze`: read a measure study's folder and compute the worst+gap paper's
+  analyses as DataFrames
+- `measures`: the measures themselves (`oodeval.measures.worst_plus_gap`, ...)
+- `OodevalError`: the exception raised for bad input (a `ValueError`)
+
+>>> import oodeval
+>>> oodeval.__version__
+'0.1.0'
+>>> rows = [{"algorithm": a, "environment": e, "split": "loo", "error": err}
+...         for a, errs in {"ERM": (0.1, 0.2, 0.6), "IRM": (0.3, 0.3, 0.4)}.items()
+...         for e, err in zip(("e1", "e2", "e3"), errs)]
+>>> oodeval.score(rows).answer
+'worst+gap picks IRM; average picks ERM (they disagree)'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from oodeval.errors import OodevalError
 
 __version__ = "0.1.0"
-__all__ = ["OodevalError", "__version__"]
+
+# name -> module that defines it; imported on first access (PEP 562)
+_LAZY = {
+    "score": "oodeval.results.scoring",
+    "Scores": "oodeval.results.scoring",
+    "read_domainbed": "oodeval.results.domainbed",
+    "load_study": "oodeval.study.store",
+    "analyze": "oodeval.study.analysis",
+}
+_SUBMODULES = ("measures",)
+
+__all__ = [
+    "OodevalError",
+    "Scores",
+    "__version__",
+    "analyze",
+    "load_study",
+    "measures",
+    "read_domainbed",
+    "score",
+]
+
+if TYPE_CHECKING:  # for type checkers and documentation tools; never run
+    from oodeval import measures
+    from oodeval.results.domainbed import read_domainbed
+    from oodeval.results.scoring import Scores, score
+    from oodeval.study.analysis import analyze
+    from oodeval.study.store import load_study
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -195,8 +195,9 @@ VERDICT_SCENARIOS = [
 # JavaScript run in the page: where the verdict block sits and what it shows.
 VERDICT_PROBE = """
 const v = document.getElementById('verdict');
+const a = document.getElementById('answer');
 const others = Array.from(document.querySelectorAll('main > section, main > nav'))
-  .filter(e => e !== v);
+  .filter(e => e !== v && e !== a);
 const rows = Array.from(v.querySelectorAll('tbody tr'));
 return {
   first: document.querySelector('main').firstElementChild.id,
@@ -204,6 +205,8 @@ return {
   others: others.map(e => e.getBoundingClientRect().top),
   header: document.querySelector('header').innerText,
   sentence: v.querySelector('p.intro').innerText,
+  answer: a.querySelector('p.intro').innerText,
+  answerTop: a.getBoundingClientRect().top,
   facts: v.querySelector('dl.facts').innerText,
   cells: rows.map(r => Array.from(r.cells).map(c => c.innerText)),
 };
@@ -248,8 +251,8 @@ def _verdict_page(directory, tmp_path, name):
     checked = check_page(page, f"{name}.png", probe=VERDICT_PROBE)
     assert checked.console_errors == [] and checked.broken_images == []
     seen = checked.probed
-    assert seen["first"] == "verdict"
-    assert seen["top"] < min(seen["others"])
+    assert seen["first"] == "answer"  # the answer line, then the verdict, then the rest
+    assert seen["answerTop"] < seen["top"] < min(seen["others"])
     assert seen["header"].splitlines()[0] == "oodeval study report"
     assert "units" not in seen["header"] and "Generated" not in seen["header"]
     results = analyze(directory)
@@ -264,13 +267,18 @@ def _shown_numbers(cell):
 
 @pytest.mark.browser
 def test_the_verdict_opens_the_report_of_a_complete_study(verdict_study, tmp_path):
-    from oodeval.measures.meta_tables import verdict_sentence
+    from oodeval.measures.meta_tables import answer_line, verdict_sentence
 
     seen, results = _verdict_page(verdict_study, tmp_path, "report-verdict-complete")
     verdicts, table1 = results["verdict"], results["table1"]
     assert seen["sentence"] == verdict_sentence(verdicts)
-    ahead = verdicts["verdict"].isin(["ahead", "clearly ahead"]).sum()
-    assert f"better than average in {ahead} of 3 scenarios" in seen["sentence"]
+    clear = (verdicts["verdict"] == "clearly ahead").sum()
+    assert (
+        f"over 3 scenarios: worst+gap tracks the ideal measure clearly better in {clear},"
+        in (seen["sentence"])
+    )
+    assert seen["answer"] == answer_line(results["units"], ["worst_plus_gap", "average"])
+    assert seen["answer"].count("synthetic/") == 3  # one part per scenario
     assert seen["facts"].split("\n")[-1] == "All 48 units done."
     for cells, v, t1 in zip(seen["cells"], verdicts.itertuples(), table1.itertuples(), strict=True):
         assert cells[0] == v.scenario == t1.scenario
@@ -302,8 +310,8 @@ def test_the_verdict_of_a_partial_study_says_what_is_missing(partial_study, tmp_
     assert (done.n_seeds, done.n_algorithms, done.verdict != "undefined") == (2, 7, True)
     assert started.verdict == "undefined" and started.n_algorithms == 1
     assert seen["cells"][1][-1] == "undefined: fewer than 3 algorithms in every seed"
-    assert " of 2 scenarios" in seen["sentence"]
-    assert seen["sentence"].endswith("1 has no verdict (fewer than 3 algorithms in every seed).")
+    assert seen["sentence"].startswith("worst+gap vs average over 2 scenarios: ")
+    assert "; no verdict in 1 (fewer than 3 algorithms in every seed). " in seen["sentence"]
     assert len(results["table1"]) == 1  # a seed with one algorithm has no correlation
 
 
@@ -315,9 +323,16 @@ def test_study_analyze_prints_the_verdict_first_and_writes_it(partial_study):
     result = CliRunner().invoke(app, ["study", "analyze", str(partial_study)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith("Verdict: worst+gap tracks the true worst-case error")
+    from oodeval.measures.meta_tables import verdict_sentence
+
+    assert lines[0] == f"Verdict: {verdict_sentence(analyze(partial_study)['verdict'])}"
+    assert lines[0].startswith("Verdict: worst+gap vs average over 2 scenarios: ")
     assert lines[2] == (
         "15 of 48 units done; 33 missing (31 pending, 2 failed): the verdict uses the 15."
+    )
+    assert (  # the one scenario with a verdict has 7 algorithms: too few for a clear interval
+        "Warning: only 7 algorithms: with fewer than 8, a rank correlation with the ideal measure "
+        "says little (only |rho| >= 0.786 differs from 0 at the 5% level;" in result.output
     )
     written = pd.read_csv(partial_study / "analysis" / "verdict.csv")
     expected = analyze(partial_study)["verdict"]

@@ -1,4 +1,10 @@
-"""`oodeval import ...`: score results produced by other tools (DomainBed sweeps) with oodeval."""
+"""`oodeval import ...`: score results produced by other tools (DomainBed sweeps) with oodeval.
+
+`oodeval import domainbed` opens with the answer line (`oodeval.results.domainbed.sweep_answer`);
+with ``--format csv`` or ``json`` that line goes to stderr as ``answer: ...`` instead, so stdout
+stays the long form `oodeval measures` reads. Cells with fewer than three trials get one
+``warning: ...`` line (`trials_warning`).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ from oodeval.results.domainbed import (
     results_table,
     select,
     selection_requirement,
+    sweep_answer,
+    trials_warning,
 )
 from oodeval.results.selection import SELECTION_METHODS, selection_method
 from oodeval.results.sweep import Sweep, read_sweep
@@ -108,8 +116,9 @@ def _measures_section(dataset: str, measures: pd.DataFrame, fmt: str) -> str:
     return heading(title, fmt) + "\n" + _table(header, rows, fmt)
 
 
-def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, list[str]]:
-    """The text `oodeval import domainbed` prints and the 'no data' notes for stderr."""
+def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, list[str], str]:
+    """The text `oodeval import domainbed` prints, the warnings for stderr ('no data', too few
+    trials) and the answer line for stderr ("" for table and markdown, which open with it)."""
     selected = pd.concat([select(sweep, m) for m in methods], ignore_index=True)
     notes = []
     for dataset in sweep.datasets:
@@ -122,6 +131,12 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
                 )
     if selected.empty:
         raise OodevalError(notes[0] if len(notes) == 1 else listing(notes, sep="; "))
+    table = results_table(selected, sweep)
+    measures = domain_measures_table(table, sweep)
+    answer = sweep_answer(table, measures, SELECTION_METHODS)
+    few_trials = trials_warning(table)
+    if few_trials:
+        notes.append(few_trials)
     if fmt in ("csv", "json"):
         combos = selected[["dataset", "selection"]].drop_duplicates()
         if len(combos) > 1:
@@ -129,12 +144,11 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
                 f"the export holds {len(combos)} (dataset, selection) combinations; "
                 "`oodeval measures` needs one: pass a single --selection and one dataset's rows"
             )
-        return render_frame(long_form(selected, sweep), fmt), notes
-    table = results_table(selected, sweep)
-    measures = domain_measures_table(table, sweep)
+        return render_frame(long_form(selected, sweep), fmt), notes, answer
     parts = [
+        answer,
         f"Sweep {sweep.path}: {sweep.n_runs} finished runs, {len(sweep.records)} records"
-        f" ({sweep.unfinished_runs} unfinished runs skipped)."
+        f" ({sweep.unfinished_runs} unfinished runs skipped).",
     ]
     for dataset in sweep.datasets:
         parts += _selection_tables(sweep, dataset, table, methods, fmt)
@@ -144,7 +158,7 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
         "std/sqrt(trials), population std, as DomainBed prints). Worst = largest error, gap = "
         "largest - smallest error, worst+gap = worst + gap/(N-2) (Eq. 6 of the worst+gap paper)."
     )
-    return "\n\n".join(parts), notes
+    return "\n\n".join(parts), notes, ""
 
 
 @app.command("domainbed")
@@ -178,7 +192,9 @@ def domainbed(
             f"skipped {sweep.unfinished_runs} unfinished run(s) without a `done` file",
         )
     # Warnings are printed only once the report exists, so bad input gives one error line.
-    text, report_notes = domainbed_report(sweep, methods, fmt.value)
+    text, report_notes, answer = domainbed_report(sweep, methods, fmt.value)
+    if answer:
+        typer.echo(f"answer: {answer}", err=True)
     for note in [*notes, *report_notes]:
         typer.echo(f"warning: {note}", err=True)
     echo_output(text, output)

@@ -1,9 +1,13 @@
 """`oodeval measures RESULTS`: score a long-form results file (CSV or JSON lines).
 
-Prints every measure per algorithm (and seed); with `all` rows also the ideal measure, rank
-correlations with it, the algorithm each measure selects and the selection degradation. Notes
-(e.g. correlations skipped for a single algorithm) go to stderr as ``note: ...`` lines and are
-included in JSON output; the exit status stays 0. Bad input: one ``error: ...`` line, exit 2.
+Prints the answer first (`oodeval.measures.meta_tables.answer_line`: which algorithm each measure
+picks and whether they disagree), then every measure per algorithm (and seed); with `all` rows
+also the ideal measure, rank correlations with it, the algorithm each measure selects and the
+selection degradation. With ``--format csv`` or ``json`` the answer goes to stderr as
+``answer: ...``, so stdout stays machine-readable. Notes (e.g. correlations skipped for a single
+algorithm) go to stderr as ``note: ...`` lines and are included in JSON output; correlations over
+too few algorithms get one ``warning: ...`` line (`interval_warning`); the exit status stays 0.
+Bad input: one ``error: ...`` line, exit 2.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ from oodeval.cli._common import (
 )
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES
+from oodeval.measures.meta_tables import interval_warning
 from oodeval.results.longform import read_results
-from oodeval.results.scoring import ScoreTables, score_results
+from oodeval.results.scoring import Scores, score_results
 from oodeval.tables import render_frame
 
 __all__ = ["register", "render", "measures_command"]
 
 
-def _header(source: str, tables: ScoreTables) -> str:
+def _header(source: str, tables: Scores) -> str:
     info = tables.info
     n_seeds, n_algs = len(info["seeds"]), len(info["algorithms"])
     seeds = f", {n_seeds} seed{'s' if n_seeds != 1 else ''}" if n_seeds else ""
@@ -44,7 +49,7 @@ def _header(source: str, tables: ScoreTables) -> str:
     return text + "; errors as fractions"
 
 
-def _as_long_csv(tables: ScoreTables) -> str:
+def _as_long_csv(tables: Scores) -> str:
     """Tidy CSV, one number per row: table, seed, measure, algorithm, statistic, value."""
     rows = []
     for key, _, df in tables.sections():
@@ -68,13 +73,13 @@ def _as_long_csv(tables: ScoreTables) -> str:
     return out.to_csv(index=False, lineterminator="\n")  # shortest round-trip floats
 
 
-def render(tables: ScoreTables, fmt: str, source: str = "results") -> str:
+def render(tables: Scores, fmt: str, source: str = "results") -> str:
     """The text `oodeval measures` prints for `tables` in format `fmt`."""
     if fmt == "json":
         return json.dumps({"source": source, **tables.to_dict()}, indent=2, allow_nan=False)
     if fmt == "csv":
         return _as_long_csv(tables)
-    parts = []
+    parts = [tables.answer]
     if fmt == "markdown":
         parts.append(f"_{_header(source, tables)}_")
         for _, title, df in tables.sections():
@@ -138,8 +143,14 @@ def measures_command(
         data, measures=names, bootstrap=bootstrap, confidence=confidence, bootstrap_seed=seed
     )
     echo_output(render(tables, fmt.value, source=str(results)), output)
+    if fmt.value in ("csv", "json"):
+        typer.echo(f"answer: {tables.answer}", err=True)
     for note in tables.notes:
         typer.echo(f"note: {note}", err=True)
+    if tables.correlations is not None:
+        warning = interval_warning(len(tables.info["algorithms"]))
+        if warning:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,8 @@
   measure, selection, degradation, seed statistics, bootstrap intervals).
 - `oodeval.measures.meta_tables`: the same meta-evaluation over long-form tables of errors
   (per unit, per seed, over seeds), the one layer `oodeval measures`, `oodeval study analyze`
-  and the reports share.
+  and the reports share; also the answer line (`answer_line`), the verdict's rules
+  (`tracks_ideal`, `verdict_sentence`) and the few-algorithm warning (`interval_warning`).
 - `oodeval.measures.openworld`: the OpenworldAUC suite (OpenworldAUC, AUROC, the curve, scores
   from model outputs).
 """
@@ -40,16 +41,20 @@ from oodeval.measures.meta import (
     rank_correlation,
     select_algorithm,
     selection_degradation,
+    spearman_critical_value,
 )
 from oodeval.measures.meta_tables import (
+    answer_line,
     baseline_vs_best,
     correlation_summary,
     correlation_verdicts,
     degradation_summary,
     distance_to_ideal,
     ideal_correlations,
+    interval_warning,
     seed_means,
     selections,
+    tracks_ideal,
     unit_measures,
     verdict_sentence,
 )
@@ -60,6 +65,7 @@ __all__ = [
     "REGISTRY",
     "MeasureSpec",
     "Selection",
+    "answer_line",
     "auroc",
     "average",
     "baseline_vs_best",
@@ -78,6 +84,7 @@ __all__ = [
     "gap_only",
     "ideal",
     "ideal_correlations",
+    "interval_warning",
     "mean_std",
     "measure_label",
     "openworld_auc",
@@ -90,6 +97,8 @@ __all__ = [
     "select_algorithm",
     "selection_degradation",
     "selections",
+    "spearman_critical_value",
+    "tracks_ideal",
     "undefined_measures",
     "unit_measures",
     "verdict_sentence",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "rank_correlation",
     "select_algorithm",
     "selection_degradation",
+    "spearman_critical_value",
 ]
 
 TIE_DECIMALS = 12
@@ -202,6 +204,45 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
     np.put_along_axis(ranks, order, (first + last) / 2 + 1, axis=1)
     ranks[np.isnan(x)] = np.nan
     return ranks
+
+
+def spearman_critical_value(n: int, alpha: float = 0.05) -> float:
+    """The smallest |rho| that an exact two-sided permutation test of Spearman's rho over `n`
+    algorithms finds significant at level `alpha`; NaN when not even rho = 1 is.
+
+    Under the null hypothesis every ordering of n untied ranks is equally likely; with
+    rho = 1 - 6 * sum(d**2) / (n * (n**2 - 1)), the critical value is the smallest c with
+    P(|rho| >= c) <= alpha. Exact enumeration of the n! orderings for n <= 8; beyond that the
+    normal approximation c = z_(1 - alpha/2) / sqrt(n - 1) (it is used only to word warnings).
+
+    Parameters
+    ----------
+    n : int, number of algorithms (>= 2)
+    alpha : float in (0, 1), default 0.05
+
+    Returns
+    -------
+    float in (0, 1], or NaN
+
+    >>> [round(spearman_critical_value(n), 3) for n in (5, 6, 7, 8)]
+    [1.0, 0.886, 0.786, 0.738]
+    >>> spearman_critical_value(4)  # 4! = 24 orderings: P(|rho| = 1) = 2/24 > 0.05
+    nan
+    """
+    if not isinstance(n, (int, np.integer)) or n < 2:
+        raise OodevalError(f"n must be an integer >= 2 (algorithms), got {n!r}")
+    if not 0 < alpha < 1:
+        raise OodevalError(f"alpha must lie strictly between 0 and 1, got {alpha}")
+    if n > 8:
+        return NormalDist().inv_cdf(1 - alpha / 2) / float(np.sqrt(n - 1))
+    from itertools import permutations
+
+    ranks = np.array(list(permutations(range(n))), dtype=np.int64)
+    d2 = ((ranks - np.arange(n)) ** 2).sum(axis=1)  # integer: exact, no float ties to break
+    values, counts = np.unique(np.abs(n * (n * n - 1) - 6 * d2), return_counts=True)
+    tail = np.cumsum(counts[::-1])[::-1] / len(ranks)  # P(|rho| >= value), values ascending
+    ok = np.flatnonzero(tail <= alpha)
+    return float(values[ok[0]] / (n * (n * n - 1))) if ok.size else float("nan")
 
 
 def _rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:

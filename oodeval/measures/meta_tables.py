@@ -59,7 +59,13 @@ import numpy as np
 
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_float_array
-from oodeval.measures.domain import REGISTRY, check_measures, domain_measures, measure_label
+from oodeval.measures.domain import (
+    MEASURES,
+    REGISTRY,
+    check_measures,
+    domain_measures,
+    measure_label,
+)
 from oodeval.measures.meta import (
     TIE_DECIMALS,
     bootstrap_correlation_ci,
@@ -67,22 +73,29 @@ from oodeval.measures.meta import (
     paired_spearman_ci,
     rank_correlation,
     select_algorithm,
+    spearman_critical_value,
 )
 
 __all__ = [
+    "ANSWER_MEASURES",
+    "MIN_INTERVAL_ALGORITHMS",
     "MIN_VERDICT_ALGORITHMS",
+    "TRACKING_RHO",
     "SEED_MEAN",
     "UNIT_KEYS",
     "VERDICTS",
     "Table",
+    "answer_line",
     "baseline_vs_best",
     "correlation_summary",
     "correlation_verdicts",
     "degradation_summary",
     "distance_to_ideal",
     "ideal_correlations",
+    "interval_warning",
     "seed_means",
     "selections",
+    "tracks_ideal",
     "unit_measures",
     "verdict_sentence",
 ]
@@ -525,15 +538,6 @@ def _undefined_reason(
     return ""
 
 
-def _clearly(clearly: int, of: int) -> str:
-    """How many of `of` scenarios are clear: "clearly", "not clearly", "clearly in 2", ..."""
-    if of == 1:
-        return "clearly" if clearly else "not clearly"
-    if clearly == of:
-        return f"clearly in all {of}"
-    return "in none clearly" if clearly == 0 else f"clearly in {clearly}"
-
-
 def _verdict(record: dict[str, Any]) -> str:
     difference = record["difference"]
     if abs(difference) <= _TIE:
@@ -543,6 +547,75 @@ def _verdict(record: dict[str, Any]) -> str:
     return "clearly behind" if record["difference_high"] < 0 else "behind"
 
 
+TRACKING_RHO = 0.5
+"""A measure *tracks the ideal measure well* in a scenario when its mean Spearman's rho with the
+ideal measure is at least this and the lower end of its bootstrap interval is above 0
+(`tracks_ideal`)."""
+
+MIN_INTERVAL_ALGORITHMS = 8
+"""Rank correlations over fewer algorithms get a warning (`interval_warning`): below 8, an exact
+two-sided 5% test of Spearman's rho needs |rho| >= 0.786 (7 algorithms), 0.886 (6), 1 (5) or
+cannot reject at all (4 or fewer), so only near-perfect orderings can be told from no relation,
+and a percentile bootstrap interval over the algorithms spans about half of [-1, 1] or more."""
+
+
+def interval_warning(n_algorithms: int) -> str:
+    """A one-line warning when `n_algorithms` are too few for a meaningful rank correlation
+    (fewer than `MIN_INTERVAL_ALGORITHMS`), else ``""``.
+
+    The rule: with n algorithms, a rank correlation (and any interval around it, bootstrap over
+    algorithms included) can only tell an ordering from no relation when |rho| reaches the exact
+    5% critical value (`oodeval.measures.meta.spearman_critical_value`); below 8 algorithms that
+    value is 0.786 or more, so the warning is given.
+
+    >>> interval_warning(5)[:69]
+    'only 5 algorithms: with fewer than 8, a rank correlation with the ide'
+    >>> interval_warning(14)
+    ''
+    """
+    n = int(n_algorithms)
+    if n >= MIN_INTERVAL_ALGORITHMS:
+        return ""
+    if n < 2:
+        return f"only {n} algorithm: there is no rank correlation to compute; add algorithms"
+    critical = spearman_critical_value(n)
+    need = (
+        f"no rho, not even 1, differs from 0 at the 5% level with {n}"
+        if np.isnan(critical)
+        else "only a perfect ordering (|rho| = 1) differs from 0 at the 5% level"
+        if critical >= 1
+        else f"only |rho| >= {critical:.3f} differs from 0 at the 5% level"
+    )
+    return (
+        f"only {n} algorithms: with fewer than {MIN_INTERVAL_ALGORITHMS}, a rank correlation with "
+        f"the ideal measure says little ({need}; bootstrap intervals over algorithms span most "
+        "of [-1, 1]); add algorithms before trusting the correlations"
+    )
+
+
+def tracks_ideal(rho: float, low: float) -> bool:
+    """Whether a measure tracks the ideal measure well: mean rho >= `TRACKING_RHO` (0.5) and
+    the lower end `low` of its bootstrap interval > 0. NaN (undefined) is never tracking.
+
+    >>> tracks_ideal(0.8, 0.3), tracks_ideal(0.55, -0.2), tracks_ideal(0.4, 0.1)
+    (True, False, False)
+    """
+    return bool(np.isfinite(rho) and np.isfinite(low) and rho >= TRACKING_RHO and low > 0)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _rho_text(verdicts: Mapping[str, Any], name: str) -> str:
+    rho, low, high = (_column(verdicts, f"rho_{name}{s}") for s in ("", "_low", "_high"))
+    cells = [
+        "undefined" if np.isnan(r) else f"{r:.2f} [{lo:.2f}, {hi:.2f}]"
+        for r, lo, hi in zip(rho.astype(float), low.astype(float), high.astype(float), strict=True)
+    ]
+    return f"rho {measure_label(name)} {', '.join(cells)}"
+
+
 def verdict_sentence(
     verdicts: Mapping[str, Any],
     measure: str = "worst_plus_gap",
@@ -550,15 +623,46 @@ def verdict_sentence(
     *,
     confidence: float = 0.95,
 ) -> str:
-    """One plain sentence summarising `correlation_verdicts`' table, counted from its rows.
+    """The verdict in words, counted from `correlation_verdicts`' table; it never claims more
+    than the table shows.
 
-    >>> table = {"verdict": np.array(["clearly ahead", "ahead", "behind", "undefined"]),
-    ...          "reason": np.array(["", "", "", "fewer than 3 algorithms in every seed"])}
+    The rule, per scenario (one row of the table):
+
+    - *clearly better*: the `confidence` paired bootstrap interval of the difference in
+      Spearman's rho (``difference_low``, ``difference_high``) lies above 0 (or below 0 for the
+      baseline); *no clear difference* otherwise (the interval covers 0, or the rhos are equal),
+      whatever the sign of the difference; *no verdict* for an undefined row, with its reason;
+    - *tracks the ideal well*: `tracks_ideal` (mean rho >= `TRACKING_RHO` and the rho's own
+      interval above 0). The sentence says in how many scenarios each measure does, and names
+      the scenarios where *neither* does, which can happen while one measure is ahead.
+
+    With at most three scenarios it also states every rho with its interval.
+
+    Parameters
+    ----------
+    verdicts : table with ``verdict`` and ``reason``, and for both measures ``rho_<m>``,
+        ``rho_<m>_low``, ``rho_<m>_high`` (as `correlation_verdicts` returns it)
+    measure, baseline : the two measures compared
+    confidence : the level of the intervals, for the wording
+
+    Returns
+    -------
+    str, one line
+
+    >>> table = {"verdict": np.array(["behind", "ahead", "ahead"]), "reason": np.array([""] * 3),
+    ...          "rho_worst_plus_gap": np.array([-0.33, 0.02, 0.55]),
+    ...          "rho_worst_plus_gap_low": np.array([-0.9, -0.7, -0.2]),
+    ...          "rho_worst_plus_gap_high": np.array([0.5, 0.8, 0.95]),
+    ...          "rho_average": np.array([-0.2, -0.1, 0.3]),
+    ...          "rho_average_low": np.array([-0.8, -0.8, -0.4]),
+    ...          "rho_average_high": np.array([0.6, 0.7, 0.9])}
     >>> print(verdict_sentence(table))  # doctest: +NORMALIZE_WHITESPACE
-    worst+gap tracks the true worst-case error (the ideal measure) better than average in 2 of
-    4 scenarios (clearly in 1: the 95% bootstrap interval of the difference in Spearman's rho
-    excludes 0); average tracks it better in 1 (not clearly); 1 has no verdict (fewer than 3
-    algorithms in every seed).
+    worst+gap vs average over 3 scenarios: worst+gap tracks the ideal measure clearly better in
+    0, average clearly better in 0, no clear difference in 3 (the 95% bootstrap interval of the
+    difference in Spearman's rho includes 0). Neither tracks the ideal measure well in any of the
+    3 (well: mean rho >= 0.5 with its 95% interval above 0); rho worst+gap -0.33 [-0.90, 0.50],
+    0.02 [-0.70, 0.80], 0.55 [-0.20, 0.95]; rho average -0.20 [-0.80, 0.60], -0.10 [-0.80,
+    0.70], 0.30 [-0.40, 0.90].
     """
     verdict = [str(v) for v in _column(verdicts, "verdict")]
     reasons = [str(r) for r in _column(verdicts, "reason")]
@@ -566,35 +670,59 @@ def verdict_sentence(
         return "No scenario has finished units yet, so there is no verdict."
     m, b = measure_label(measure), measure_label(baseline)
     n = len(verdict)
-    count = {v: verdict.count(v) for v in VERDICTS}
-    ahead = count["ahead"] + count["clearly ahead"]
-    behind = count["behind"] + count["clearly behind"]
-    scenarios = "scenario" if n == 1 else "scenarios"
-    text = (
-        f"{m} tracks the true worst-case error (the ideal measure) better than {b} in {ahead} "
-        f"of {n} {scenarios}"
-    )
+    defined = [v != "undefined" for v in verdict]
+    clear_m, clear_b = verdict.count("clearly ahead"), verdict.count("clearly behind")
+    unclear = sum(defined) - clear_m - clear_b
     interval = f"the {confidence:.0%} bootstrap interval of the difference in Spearman's rho"
-    if ahead:
-        how = _clearly(count["clearly ahead"], ahead)
-        excludes = "includes 0" if count["clearly ahead"] == 0 else "excludes 0"
-        text += f" ({how}: {interval} {excludes}{' in each' if how == 'in none clearly' else ''})"
-    parts = [text]
-    if behind:
-        parts.append(
-            f"{b} tracks it better in {behind} ({_clearly(count['clearly behind'], behind)})"
+    why = [r for r, d in zip(reasons, defined, strict=True) if not d]
+    kinds = "; ".join(
+        r if why.count(r) in (1, len(why)) else f"{r}: {why.count(r)}" for r in dict.fromkeys(why)
+    )
+    if not any(defined):
+        return f"no verdict ({kinds})." if n == 1 else f"no verdict in any of the {n} ({kinds})."
+    if n == 1:
+        if clear_m or clear_b:
+            winner, loser = (m, b) if clear_m else (b, m)
+            text = f"{winner} tracks the ideal measure clearly better than {loser} ({interval} "
+            text += "excludes 0)"
+        else:
+            text = f"no clear difference between {m} and {b} ({interval} includes 0)"
+    else:
+        text = (
+            f"{m} vs {b} over {_count(n, 'scenario')}: {m} tracks the ideal measure clearly "
+            f"better in {clear_m}, {b} clearly better in {clear_b}, no clear difference in "
+            f"{unclear} ({interval} includes 0)"
         )
-    if count["tied"]:
-        parts.append(f"the two tie in {count['tied']}")
-    if count["undefined"]:
-        why = [r for r, v in zip(reasons, verdict, strict=True) if v == "undefined"]
-        kinds = "; ".join(
-            r if why.count(r) == 1 or count["undefined"] == why.count(r) else f"{r}: {why.count(r)}"
-            for r in dict.fromkeys(why)
-        )
-        has = "has" if count["undefined"] == 1 else "have"
-        parts.append(f"{count['undefined']} {has} no verdict ({kinds})")
-    return "; ".join(parts) + "."
+    if why:
+        text += f"; no verdict in {len(why)} ({kinds})"
+    text += ". " + _tracking_text(verdicts, measure, baseline, defined, confidence)
+    if n <= 3:
+        text += f"; {_rho_text(verdicts, measure)}; {_rho_text(verdicts, baseline)}"
+    return text + "."
+
+
+def _tracking_text(
+    verdicts: Mapping[str, Any],
+    measure: str,
+    baseline: str,
+    defined: list[bool],
+    confidence: float,
+) -> str:
+    """How many defined scenarios each measure tracks the ideal well in, and where neither does."""
+    well = {}
+    for name in (measure, baseline):
+        rho, low = (_column(verdicts, f"rho_{name}{s}").astype(float) for s in ("", "_low"))
+        well[name] = [tracks_ideal(r, lo) and d for r, lo, d in zip(rho, low, defined, strict=True)]
+    k = sum(defined)
+    neither = sum(d and not (a or c) for d, a, c in zip(defined, *well.values(), strict=True))
+    rule = f"well: mean rho >= {TRACKING_RHO:g} with its {confidence:.0%} interval above 0"
+    m, b = measure_label(measure), measure_label(baseline)
+    if neither == k:
+        where = "here" if k == 1 else ("in either" if k == 2 else f"in any of the {k}")
+        return f"Neither tracks the ideal measure well {where} ({rule})"
+    counts = f"{m} tracks the ideal measure well in {sum(well[measure])} of {k}, "
+    counts += f"{b} in {sum(well[baseline])}"
+    return counts + (f", neither in {neither}" if neither else "") + f" ({rule})"
 
 
 # ----------------------------------------------------------------------------- selection
@@ -708,6 +836,120 @@ def seed_means(units: Mapping[str, Any], measures: Sequence[str]) -> Table:
             record.update({m: float(cols[m][rows].astype(np.float64).mean()) for m in value_names})
             records.append(record)
     return _as_table(records, [*UNIT_KEYS, *value_names])
+
+
+ANSWER_MEASURES = ("worst_plus_gap", "average")
+"""The measures the answer line compares by default: the worst+gap paper's and the usual one."""
+
+
+def answer_line(
+    units: Mapping[str, Any], measures: Sequence[str] | None = None, *, how: str | None = None
+) -> str:
+    """The one-line answer: which algorithm each measure picks, and whether they disagree.
+
+    Every output that scores algorithms opens with it (`oodeval measures`, `oodeval import
+    domainbed`, both HTML reports, `oodeval.Scores.answer`). Per scenario:
+
+    - each measure picks the algorithm with the lowest value (`selections`); an algorithm tied
+      at the minimum is named with the others, joined by ``|``, and marked ``(tied)``;
+    - with several seeds, each algorithm's measure is first averaged over the seeds
+      (`seed_means`: only algorithms with every seed of their scenario take part), so the pick
+      is Table 6's "mean" pick, and the line says ``on each measure's mean over k seeds``;
+    - with an ``ideal`` column, the ideal measure's pick follows, and the line says which
+      measures pick the ideal's choice;
+    - the measures *agree* when their (tied) picks are the same.
+
+    Format: ``<m1> picks A; <m2> picks B[; the ideal measure picks C] (they disagree|agree[;
+    <who> pick(s) the ideal's choice][; on each measure's mean over k seeds])``. With several
+    scenarios (or a non-empty scenario label), each part is prefixed ``<scenario>: `` and the
+    parts are joined by ``. ``.
+
+    Parameters
+    ----------
+    units : table with algorithm, the measure columns[, ideal, scenario, seed] (as
+        `unit_measures` returns it, or `oodeval.Scores.measures`)
+    measures : the measures to name (default: `ANSWER_MEASURES` when `units` has both, else
+        every LOO measure it has, in the order of `oodeval.measures.MEASURES`)
+    how : how the values were aggregated, when the caller did it (replaces the seed wording)
+
+    Returns
+    -------
+    str, one line without a final full stop
+
+    >>> units = {"algorithm": ["ERM", "IRM", "Mixup"], "average": [0.20, 0.22, 0.18],
+    ...          "worst_plus_gap": [0.40, 0.31, 0.45]}
+    >>> answer_line(units)
+    'worst+gap picks IRM; average picks Mixup (they disagree)'
+    >>> answer_line({**units, "seed": [0, 0, 0], "ideal": [0.5, 0.3, 0.4]})
+    "worst+gap picks IRM; average picks Mixup; the ideal measure picks IRM (they disagree; \
+worst+gap picks the ideal's choice)"
+    """
+    n_rows = _length(units)
+    if n_rows == 0:
+        raise OodevalError("the table has no rows; the answer needs one row per algorithm")
+    names = list(measures) if measures is not None else [m for m in ANSWER_MEASURES if m in units]
+    if measures is None and len(names) < len(ANSWER_MEASURES):  # a subset chosen by the user
+        names = [m for m in MEASURES if m in units]
+    if not names:
+        raise OodevalError(f"the table has no measure column; give one of {', '.join(MEASURES)}")
+    has_ideal = "ideal" in units
+    values = list(dict.fromkeys([*names, *(["ideal"] if has_ideal else [])]))
+    table = {k: _column(units, k) if k in units else np.full(n_rows, "", object) for k in UNIT_KEYS}
+    table.update({k: _column(units, k) for k in values})
+    means = seed_means(table, names)
+    picked = selections(means, values)
+    parts = []
+    for rows in _groups(table["scenario"]):
+        scenario = _python(table["scenario"][rows[0]])
+        n_seeds = len(np.unique(_codes(table["seed"][rows])))
+        mine = np.flatnonzero(picked["scenario"] == scenario) if len(picked["scenario"]) else []
+        label = f"{scenario}: " if str(scenario) != "" else ""
+        algorithms = list(dict.fromkeys(str(a) for a in table["algorithm"][rows]))
+        if len(algorithms) == 1:
+            parts.append(f"{label}only one algorithm ({algorithms[0]}), so nothing to choose")
+        elif len(mine) == 0:
+            parts.append(f"{label}no algorithm has every seed, so there is no pick")
+        else:
+            seeds = how or (f"on each measure's mean over {n_seeds} seeds" if n_seeds > 1 else "")
+            parts.append(label + _picks_text(picked, mine, names, has_ideal, seeds))
+    return ". ".join(parts)
+
+
+def _picks_text(
+    picked: Table, rows: np.ndarray, names: Sequence[str], has_ideal: bool, how: str
+) -> str:
+    """``m1 picks A; m2 picks B[; the ideal measure picks C] (...)`` for one scenario."""
+    tied = {str(picked["measure"][k]): tuple(picked["tied"][k]) for k in rows}
+    chosen = {str(picked["measure"][k]): str(picked["selected"][k]) for k in rows}
+
+    def pick(name: str) -> str:
+        return "|".join(tied[name]) + (" (tied)" if len(tied[name]) > 1 else "")
+
+    said = [f"{measure_label(m)} picks {pick(m)}" for m in names]
+    if has_ideal:
+        said.append(f"the ideal measure picks {pick('ideal')}")
+    notes = []
+    if len(names) > 1:
+        notes.append("they agree" if len({tied[m] for m in names}) == 1 else "they disagree")
+    if has_ideal:
+        right = [measure_label(m) for m in names if chosen[m] == chosen["ideal"]]
+        if not right:
+            notes.append(
+                "neither picks the ideal's choice"
+                if len(names) == 2
+                else "none picks the ideal's choice"
+                if len(names) > 2
+                else "it misses the ideal's choice"
+            )
+        elif len(right) == len(names) and len(names) == 2:
+            notes.append("both pick the ideal's choice")
+        else:
+            notes.append(
+                f"{', '.join(right)} pick{'s' if len(right) == 1 else ''} the ideal's choice"
+            )
+    if how:
+        notes.append(how)
+    return "; ".join(said) + (f" ({'; '.join(notes)})" if notes else "")
 
 
 # ----------------------------------------------------------------------------- asymptotics

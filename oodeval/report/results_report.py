@@ -1,4 +1,6 @@
-"""Report sections for a long-form results file (the input of `oodeval measures`)."""
+"""Report sections for a long-form results file (the input of `oodeval measures`): the answer
+first (which algorithm each measure picks, `oodeval.results.scoring.Scores.answer`), then the
+measures, rankings, correlations and per-environment errors."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.measures.domain import REGISTRY, measure_label, undefined_measures
+from oodeval.measures.meta_tables import answer_line, interval_warning
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
+from oodeval.report.names import NAME_WIDTH, short_labels
 from oodeval.report.page import Section, Table
 from oodeval.results.longform import LongResults, read_results
 from oodeval.results.scoring import score_results
@@ -20,8 +24,7 @@ def measure_ranks(results: LongResults) -> pd.DataFrame:
 
     Ranks use the 'min' method, so tied algorithms share the better rank.
     """
-    undefined = undefined_measures(RANKED, len(results.given_environments))
-    names = [m for m in RANKED if m not in undefined]
+    names = _defined(results)
     tables = score_results(results, measures=names)
     cols = names + (["ideal"] if "ideal" in tables.measures.columns else [])
     mean = tables.measures.groupby("algorithm", sort=False)[cols].mean()
@@ -75,7 +78,7 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
             ),
         ],
     )
-    sections = [overview]
+    sections = [answer_section(results), overview]
     overview.notes.extend(results.notes)
     if undefined_measures(["worst_plus_gap"], len(results.given_environments)):
         overview.notes.append(
@@ -133,6 +136,9 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
                     "algorithms as the truth does. Over several seeds: mean and std (ddof=1).",
                 )
             )
+            warning = interval_warning(n_alg)
+            if warning:
+                measures.notes.append(f"Warning: {warning}.")
             measures.tables.append(
                 Table(
                     "Algorithm selected by each measure",
@@ -144,6 +150,29 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
             )
     sections.append(_environment_section(results))
     return sections
+
+
+def answer_section(results: LongResults) -> Section:
+    """The report's opening block: the answer line (which algorithm worst+gap and average pick,
+    whether they disagree and, with the ideal measure, which picks its choice)."""
+    names = [m for m in ("worst_plus_gap", "average") if m in _defined(results)]
+    units = score_results(results, measures=names or None).measures
+    return Section("Answer", intro=report_answer(units, names), lead=True, anchor="answer")
+
+
+def report_answer(units: pd.DataFrame, measures: list[str]) -> str:
+    """`answer_line` with algorithm and scenario names shortened as the page shows them (each
+    at most `NAME_WIDTH` characters, still distinct), so a long name costs one line."""
+    units = units.copy()
+    for column in ("algorithm", "scenario"):
+        if column in units.columns:
+            units[column] = units[column].astype(str).map(short_labels(units[column], NAME_WIDTH))
+    return answer_line(units, measures or None)
+
+
+def _defined(results: LongResults) -> list[str]:
+    undefined = undefined_measures(RANKED, len(results.given_environments))
+    return [m for m in RANKED if m not in undefined]
 
 
 def _environment_section(results: LongResults) -> Section:
@@ -209,4 +238,11 @@ def _env_curve(tidy: pd.DataFrame) -> Figure:
     )
 
 
-__all__ = ["environment_errors", "measure_ranks", "numeric_environment", "results_sections"]
+__all__ = [
+    "answer_section",
+    "environment_errors",
+    "measure_ranks",
+    "numeric_environment",
+    "report_answer",
+    "results_sections",
+]

@@ -1,5 +1,6 @@
-"""Report sections for a study folder: the verdict first (does worst+gap order algorithms like the
-ideal measure better than average, and how sure are we), then the worst+gap paper's tables and
+"""Report sections for a study folder: the answer first (which algorithm each measure picks, per
+scenario), then the verdict (does worst+gap order algorithms like the ideal measure better than
+average, how sure are we, and does either track it well), then the worst+gap paper's tables and
 figures on your run."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from oodeval.measures.domain import measure_label
 from oodeval.measures.meta_tables import verdict_sentence
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section, Table
-from oodeval.report.results_report import numeric_environment
+from oodeval.report.results_report import numeric_environment, report_answer
 from oodeval.study.analysis import (
     CORRELATION_MEASURES,
     PAPER_REFERENCES,
@@ -25,6 +26,7 @@ from oodeval.study.analysis import (
     analyze,
     completeness_sentence,
     verdict_view,
+    verdict_warning,
 )
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
 
@@ -73,8 +75,21 @@ def verdict_section(
             widths={"worst+gap vs average": 90},
         )
     )
+    warning = verdict_warning(verdicts)
+    if warning:
+        section.notes.append(f"Warning: {warning}.")
     section.notes += [f"Warning: {note}" for note in study.integrity_notes()]
     return section
+
+
+def answer_section(results: dict[str, pd.DataFrame]) -> Section:
+    """The report's first block: per scenario, which algorithm worst+gap and average pick on
+    their seed means, whether they disagree, and whether either picks the ideal measure's
+    choice (`oodeval.measures.meta_tables.answer_line`; Table 6's "mean" picks), names shortened
+    as the page shows them (`report_answer`)."""
+    units = results["units"]
+    answer = report_answer(units, [m for m in CORRELATION_MEASURES if m in units])
+    return Section("Answer", intro=answer, lead=True, anchor="answer")
 
 
 def summary_section(study: Study) -> Section:
@@ -439,7 +454,7 @@ def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> l
         summary.notes.append(
             "Only one algorithm finished: correlations and selections need at least two."
         )
-    sections = [verdict_section(study, results), summary]
+    sections = [answer_section(results), verdict_section(study, results), summary]
     sections.append(table_sections(results))
     sections.append(figure_section(study, results))
     sections.append(
@@ -462,6 +477,7 @@ def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> l
 
 
 __all__ = [
+    "answer_section",
     "environment_curves",
     "figure1_data",
     "figure5_data",

@@ -17,6 +17,7 @@ domain.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import REGISTRY
+from oodeval.measures.meta_tables import answer_line
 from oodeval.results.selection import (
     LEAVE_ONE_DOMAIN_OUT,
     SELECTED_COLUMNS,
@@ -35,7 +37,25 @@ from oodeval.results.selection import (
     select_training_domain,
     selection_method,
 )
-from oodeval.results.sweep import Sweep, checkpoint_table
+from oodeval.results.sweep import Sweep, checkpoint_table, read_sweep
+
+__all__ = [
+    "DOMAINBED_MEASURES",
+    "ENVIRONMENT_NAMES",
+    "LONG_FORM_COLUMNS",
+    "domain_measures_table",
+    "environment_names",
+    "long_form",
+    "MIN_TRIALS",
+    "read_domainbed",
+    "results_table",
+    "select",
+    "select_leave_one_domain_out",
+    "selection_requirement",
+    "sweep_answer",
+    "trial_summary",
+    "trials_warning",
+]
 
 # Short environment names DomainBed prints as table columns (its datasets' ENVIRONMENTS lists).
 ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
@@ -245,6 +265,75 @@ def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
     return out
 
 
+def sweep_answer(table: pd.DataFrame, measures: pd.DataFrame, labels: dict[str, str]) -> str:
+    """The answer line (`oodeval.measures.meta_tables.answer_line`) for the tables `oodeval
+    import domainbed` prints: per (dataset, selection), which algorithm worst+gap and average
+    pick, on the same numbers as the table's rank columns (measures of each environment's
+    trial-mean accuracy, as DomainBed aggregates trials).
+
+    Parameters
+    ----------
+    table : `results_table`'s output (for the number of trials)
+    measures : `domain_measures_table`'s output; algorithms without every environment are left
+        out
+    labels : selection key -> how to print it (e.g. ``SELECTION_METHODS``)
+
+    >>> m = pd.DataFrame({"selection": "training_domain", "dataset": "VLCS",
+    ...                   "algorithm": ["ERM", "IRM"], "average": [21.0, 22.0],
+    ...                   "worst_plus_gap": [50.0, 45.0]})
+    >>> t = pd.DataFrame({"n_trials": [3, 3]})
+    >>> sweep_answer(t, m, {"training_domain": "training-domain validation"})
+    'VLCS, training-domain validation: worst+gap picks IRM; average picks ERM (they disagree; \
+on accuracies averaged over 3 trials, as in the tables)'
+    """
+    complete = measures.dropna(subset=["average", "worst_plus_gap"])
+    if complete.empty:
+        return "no algorithm has every test environment, so there is no pick"
+    order = {key: k for k, key in enumerate(labels)}
+    complete = complete.assign(_order=complete["selection"].map(order)).sort_values(
+        ["dataset", "_order"], kind="stable"
+    )
+    trials = sorted({int(n) for n in table["n_trials"]})
+    span = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
+    how = f"on accuracies averaged over {span} trials, as in the tables" if trials[-1] > 1 else ""
+    units = {
+        "scenario": [
+            f"{d}, {labels.get(m, m)}"
+            for d, m in zip(complete["dataset"], complete["selection"], strict=True)
+        ],
+        "algorithm": complete["algorithm"].to_numpy(),
+        "average": complete["average"].to_numpy(dtype=float),
+        "worst_plus_gap": complete["worst_plus_gap"].to_numpy(dtype=float),
+    }
+    return answer_line(units, how=how or None)
+
+
+MIN_TRIALS = 3
+"""DomainBed's +/- is std / sqrt(trials) over the trials of a cell: with one trial it is 0, with
+two it rests on one difference; below this many trials `trials_warning` says so."""
+
+
+def trials_warning(table: pd.DataFrame) -> str:
+    """A one-line warning when some cell of `results_table` has fewer than `MIN_TRIALS` trials
+    (its +/- interval then says little), else ``""``.
+
+    >>> trials_warning(pd.DataFrame({"n_trials": [2, 3, 3]}))[:53]
+    '1 of 3 table cells has fewer than 3 trials (as few as'
+    >>> trials_warning(pd.DataFrame({"n_trials": [3, 5]}))
+    ''
+    """
+    n = table["n_trials"].to_numpy()
+    few = int((n < MIN_TRIALS).sum())
+    if not few:
+        return ""
+    return (
+        f"{few} of {len(n)} table cells {'has' if few == 1 else 'have'} fewer than {MIN_TRIALS} "
+        f"trials (as few as {int(n.min())}): "
+        "their +/- (std/sqrt(trials)) says little about how much the means would move; run more "
+        "trials (the n_trials option of DomainBed's sweep)"
+    )
+
+
 LONG_FORM_COLUMNS = [
     "dataset",
     "selection",
@@ -279,3 +368,70 @@ def long_form(selected: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
         for r in selected.itertuples(index=False)
     ]
     return pd.DataFrame(rows, columns=LONG_FORM_COLUMNS)
+
+
+def read_domainbed(
+    sweep_dir: str | Path, *, selection: str = "training_domain", dataset: str | None = None
+) -> pd.DataFrame:
+    """Read a DomainBed sweep folder and apply one model-selection method: the long form that
+    `oodeval.score` takes.
+
+    The sweep folder holds one sub-folder per run, each with DomainBed's ``results.jsonl`` and,
+    once finished, ``done`` (runs without it are skipped; unreadable lines are skipped with an
+    `oodeval.results.sweep.SweepWarning`). Each selected test-environment accuracy is a
+    leave-one-environment-out accuracy: the model never saw that domain.
+
+    Parameters
+    ----------
+    sweep_dir : str or Path
+        DomainBed's ``--output_dir``.
+    selection : str, default "training_domain"
+        ``training_domain``, ``leave_one_domain_out`` (``lodo``) or ``test_domain``
+        (``oracle``), as DomainBed's ``collect_results`` names them.
+    dataset : str, optional
+        Which dataset to keep; needed only when the sweep holds several.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns dataset, selection, algorithm, environment (DomainBed's name, e.g. ``C``),
+        seed (the trial_seed), split (``loo``) and accuracy (a fraction); one row per
+        (algorithm, test environment, trial).
+
+    Raises
+    ------
+    OodevalError
+        A missing or malformed folder, an unknown selection or dataset, or no data for the
+        selection (e.g. leave-one-domain-out without the runs with two test environments).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> import oodeval
+    >>> sweep = Path(oodeval.__file__).parents[1] / "examples" / "domainbed-sweep"
+    >>> rows = read_domainbed(sweep)
+    >>> rows[["algorithm", "environment", "seed", "split"]].drop_duplicates().shape[0]
+    60
+    >>> oodeval.score(rows).answer
+    "worst+gap picks IRM; average picks Mixup (they disagree; on each measure's mean over 3 seeds)"
+    """
+    method = selection_method(selection)
+    sweep = read_sweep(sweep_dir)
+    if dataset is not None and dataset not in sweep.datasets:
+        raise OodevalError(
+            f"dataset {dataset!r} is not in the sweep; it holds {', '.join(sweep.datasets)}"
+        )
+    if dataset is None and len(sweep.datasets) > 1:
+        raise OodevalError(
+            f"the sweep holds {len(sweep.datasets)} datasets ({', '.join(sweep.datasets)}); "
+            "pass dataset= to choose one"
+        )
+    chosen = select(sweep, method)
+    name = dataset or sweep.datasets[0]
+    chosen = chosen[chosen["dataset"] == name]
+    if chosen.empty:
+        raise OodevalError(
+            f"{method} selection has no data for {name} in {sweep_dir}: it needs "
+            f"{selection_requirement(method)}; choose another selection"
+        )
+    return long_form(chosen, sweep)

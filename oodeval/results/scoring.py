@@ -1,14 +1,18 @@
-"""Score validated long-form results: every measure per algorithm and seed, and, when the file has
+"""Score long-form results: every measure per algorithm and seed, and, when the results have
 `all` rows, the ideal measure, correlations with it, selections and their degradation.
 
-All tables are pandas DataFrames; `ScoreTables.to_dict()` gives JSON-ready records (NaN -> None).
+`score` is the public entry point (`oodeval.score`): it takes a DataFrame, a file or a list of row
+dicts and returns `Scores`, whose attributes are pandas DataFrames; `Scores.to_dict()` gives
+JSON-ready records (NaN -> None). `score_results` does the work on already validated
+`LongResults`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,33 +23,59 @@ from oodeval.measures.domain import MEASURES, check_measures, undefined_measures
 from oodeval.measures.meta import TIE_DECIMALS
 from oodeval.measures.meta_tables import (
     Table,
+    answer_line,
     correlation_summary,
     degradation_summary,
     ideal_correlations,
     selections,
     unit_measures,
 )
-from oodeval.results.longform import LongResults
+from oodeval.results.longform import LongResults, read_results, results_from_frame
 
-__all__ = ["ScoreTables", "score_results"]
+__all__ = ["Scores", "score", "score_results"]
 
 
 @dataclass
-class ScoreTables:
-    """Every table `oodeval measures` prints.
+class Scores:
+    """The meta-evaluation of a set of results: every table `oodeval measures` prints.
+
+    Returned by `oodeval.score`. Measures are errors (lower is better), as fractions in [0, 1].
+    The seed column appears only when the results have seeds.
 
     Attributes
     ----------
-    measures : one row per (seed, algorithm); a column per measure, plus ``ideal`` with all rows
-    correlations : (seed, measure, spearman, kendall) with the ideal; None without all rows or
-        with a single algorithm
-    correlation_summary : (measure, n_seeds, spearman_mean, spearman_std, kendall_mean,
-        kendall_std) over seeds, std with ddof=1; None unless correlations exist and seeds > 1
-    selections : (seed, measure, selected, tied, score[, ideal_of_selected, degradation])
-    degradation_summary : (measure, n_seeds, degradation_mean, degradation_std); None unless
-        ideal exists and seeds > 1
-    notes : human-readable remarks (skipped or undefined parts)
-    info : counts and environment names
+    measures : pandas.DataFrame
+        One row per (seed,) algorithm; a column per measure, plus ``ideal`` when the results
+        have ``all`` rows.
+    correlations : pandas.DataFrame or None
+        (seed, measure, spearman, kendall[, bootstrap bounds]) with the ideal measure; None
+        without ``all`` rows or with a single algorithm. `correlation` is the same, never None.
+    correlation_summary : pandas.DataFrame or None
+        (measure, n_seeds, spearman_mean, spearman_std, kendall_mean, kendall_std) over seeds,
+        std with ddof=1; None unless correlations exist and there are several seeds.
+    selections : pandas.DataFrame
+        (seed, measure, selected, tied, score[, ideal_of_selected, degradation]); also
+        available as `selection`.
+    degradation_summary : pandas.DataFrame or None
+        (measure, n_seeds, degradation_mean, degradation_std); None unless the ideal measure
+        exists and there are several seeds.
+    notes : list of str
+        Remarks on the input and on skipped or undefined parts.
+    info : dict
+        Counts and environment names.
+
+    Examples
+    --------
+    >>> rows = [{"algorithm": a, "environment": e, "split": "loo", "error": err}
+    ...         for a, errs in {"ERM": (0.1, 0.2, 0.6), "IRM": (0.3, 0.3, 0.4)}.items()
+    ...         for e, err in zip(("e1", "e2", "e3"), errs)]
+    >>> s = score(rows, measures=["average", "worst_plus_gap"])
+    >>> s.answer
+    'worst+gap picks IRM; average picks ERM (they disagree)'
+    >>> s.rankings
+      algorithm  average  worst_plus_gap
+    0       ERM        1               2
+    1       IRM        2               1
     """
 
     measures: pd.DataFrame
@@ -55,6 +85,55 @@ class ScoreTables:
     degradation_summary: pd.DataFrame | None
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rankings(self) -> pd.DataFrame:
+        """Each algorithm's rank under each measure, per seed: 1 = lowest error; tied algorithms
+        share the better rank (values compared after rounding to 12 decimals)."""
+        keys = [c for c in ("seed", "algorithm") if c in self.measures.columns]
+        values = [c for c in self.measures.columns if c not in keys]
+        ranked = self.measures[keys].copy()
+        rounded = self.measures[values].astype(float).round(TIE_DECIMALS)
+        groups = rounded.groupby(self.measures["seed"], sort=False) if "seed" in keys else rounded
+        ranks = groups.rank(method="min")
+        for c in values:
+            ranked[c] = ranks[c].astype("Int64")
+        return ranked
+
+    @property
+    def correlation(self) -> pd.DataFrame:
+        """Spearman's rho and Kendall's tau-b of each measure with the ideal measure, per seed;
+        an empty frame (same columns) when there is no ideal measure or a single algorithm."""
+        if self.correlations is not None:
+            return self.correlations
+        columns = ["seed"] * bool(self.info.get("seeds")) + ["measure", "spearman", "kendall"]
+        return pd.DataFrame(columns=columns)
+
+    @property
+    def selection(self) -> pd.DataFrame:
+        """The algorithm each measure picks (argmin, ties to the first name in sorted order),
+        per seed; the ``tied`` column names every algorithm tied at the minimum."""
+        return self.selections
+
+    @property
+    def degradation(self) -> pd.DataFrame:
+        """Per seed and measure, how much worse (on the ideal measure) the measure's pick is
+        than the ideal measure's: |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|; empty without the
+        ideal measure (``all`` rows)."""
+        keys = ["seed"] * bool(self.info.get("seeds")) + ["measure", "selected"]
+        columns = [*keys, "ideal_of_selected", "degradation"]
+        if "degradation" not in self.selections.columns:
+            return pd.DataFrame(columns=columns)
+        frame = self.selections[columns]
+        return frame[frame["measure"] != "ideal"].reset_index(drop=True)
+
+    @property
+    def answer(self) -> str:
+        """The one-line answer (`oodeval.measures.meta_tables.answer_line`): which algorithm
+        worst+gap and average pick (or the measures scored, without them), whether they
+        disagree and, with the ideal measure, which picks its choice; over several seeds, by
+        each measure's mean over the seeds."""
+        return answer_line(self.measures)
 
     def sections(self) -> list[tuple[str, str, pd.DataFrame]]:
         """(key, title, table) for every non-empty table, in print order."""
@@ -107,6 +186,93 @@ def _json_value(v: Any) -> Any:
     return v
 
 
+def score(
+    results: pd.DataFrame | str | Path | Sequence[Mapping[str, Any]],
+    *,
+    measures: Sequence[str] | None = None,
+    percent: bool = False,
+    bootstrap: int = 0,
+    seed: int = 0,
+) -> Scores:
+    """Score algorithms evaluated under distribution shift: every measure, and how well each
+    tracks the ideal measure.
+
+    The results are in long form, one row per (algorithm, seed, split, environment): columns
+    ``algorithm``, ``environment``, ``error`` (or ``accuracy``), ``split`` (``loo``: the model
+    trained without that environment, tested on it; ``all``: the model trained on all given
+    environments, tested on an environment of E_all, which defines the ideal measure) and an
+    optional ``seed`` (see `oodeval.results.longform`).
+
+    Parameters
+    ----------
+    results : pandas.DataFrame, str, Path or list of dict
+        A long-form DataFrame; a path to a CSV, JSON lines or JSON list file; or the rows as
+        dicts (e.g. ``oodeval.read_domainbed(...).to_dict("records")``).
+    measures : sequence of str, optional
+        Names from `oodeval.measures.MEASURES` (default: all).
+    percent : bool, default False
+        Values are percentages in [0, 100].
+    bootstrap : int, default 0
+        When > 0, add percentile bootstrap intervals (this many resamples of the algorithms,
+        95% level) to the correlations with the ideal measure.
+    seed : int, default 0
+        Seed of the bootstrap resampling (same seed, same intervals).
+
+    Returns
+    -------
+    Scores
+        DataFrames ``measures``, ``rankings``, ``correlation``, ``selection``,
+        ``degradation`` and the one-line ``answer``.
+
+    Raises
+    ------
+    OodevalError
+        Bad input, with a one-line message that names the problem and the fix.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({
+    ...     "algorithm": ["ERM"] * 3 + ["IRM"] * 3,
+    ...     "environment": ["e1", "e2", "e3"] * 2,
+    ...     "split": "loo",
+    ...     "accuracy": [0.9, 0.8, 0.4, 0.7, 0.7, 0.6],
+    ... })
+    >>> s = score(df)
+    >>> s.measures[["algorithm", "average", "worst_plus_gap"]].round(3)
+      algorithm  average  worst_plus_gap
+    0       ERM    0.300             1.1
+    1       IRM    0.333             0.5
+    >>> s.answer
+    'worst+gap picks IRM; average picks ERM (they disagree)'
+    """
+    if isinstance(results, pd.DataFrame):
+        long = results_from_frame(results, percent=percent, name="the DataFrame")
+    elif isinstance(results, (str, Path)):
+        long = read_results(results, percent=percent)
+    elif isinstance(results, Sequence) and not isinstance(results, (bytes, bytearray)):
+        bad = next((k for k, row in enumerate(results) if not isinstance(row, Mapping)), None)
+        if bad is not None:
+            raise OodevalError(
+                f"results row {bad + 1} is a {type(results[bad]).__name__}, not a dict; give "
+                "one dict per row with keys algorithm, environment, error|accuracy, split[, seed]"
+            )
+        if not results:
+            raise OodevalError(
+                "results is an empty list; give one dict per row with keys algorithm, "
+                "environment, error|accuracy, split[, seed]"
+            )
+        long = results_from_frame(pd.DataFrame.from_records(results), percent=percent, name="rows")
+    else:
+        raise OodevalError(
+            f"results is a {type(results).__name__}; give a pandas DataFrame in long form, a "
+            "path to a CSV or JSON lines file, or a list of row dicts"
+        )
+    if isinstance(measures, str):
+        measures = [m.strip() for m in measures.split(",") if m.strip()]
+    return score_results(long, measures=measures, bootstrap=bootstrap, bootstrap_seed=seed)
+
+
 def score_results(
     results: LongResults,
     *,
@@ -114,7 +280,7 @@ def score_results(
     bootstrap: int = 0,
     confidence: float = 0.95,
     bootstrap_seed: int = 0,
-) -> ScoreTables:
+) -> Scores:
     """Compute every table of `oodeval measures` from validated results.
 
     All numbers come from `oodeval.measures.meta_tables` (the layer `oodeval study analyze`
@@ -134,7 +300,7 @@ def score_results(
 
     Returns
     -------
-    ScoreTables
+    Scores
     """
     names = _measure_names(results, measures)
     units = unit_measures(results.errors_table(), names)
@@ -160,7 +326,7 @@ def score_results(
         selected = selected.drop(columns="seed")
         if correlations is not None:
             correlations = correlations.drop(columns="seed")
-    return ScoreTables(
+    return Scores(
         measures=measures_df,
         correlations=correlations,
         correlation_summary=correlation_table,

@@ -262,6 +262,15 @@ VERDICT_FOOTNOTE = (
 )
 
 
+def verdict_warning(verdicts: pd.DataFrame) -> str:
+    """`meta_tables.interval_warning` for the fewest algorithms of a scenario with a verdict
+    ("" when every such scenario has enough, or none has a verdict)."""
+    defined = verdicts[verdicts["verdict"] != "undefined"]
+    if defined.empty:
+        return ""
+    return meta_tables.interval_warning(int(defined["n_algorithms"].min()))
+
+
 def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     """The verdict block: one sentence, the units it uses, the per-scenario table, the footnote.
 
@@ -270,6 +279,7 @@ def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     """
     verdicts = results["verdict"]
     note = study.data_note()
+    warning = verdict_warning(verdicts)
     return "\n".join(
         [
             f"Verdict: {meta_tables.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
@@ -279,6 +289,7 @@ def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
             *([f"Note: {note}.", ""] if note else []),
             markdown_table(verdict_view(verdicts)),
             "",
+            *([f"Warning: {warning}.", ""] if warning else []),
             VERDICT_FOOTNOTE,
             "",
         ]
