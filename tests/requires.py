@@ -33,6 +33,9 @@ EXTRAS: dict[str, str] = {
     "submitit": "slurm",
     "open_clip": "clip",
     "selenium": "test",
+    "mkdocs": "docs",
+    "mkdocstrings": "docs",
+    "material": "docs",
 }
 
 
