@@ -177,6 +177,11 @@ def cli_page() -> str:
         " its usage, its help and every argument and option. `oodeval COMMAND --help` prints the "
         "same.",
         "",
+        "Every command keeps the [command-line contract](../contributing.md#command-line-contract)"
+        ": tables take `--format/-f table|csv|json|markdown` and `--output/-o FILE`, artefacts "
+        "`--out PATH`; exit status 0 done, 1 a check found a problem, 2 bad input (one `error:` "
+        "line naming the fix), 130 interrupted.",
+        "",
     ]
     for path, command, ctx in walk_commands(root):
         out += command_section(path, command, ctx)
