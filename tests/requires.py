@@ -27,8 +27,15 @@ MNIST_DIR = SHARED / "data" / "mnist"
 DOMAINBED_SWEEP = SHARED / "fixtures" / "domainbed-vlcs-sweep"
 
 #: The optional extras of pyproject.toml's [project.optional-dependencies], by the top-level module
-#: each provides (what a test or a module imports): the package's own map, plus the test extra.
-EXTRAS: dict[str, str] = {**PACKAGE_EXTRAS, "selenium": "test"}
+#: each provides (what a test or a module imports): the package's own map, plus the test and docs
+#: extras.
+EXTRAS: dict[str, str] = {
+    **PACKAGE_EXTRAS,
+    "selenium": "test",
+    "mkdocs": "docs",
+    "mkdocstrings": "docs",
+    "material": "docs",
+}
 
 
 def in_ci() -> bool:

@@ -558,14 +558,15 @@ def test_library_messages_name_no_option_of_one_command() -> None:
 
 
 def test_case_counts_by_category() -> None:
-    """The README's reliability section quotes these counts; they are counted here, not typed."""
+    """CONTRIBUTING.md's "Bad input" section quotes these counts; they are counted here, not
+    typed."""
     counts = Counter(c.category for c in CASES)
     by_category = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     listed = ", ".join(f"{name} {n}" for name, n in by_category)
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    assert f"runs {len(CASES)} bad-input cases over all {len(_commands())} commands" in readme
-    assert f"by category: {listed}." in readme
-    assert f"{len(SUBPROCESS_CASES)} of them also run as a real" in readme
+    text = " ".join((ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8").split())
+    assert f"runs {len(CASES)} bad-input cases over all {len(_commands())} commands" in text
+    assert f"by category: {listed}." in text
+    assert f"{len(SUBPROCESS_CASES)} of them also run as a real" in text
 
 
 def test_the_text_reader_keeps_utf8_and_names_what_else_it_found(tmp_path: Path) -> None:

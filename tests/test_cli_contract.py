@@ -1,4 +1,4 @@
-"""The command-line contract (README "Command-line contract"), checked over every command.
+"""The command-line contract (CONTRIBUTING.md "Command-line contract"), checked over every command.
 
 The structural tests walk the Typer app, so a new command is checked (and must be classified
 below) without editing this file's parametrisation: a table-printing command takes

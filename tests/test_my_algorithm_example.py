@@ -1,5 +1,6 @@
 """examples/my_algorithm.py, a user's own algorithm: its math, its stacked training, and a study
-run end to end through the `oodeval` command the way the README tells a user to."""
+run end to end through the `oodeval` command the way the tutorial (docs/tutorials/own-algorithm.md)
+tells a user to."""
 
 from __future__ import annotations
 
@@ -203,18 +204,21 @@ def test_the_penalty_weight_shrinks_the_spread_of_gradient_variances():
     assert ends[1e3] < 0.2 * ends[0.0]
 
 
-def readme_core() -> str:
-    """The Python block of the README's "Evaluate your own algorithm" section."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Evaluate your own algorithm", 1)[1]
+TUTORIAL = REPO / "docs" / "tutorials" / "own-algorithm.md"
+
+
+def tutorial_core() -> str:
+    """The Python block of the "Evaluate your own algorithm" tutorial's "The algorithm" section."""
+    text = TUTORIAL.read_text(encoding="utf-8")
+    section = text.split("## The algorithm", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_core_is_the_example(monkeypatch):
-    """The README's 20-line version computes the same penalty and the same updates."""
+def test_the_tutorial_core_is_the_example(monkeypatch):
+    """The tutorial's 20-line version computes the same penalty and the same updates."""
     namespace: dict = {}
     monkeypatch.setattr(alg.registry, "_REGISTRY", dict(alg.registry._REGISTRY))  # restored after
-    exec(compile(readme_core(), "README.md", "exec"), namespace)
+    exec(compile(tutorial_core(), str(TUTORIAL), "exec"), namespace)
     logits = torch.randn(4, 3, 6, C, dtype=torch.float64)
     y = torch.randint(0, C, (3, 6))
     torch.testing.assert_close(
@@ -224,19 +228,19 @@ def test_the_readme_core_is_the_example(monkeypatch):
         atol=0,
     )
     for key, hp in example.FishrLite.hparam_space().items():
-        readme_hp = namespace["FishrLite"].hparam_space()[key]
-        assert readme_hp.default == hp.default
-        assert readme_hp.sample(np.random.default_rng(3)) == hp.sample(np.random.default_rng(3))
+        page_hp = namespace["FishrLite"].hparam_space()[key]
+        assert page_hp.default == hp.default
+        assert page_hp.sample(np.random.default_rng(3)) == hp.sample(np.random.default_rng(3))
     ours, theirs = make(LOO_MASK), make(LOO_MASK)
-    readme = namespace["FishrLite"](SHAPE, C, LOO_MASK, theirs.hparams).double()
-    readme.load_state_dict(theirs.state_dict())
+    page = namespace["FishrLite"](SHAPE, C, LOO_MASK, theirs.hparams).double()
+    page.load_state_dict(theirs.state_dict())
     for step in range(2):
         x, y = batches(seed=step)
-        a, b = ours.update(x, y), readme.update(x, y)
+        a, b = ours.update(x, y), page.update(x, y)
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-# --- end to end: the README's commands on examples/my_algorithm.toml -------------------------
+# --- end to end: the tutorial's commands on examples/my_algorithm.toml -------------------------
 
 
 def oodeval_command(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ outcomes, per command:
 - ``run``: after it, the store verifies clean and its analysis equals the clean one exactly.
 
 So no damaged number can reach an output. ``python -m tests.test_store_damage`` prints the
-damage x command table of outcomes quoted in the README's reliability section.
+damage x command table of outcomes quoted in docs/howto/store-guarantees.md.
 """
 
 from __future__ import annotations

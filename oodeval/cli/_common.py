@@ -1,7 +1,7 @@
 """Pieces every command module shares: the output options, error reporting, Ctrl-C handling and
 the default-subcommand group.
 
-The command-line contract (README "Command-line contract"): a command that prints a table takes
+The command-line contract (CONTRIBUTING.md): a command that prints a table takes
 ``--format/-f`` (`FORMAT_OPT`, one of `oodeval.tables.FORMATS`) and ``--output/-o FILE``
 (`OUTPUT_OPT`); a command that writes artefacts (a report, a study folder, a figure, a model)
 takes ``--out`` without a short form. Exit status: 0 done, 1 a check found a problem, 2 bad

@@ -355,6 +355,8 @@ def domain_measures(
     -------
     dict mapping each name to a float or an ndarray of shape errors.shape[:-1]
 
+    Examples
+    --------
     >>> {k: round(v, 12) for k, v in domain_measures([0.1, 0.2, 0.4, 0.3]).items()}
     ... # doctest: +NORMALIZE_WHITESPACE
     {'average': 0.25, 'worst': 0.4, 'best': 0.1, 'gap': 0.3, 'worst_plus_gap': 0.55,

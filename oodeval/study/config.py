@@ -288,6 +288,8 @@ class StudyConfig:
     steps, model : training length and model family for every unit.
     hparams_mode : ``default`` (the algorithm's defaults) or ``random`` (``sample_hparams(name,
         seed)``); ``hparams`` then overrides single values per algorithm.
+    hparams : ``{algorithm: {name: value}}``, overrides of single hyperparameters (the
+        ``[hparams.ALGORITHM]`` tables), checked against the algorithm's own.
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
         batch_size, precision: ``"fp32"`` or ``"bf16"``, device: ``"cpu"``, ``"cuda"``,
         ``"cuda:N"`` or ``"auto"``; rules in `TRAINER_OPTIONS`).

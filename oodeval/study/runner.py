@@ -123,8 +123,11 @@ def run_study(
         `oodeval.study.executors.Executor`; units stream back to this process, which alone
         writes the store, so resuming works the same on every executor.
 
-    Raises `StudyInterrupted` (a `KeyboardInterrupt`) on Ctrl-C, once the units in flight are
-    abandoned and the store is closed.
+    Raises
+    ------
+    StudyInterrupted
+        On Ctrl-C (it is a `KeyboardInterrupt`), once the units in flight are abandoned and the
+        store is closed.
     """
     start = time.perf_counter()
     units_executor = make_executor(executor, workers=workers)
