@@ -75,7 +75,7 @@ def assert_same(first: tuple[dict, list], second: tuple[dict, list], tol: float 
         torch.testing.assert_close(a, b, atol=tol, rtol=0)
 
 
-@pytest.mark.parametrize("name", sorted(alg.available()))
+@pytest.mark.parametrize("name", sorted(alg.PAPER_ALGORITHMS))
 def test_every_algorithm_on_mnist_cnn_is_the_same_in_both_layouts(name):
     for per_model in (True, False):
         grouped = trained(name, "mnist_cnn", "grouped", per_model)

@@ -66,7 +66,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from oodeval._torch import check_device_spec, deterministic_device, resolve_device
+from oodeval._torch import (
+    TF32_MODES,
+    check_device_spec,
+    deterministic_device,
+    resolve_device,
+    tf32_mode,
+)
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
 from oodeval.algorithms.networks import compute_dtype, compute_precision, native_bf16
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
@@ -205,18 +211,20 @@ class _Run:
     algorithm: Algorithm
     envs: torch.Tensor
     models: list[int]
+    #: the slots' index on the device of the minibatches (moved there once), or None for all
+    #: slots in order (the minibatches as they are)
+    _index: dict[torch.device, torch.Tensor | None] = field(default_factory=dict)
 
     def minibatches(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This run's share of a step's minibatches: shared (E, B, ...) for a single model, else
         per model (M, E, B, ...)."""
-        index = self.envs[0] if len(self.models) == 1 else self.envs
-        if (
-            index.dim() == 1
-            and len(index) == len(xb)
-            and bool((index == torch.arange(len(xb))).all())
-        ):
+        if xb.device not in self._index:
+            index = self.envs[0] if len(self.models) == 1 else self.envs
+            whole = index.dim() == 1 and torch.equal(index, torch.arange(len(xb)))
+            self._index[xb.device] = None if whole else index.to(xb.device)
+        index = self._index[xb.device]
+        if index is None:
             return xb, yb
-        index = index.to(xb.device)
         return xb[index], yb[index]
 
 
@@ -239,6 +247,10 @@ class TrainerOptions:
         and testing (module docstring).
     device : ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (module docstring); the spelling is
         checked here, CUDA's presence when the unit runs.
+    tf32 : ``"default"`` (PyTorch's TF32 defaults, DomainBed's: TF32 cuDNN convolutions, full
+        float32 cuBLAS products) or ``"off"`` (full float32 everywhere), for training and testing
+        (`oodeval._torch.tf32_mode`); no effect on the CPU. A study stores it in its config's
+        ``[trainer]`` table, with precision and device, when it is not the default.
     """
 
     selection: str = "training_domain"
@@ -247,6 +259,7 @@ class TrainerOptions:
     batch_size: int = 64
     precision: str = "fp32"
     device: str = "cpu"
+    tf32: str = TF32_MODES[0]
 
     def __post_init__(self) -> None:
         if self.selection not in SELECTIONS:
@@ -266,6 +279,10 @@ class TrainerOptions:
             raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")
         compute_dtype(self.precision)  # unknown names fail here, before any data is prepared
         check_device_spec(self.device)
+        if self.tf32 not in TF32_MODES:
+            raise OodevalError(
+                f"unknown tf32 mode {self.tf32!r}; choose one of {', '.join(TF32_MODES)}"
+            )
 
     @classmethod
     def from_keywords(cls, options: Mapping[str, Any]) -> TrainerOptions:
@@ -310,7 +327,8 @@ class _Data:
         idx = self.offsets[:, None] + (draw * sizes[:, None]).long().clamp_max(
             sizes.long()[:, None] - 1
         )
-        idx = idx.to(self.x.device)  # drawn on the CPU: the same minibatches on every device
+        # drawn on the CPU: the same minibatches on every device; copied without waiting for it
+        idx = idx.to(self.x.device, non_blocking=True)
         return self.x[idx], self.y[idx]
 
 
@@ -336,12 +354,51 @@ class _Selection:
         if best is None:
             self.state[r] = {k: v.detach().clone() for k, v in state.items()}
         else:
-            on_device = improved.to(run.algorithm.env_mask.device)
+            masks = {}  # per device: the random streams' states stay on the CPU
             for k, v in state.items():
-                best[k][on_device] = v[on_device]
+                mask = masks.setdefault(v.device, improved.to(v.device))
+                best[k][mask] = v[mask]
         self.accuracy[r] = torch.where(improved, accuracy, self.accuracy[r])
         for i in torch.nonzero(improved).flatten().tolist():
             self.step[r][i] = step
+
+
+class _Divergence:
+    """The first non-finite loss of every model of every run, kept where the losses are.
+
+    Recording never reads a loss on the host (on a GPU that would wait for the step to finish);
+    `check` does, so the trainer calls it after every run's update on the CPU and at every
+    checkpoint period and the last step elsewhere: a diverged model is still named with its first
+    bad step.
+    """
+
+    def __init__(self, n_runs: int) -> None:
+        self.step: list[torch.Tensor | None] = [None] * n_runs
+        self.value: list[torch.Tensor | None] = [None] * n_runs
+
+    def record(self, r: int, loss: torch.Tensor, step: int) -> None:
+        """Note run `r`'s per-model `loss` at `step` where no bad loss was noted yet."""
+        if self.step[r] is None:
+            self.step[r] = torch.zeros(loss.shape, dtype=torch.long, device=loss.device)
+            self.value[r] = torch.zeros_like(loss)
+        new = (self.step[r] == 0) & ~torch.isfinite(loss)
+        self.step[r] = torch.where(new, step, self.step[r])
+        self.value[r] = torch.where(new, loss, self.value[r])
+
+    def check(self, runs: list[_Run], algorithm: str, folds: list[str]) -> None:
+        """Raise `TrainingDiverged` for the earliest bad loss noted (first run, first model)."""
+        worst = None
+        for r, steps in enumerate(self.step):
+            if steps is None:
+                continue
+            host = steps.cpu()
+            for i in torch.nonzero(host).flatten().tolist():
+                if worst is None or int(host[i]) < worst[0]:
+                    worst = (int(host[i]), r, i)
+        if worst is not None:
+            step, r, i = worst
+            value = float(self.value[r][i])
+            raise TrainingDiverged(algorithm, folds[runs[r].models[i]], step, value)
 
 
 def _check_run(steps: int, options: TrainerOptions) -> None:
@@ -468,6 +525,7 @@ def _fit(
     with (
         torch.random.fork_rng(devices=_rng_devices(device)),
         compute_precision(options.precision, device),
+        tf32_mode(options.tf32),
     ):
         torch.manual_seed(seed)
         runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
@@ -584,15 +642,17 @@ def _train(
     every = min(options.eval_every or DEFAULT_EVAL_EVERY, steps)
     best = _Selection(runs)
     records: list[CheckpointRow] = []
+    watch = _Divergence(len(runs))
+    on_cpu = data.x.device.type == "cpu"
     for step in range(1, steps + 1):
         xb, yb = data.minibatches(generator, options.batch_size)
-        for run in runs:
+        for r, run in enumerate(runs):
             run.algorithm.train()
-            loss = run.algorithm.update(*run.minibatches(xb, yb))["loss"]
-            bad = ~torch.isfinite(loss)
-            if bool(bad.any()):
-                row = int(torch.nonzero(bad)[0])
-                raise TrainingDiverged(algorithm, folds[run.models[row]], step, float(loss[row]))
+            watch.record(r, run.algorithm.update(*run.minibatches(xb, yb))["loss"], step)
+            if on_cpu:  # nothing to wait for: stop at the first bad run, as soon as it is bad
+                watch.check(runs, algorithm, folds)
+        if step % every == 0 or step == steps:
+            watch.check(runs, algorithm, folds)
         if options.selection == "training_domain" and (step % every == 0 or step == steps):
             t0 = time.perf_counter()
             for r, run in enumerate(runs):
@@ -736,7 +796,7 @@ def run_unit(
     **options
         The trainer's options, fields of `TrainerOptions`: selection, eval_every,
         holdout_fraction, batch_size, precision, device (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
-        ``"auto"``).
+        ``"auto"``), tf32 (``"default"``, ``"off"``).
 
     Returns
     -------
@@ -762,7 +822,7 @@ def run_unit(
     )
     t0 = time.perf_counter()
     context = trainer.batch_size
-    with compute_precision(trained.precision, trained.device):
+    with compute_precision(trained.precision, trained.device), tf32_mode(trainer.tf32):
         rows = [
             ResultRow(env.name, env.name, _error(trained.models[k], env, context), len(env))
             for k, env in enumerate(given)
