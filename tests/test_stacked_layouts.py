@@ -122,3 +122,45 @@ def test_auto_is_grouped_on_gpus_and_per_model_on_the_cpu():
     with pytest.raises(OodevalError, match="unknown conv layout 'vmap'; choose one of auto"):
         with conv_layout("vmap"):
             pass
+
+
+def test_arm_tests_e_all_from_per_image_maps_with_the_environment_by_environment_errors(
+    monkeypatch,
+):
+    """ARM's context maps of the shared E_all images are computed once per variant and gathered
+    per environment: in float64 every environment's error equals the error of predicting that
+    environment's own images in batches, as for any batch-dependent algorithm."""
+    import numpy as np
+
+    from oodeval.environments import build_scenario
+    from oodeval.training import loo
+
+    monkeypatch.setattr(
+        loo,
+        "on_device",
+        lambda images, device: torch.as_tensor(np.asarray(images), dtype=torch.float64),
+    )
+    scenario = build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1, n_eval=60)
+    torch.manual_seed(0)
+    full = alg.get_algorithm("ARM")(
+        scenario.input_shape,
+        2,
+        torch.ones(1, 4, dtype=torch.bool),
+        alg.resolve_hparams("ARM", {"arm_context_channels": 8}),
+    ).double()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2):  # move the BatchNorm statistics and set the support size (B = 16)
+        full.update(torch.rand(4, 16, *scenario.input_shape, generator=g, dtype=torch.float64),
+                    torch.randint(0, 2, (4, 16), generator=g))  # fmt: skip
+    with torch.no_grad():  # weights far from the start, so that the predictions differ by color
+        for p in full.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    calls = []
+    monkeypatch.setattr(type(full), "per_image", lambda self, x: calls.append(len(x)) or
+                        self.context_net(x, x.shape[0]))  # fmt: skip
+    shared = loo._full_model_rows(full, scenario, 16)
+    assert sum(calls) == 2 * 60  # every image once per color, not once per environment
+    one_by_one = [loo._error(full, env, 16) for env in scenario.evaluation()]
+    assert [r.environment for r in shared] == [env.name for env in scenario.evaluation()]
+    assert [r.error for r in shared] == one_by_one
+    assert len(set(one_by_one)) > 1  # the environments really differ

@@ -170,6 +170,7 @@ class ARM(ERM):
         ),
     }
     batch_dependent = True
+    CPU_BUFFERS = ("support_size",)
 
     def featurizer_input_shape(self) -> tuple[int, ...]:
         if len(self.input_shape) != 3:
@@ -222,8 +223,28 @@ class ARM(ERM):
         return {"loss": loss.detach()}
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.predict_from(x, self.per_image(x))
+
+    def per_image(self, x: torch.Tensor) -> torch.Tensor:
+        """Each image's own context map (M, n, 1, H, W) at prediction (eval mode, where the
+        context net's BatchNorm uses running statistics, so each map depends on its image only).
+
+        A group's context map is the mean of its images' maps (the last convolution is linear),
+        so the maps of images shared by many test environments are computed once
+        (`predict_from`).
+        """
+        return self.context_net(x, x.shape[0])
+
+    def predict_from(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
+        """Logits (M, n, classes) of images `x` (n, C, H, W) whose context maps are `maps`
+        (`per_image`): in groups of the training batch size B when B divides n (DomainBed's
+        support size), else one group."""
         n = x.shape[0]
-        support = int(self.support_size[0])
+        support = int(self.support_size[0])  # a CPU buffer (CPU_BUFFERS): no device read
         groups = n // support if support > 0 and n % support == 0 else 1
-        grouped = x.reshape(groups, n // groups, *x.shape[1:])
-        return self.classifier(self.featurizer(self.with_context(grouped)))
+        ctx = maps.reshape(self.num_models, groups, n // groups, *maps.shape[2:]).mean(dim=2)
+        images = x.reshape(groups, n // groups, *x.shape[1:]).expand(self.num_models, -1, -1, -1,
+                                                                     -1, -1)  # fmt: skip
+        joint = torch.cat([images, ctx[:, :, None].expand(-1, -1, n // groups, -1, -1, -1)], dim=3)
+        joint = joint.reshape(self.num_models, n, *joint.shape[3:])
+        return self.classifier(self.featurizer(joint))

@@ -285,6 +285,21 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
         ``batch_dependent`` is True.
         """
 
+    def per_image(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Optional, for batch-dependent algorithms: the part of ``predict(x)`` that each image
+        determines alone, (M, n, ...), row i from ``x[i]`` only, with `predict_from` giving
+        ``predict(x) == predict_from(x, per_image(x))``; None (the default) when there is none.
+
+        With it the trainer computes the part once per image and variant of a shared E_all
+        (`oodeval.environments.SharedEvaluation`) and gathers each environment's rows from it,
+        instead of computing it afresh for each of the 101 environments (ARM's context maps).
+        """
+        return None
+
+    def predict_from(self, x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        """``predict(x)`` given ``part = per_image(x)`` (only for algorithms with `per_image`)."""
+        raise NotImplementedError(f"{self.name} has no per-image part of its predictions")
+
     def select_models(self, index: int) -> Algorithm:
         """A copy holding only model `index` (M = 1), for evaluation, on this one's device."""
         one = type(self)(

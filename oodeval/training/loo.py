@@ -29,7 +29,9 @@ Testing the full model on E_all: when the scenario describes E_all as variants o
 (`Scenario.shared_evaluation`, e.g. SR-CMNIST's 101 environments re-color the same held-out
 images), the model predicts each image once per variant (twice, not 101 times) and each
 environment's error is read off those predictions, with identical results; algorithms whose
-predictions depend on the batch (ARM, MTL) are tested environment by environment.
+predictions depend on the batch are tested environment by environment (MTL), those of them with a
+per-image part (`Algorithm.per_image`, ARM's context maps) with that part computed once per image
+and variant and gathered for each environment.
 
 Precision: ``precision="bf16"`` runs the networks' matrix products in bfloat16 with float32
 parameters, optimiser and losses (`oodeval.algorithms.networks.compute_precision`), for training
@@ -468,7 +470,9 @@ def _error(model: Algorithm, env: Environment, context: int) -> float:
 
 def _full_model_rows(full: Algorithm, scenario: Scenario, context: int) -> list[ResultRow]:
     """The full model's `ResultRow` on every environment of E_all, in E_all order."""
-    shared = None if full.batch_dependent else scenario.shared_evaluation()
+    shared = scenario.shared_evaluation()
+    if full.batch_dependent and type(full).per_image is Algorithm.per_image:
+        shared = None  # every environment's batches differ: predicted one by one
     if shared is None:
         return [
             ResultRow(FULL_FOLD, env.name, _error(full, env, context), len(env))
@@ -485,16 +489,56 @@ def _shared_rows(full: Algorithm, shared: SharedEvaluation, context: int) -> lis
     if n == 0:
         raise OodevalError("the evaluation environments have no data to test on")
     values = shared.values()
+    rows = torch.arange(n)
+    out = []
+    if full.batch_dependent:  # with a per-image part: computed once per image and variant
+        predict = _variant_predictor(full, shared, values, context)
+        for name, variant in zip(shared.names, shared.variants, strict=True):
+            wrong = predict(np.searchsorted(values, variant)) != labels
+            out.append(ResultRow(FULL_FOLD, name, float(wrong.double().mean()), n))
+        return out
     predicted = torch.stack(
         [predict_labels(full, shared.render(v), context=context)[0] for v in values]
     )
     wrong = predicted != labels  # (V, n): is image i misclassified in variant values[v]
-    rows = torch.arange(n)
-    out = []
     for name, variant in zip(shared.names, shared.variants, strict=True):
         which = torch.as_tensor(np.searchsorted(values, variant))
         out.append(ResultRow(FULL_FOLD, name, float(wrong[which, rows].double().mean()), n))
     return out
+
+
+def _variant_predictor(
+    full: Algorithm, shared: SharedEvaluation, values: list[int], context: int
+) -> Callable[[np.ndarray], torch.Tensor]:
+    """For a batch-dependent `full` model with a per-image part (`Algorithm.per_image`): a
+    function of an environment's variant index per image (into `values`) that returns its
+    predicted classes (n,), as `predict_labels` on the environment's images in chunks of
+    `context`, with the per-image part of every (variant, image) computed once up front."""
+    device = full.env_mask.device
+    images = torch.stack([on_device(shared.render(v), device) for v in values])  # (V, n, ...)
+    n = images.shape[1]
+    full.eval()
+    with torch.inference_mode():
+        parts = torch.stack(
+            [
+                torch.cat([full.per_image(x[i : i + context]) for i in range(0, n, context)], 1)
+                for x in images
+            ]
+        )  # (V, M, n, ...)
+    rows = torch.arange(n, device=device)
+
+    def predict(which: np.ndarray) -> torch.Tensor:
+        index = torch.as_tensor(which, device=device)
+        x = images[index, rows]
+        part = parts[index, :, rows].transpose(0, 1)  # (M, n, ...)
+        with torch.inference_mode():
+            logits = [
+                full.predict_from(x[i : i + context], part[:, i : i + context])
+                for i in range(0, n, context)
+            ]
+        return torch.cat(logits, dim=1).argmax(-1)[0].cpu()
+
+    return predict
 
 
 def _fit(
