@@ -389,6 +389,10 @@ def roofline(args: argparse.Namespace) -> None:
         for p in args.precisions:
             contenders[f"oodeval (stacked), {p}"] = (p, functools.partial(
                 _oodeval_train_seconds, sc, model, args.batch, p))  # fmt: skip
+            if args.baseline:  # the same unit, trained by the oodeval of another source tree
+                params = {"ratio": "3:1", "scale": args.scales[0], **size}
+                contenders[f"oodeval, baseline tree, {p}"] = (p, functools.partial(
+                    _tree_train_seconds, args, params, model, p))  # fmt: skip
         for loaders, bf16 in ((False, False), (True, False), (False, True)):
             p = "bf16" if bf16 else "fp32"
             if p in args.precisions:
@@ -433,6 +437,42 @@ print(json.dumps(r.timings))
 """
 
 
+_TRAIN_STEPS = """
+import sys, torch
+torch.set_num_threads({threads})
+from oodeval.environments import build_scenario
+from oodeval.training import train_models
+sc = build_scenario("sr-cmnist", source={source!r}, **{params!r})
+t = train_models(sc, "ERM", seed=0, steps={steps}, model={model!r}, batch_size={batch},
+                 selection="last", precision={precision!r}).timings
+print(t["train"])
+"""
+
+
+def _in_tree(tree: str, code: str) -> str:
+    """The last stdout line of `code` run by the oodeval of source tree `tree`, fresh process."""
+    env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, cwd=tree).stdout  # fmt: skip
+    return out.splitlines()[-1]
+
+
+def _tree_train_seconds(args, params: dict, model: str, precision: str, steps: int) -> float:
+    """`_oodeval_train_seconds` with the oodeval of `--baseline` (a fresh process, warmed up by
+    one step first: what the in-process contenders get from their warm-up run)."""
+    code = _TRAIN_STEPS.format(
+        threads=args.threads,
+        source=args.source,
+        params=params,
+        model=model,
+        batch=args.batch,
+        precision=precision,
+        steps=1,
+    )
+    code += code.replace("steps=1,", f"steps={steps},")  # fmt: skip
+    return float(_in_tree(str(Path(args.baseline).resolve()), code))
+
+
 def arm_unit_seconds(tree: str, args: argparse.Namespace) -> dict[str, float]:
     """One `paper-cpu` ARM unit (SR-CMNIST 3:1, Scale 1, mlp, B = 64) run by the oodeval of
     source tree `tree` in a fresh process for `--arm-steps` steps with a checkpoint every
@@ -440,10 +480,7 @@ def arm_unit_seconds(tree: str, args: argparse.Namespace) -> dict[str, float]:
     steps x 450 / S + checkpoint time x 5 / (checkpoints run) + the test on E_all."""
     steps, every = args.arm_steps, args.arm_eval_every
     code = _ARM_UNIT.format(threads=args.threads, source=args.source, steps=steps, every=every)
-    env = {**os.environ, "PYTHONPATH": tree}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=True, cwd=tree).stdout  # fmt: skip
-    t = json.loads(out.splitlines()[-1])
+    t = json.loads(_in_tree(tree, code))
     checkpoints = math.ceil(steps / every)
     n_ckpt = math.ceil(PAPER_CPU_STEPS / PAPER_CPU_EVAL_EVERY)
     projected = (t["steps"] * PAPER_CPU_STEPS / steps + t["selection_eval"] * n_ckpt / checkpoints
@@ -452,11 +489,11 @@ def arm_unit_seconds(tree: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def arm_versus_baseline(args: argparse.Namespace) -> None:
-    """`arm_unit_seconds` of this tree and of `--arm-baseline` (today's code, e.g. a checkout
-    of main), interleaved, best of `--repeats`; prints both and the speed-up."""
+    """`arm_unit_seconds` of this tree and of `--baseline` (today's code, e.g. a checkout of
+    main), interleaved, best of `--repeats`; prints both and the speed-up."""
     trees = {"this tree": str(Path(__file__).resolve().parents[1])}
-    if args.arm_baseline:
-        trees["baseline " + args.arm_baseline] = str(Path(args.arm_baseline).resolve())
+    if args.baseline:
+        trees["baseline " + args.baseline] = str(Path(args.baseline).resolve())
     best: dict[str, dict[str, float]] = {}
     for _ in range(args.repeats):
         for name, tree in trees.items():
@@ -524,8 +561,9 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--arm-eval-every", type=int, default=20)
     parser.add_argument(
-        "--arm-baseline", default=None,
-        help="--roofline: a source tree (e.g. a checkout of main) whose ARM unit is timed alike",
+        "--baseline", default=None,
+        help="--roofline: a source tree (e.g. a checkout of main) whose oodeval is timed alike "
+        "(the stacked trainer's steps and the ARM unit), each run in a fresh process",
     )  # fmt: skip
     parser.add_argument("--units", type=int, default=8, help="units of --machine")
     parser.add_argument(
