@@ -761,7 +761,8 @@ def _checkpoint_rows(
 
     Model i of the run is held out from environment k = ``run.models[i]``: its oracle accuracy is
     on ``val[k]`` (reused from `val_matrix` when the run already evaluated it) and its test
-    accuracy on ``held_in[k]``.
+    accuracy on ``held_in[k]``, predicted by model i alone (`select_models`, as the unit's final
+    test is), not by the whole stack, whose other models' predictions would be thrown away.
     """
     n = len(val)
     held = sorted({k for k in run.models if k < n})
@@ -769,18 +770,31 @@ def _checkpoint_rows(
         return []
     missing = [k for k in held if bool(torch.isnan(val_matrix[:, k]).any())]
     out = _accuracy_matrix(run, val, missing, context) if missing else val_matrix
-    test = _accuracy_matrix(run, held_in, held, context)
+    test = {k: _alone_accuracy(run, i, held_in[k], context) for i, k in enumerate(run.models)
+            if k < n}  # fmt: skip
     return [
         CheckpointRow(
             folds[k],
             step,
             float(val_acc[i]),
-            float(test[i, k]),
+            test[k],
             float((out if k in missing else val_matrix)[i, k]),
         )
         for i, k in enumerate(run.models)
         if k < n
     ]
+
+
+def _alone_accuracy(
+    run: _Run, i: int, data: tuple[torch.Tensor, torch.Tensor], context: int
+) -> float:
+    """Accuracy of model i of `run` by itself on ``data = (images, labels)``."""
+    model = run.algorithm
+    if len(run.models) > 1:
+        with torch.random.fork_rng(devices=[]):  # building the copy draws initial weights
+            model = run.algorithm.select_models(i)
+    x, y = data
+    return float((predict_labels(model, x, context=context)[0] == y).double().mean())
 
 
 def train_models(
