@@ -81,10 +81,10 @@ def conv_layout(layout: str) -> Iterator[None]:
       BatchNorm per model over the same layout: one kernel launch per layer, what a GPU wants;
     - ``"per_model"``: model after model on its own contiguous (n, C, H, W) activations, in
       channels-last memory on the CPU: oneDNN's grouped convolution (its backward above all) slows
-      down with the number and width of the groups, and ``torch.func.vmap`` over the models lowers
-      to the same grouped kernels; on one CPU thread, MNIST_CNN forward + backward of 4 models on
-      192 rows each at 28x28 took 1.8 s per model after model (channels-last; 2.1 s in NCHW) against
-      3.8 s grouped and 5.4 s under vmap (benchmarks/RESULTS.md);
+      down with the number and width of the groups, and ``torch.func.vmap`` over the models is
+      slower still; on one CPU thread, MNIST_CNN forward + backward of 4 models on 192 rows each
+      at 28x28 took 1.87 s model after model in channels-last (2.04 s in NCHW) against 2.96 s
+      grouped and 4.19 s under vmap (benchmarks/conv_layouts.py, benchmarks/RESULTS.md);
     - ``"auto"`` (default): ``"grouped"`` on GPUs, ``"per_model"`` on the CPU (`stacked_layout`).
 
     >>> with conv_layout("grouped"):
@@ -116,8 +116,8 @@ def stacked_layout(device: torch.device) -> str:
 
 def model_images(h: torch.Tensor) -> torch.Tensor:
     """One model's images (n, C, H, W) in the memory format its convolutions run fastest in:
-    channels-last on the CPU (oneDNN's native layout: no reorder around each convolution, 1.15x
-    faster for MNIST_CNN forward + backward), unchanged elsewhere."""
+    channels-last on the CPU (oneDNN's native layout: no reorder around each convolution; 1.09x
+    faster for MNIST_CNN forward + backward, benchmarks/conv_layouts.py), unchanged elsewhere."""
     if h.device.type != "cpu":
         return h
     return h.contiguous(memory_format=torch.channels_last)
