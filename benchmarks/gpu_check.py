@@ -65,6 +65,7 @@ from oodeval._torch import deterministic_device, resolve_device  # noqa: E402
 from oodeval.algorithms import get_algorithm, resolve_hparams  # noqa: E402
 from oodeval.algorithms.networks import conv_layout  # noqa: E402
 from oodeval.environments import build_scenario  # noqa: E402
+from oodeval.errors import OodevalError  # noqa: E402
 from oodeval.training import run_unit, train_models  # noqa: E402
 
 #: the algorithms whose faithful unit is timed against the DomainBed-style loop
@@ -353,7 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     parser.add_argument("--skip-device-check", action="store_true")
     args = parser.parse_args(argv)
-    device = resolve_device(args.device)
+    try:
+        device = resolve_device(args.device)
+    except OodevalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     kind = device.partition(":")[0]
     sizes = SIZES[kind]
     deterministic_device(device)

@@ -75,3 +75,15 @@ def test_gpu_check_on_the_cpu_prints_every_section_with_torch_and_numpy_only(tmp
     assert sorted(rows) == sorted((a, n) for a in ("ERM", "MLDG", "ARM") for n in ("4", "12"))
     units = algorithms * 36  # 12 scenarios x 3 seeds
     assert re.search(rf"\*\*Projected: [\d.]+ h for {units} units\*\* \(12 scenarios", out)
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal on a machine without CUDA")
+    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: device 'cuda' requested but CUDA is not available")
+    assert len(proc.stderr.strip().splitlines()) == 1
