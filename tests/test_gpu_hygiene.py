@@ -133,9 +133,7 @@ def test_mtl_block_noise_replays_from_the_models_own_stream():
         noise = a.training_noise(3, 5, 7, torch.float32)
         for m in range(2):
             for e in range(3):
-                want = (
-                    torch.randn(5, 7, generator=gens[m]) if mask[m, e] else torch.zeros(5, 7)
-                )
+                want = torch.randn(5, 7, generator=gens[m]) if mask[m, e] else torch.zeros(5, 7)
                 assert torch.equal(noise[m, e], want)
 
 
