@@ -48,7 +48,12 @@ minibatches on every device) and gathered on the device; evaluation batches run 
 (the evaluation images, the same for every unit of a scenario, are kept there once per process);
 predictions come back to the CPU, so errors are float64 numbers as on the CPU. On CUDA the
 process runs deterministic kernels (`oodeval._torch.deterministic_device`) and ``bf16`` is
-``torch.autocast`` mixed precision (`compute_precision`).
+``torch.autocast`` mixed precision (`compute_precision`); ``tf32`` (`TrainerOptions`) keeps
+PyTorch's TF32 defaults or turns TF32 off. A training step never waits for the device: nothing
+in it reads a device tensor on the host (the algorithms' random streams draw on the CPU from
+states kept there, the minibatch indices are copied without waiting), and a non-finite loss is
+looked for at every checkpoint period and at the last step instead of after every step (on the
+CPU, after every update as before); it is still reported with the step it first appeared at.
 
 Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
 random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
