@@ -420,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"MNIST_CNN on {sizes['size']}x{sizes['size']}, B = {sizes['batch']} per environment, "
         f"{sizes['steps']} timed steps after a warm-up; TFLOP/s from FlopCounterMode's count "
-        f"of one step, as a share of the {ref_mode} conv peak ({ref:.2f} TFLOP/s).\n"
+        f"of one step, as a share of the {ref_mode} conv peak ({ref:.2f} TFLOP/s). Both "
+        "contenders run under oodeval's deterministic CUDA settings (deterministic kernels, "
+        "no cuDNN autotuning), which DomainBed itself does not ask for.\n"
     )
     print(
         "| algorithm | N | GFLOP/step | oodeval grouped ms | oodeval per-model ms | "
