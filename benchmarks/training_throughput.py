@@ -47,7 +47,10 @@ import argparse
 import contextlib
 import copy
 import functools
+import json
+import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +61,15 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from roofline import (  # noqa: E402  (torch only: shared with gpu_check.py)
+    forward_gemms,
+    gemm_seconds,
+    plain_mnist_cnn,  # noqa: F401  (re-exported: this benchmark's plain MNIST_CNN)
+    plain_model,
+    training_flops,
+)
 
 from oodeval.environments import build_scenario  # noqa: E402
 from oodeval.study import trainer_backend  # noqa: E402
@@ -68,59 +80,6 @@ from oodeval.training import (  # noqa: E402
     train_models,
     worker_pool,
 )
-
-
-def plain_mlp(n_in: int, n_classes: int, width: int = 256) -> nn.Module:
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(n_in, width),
-        nn.ReLU(),
-        nn.Linear(width, width),
-        nn.ReLU(),
-        nn.Linear(width, n_classes),
-    )
-
-
-class _MeanPool(nn.Module):
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h.mean(dim=(2, 3))
-
-
-def plain_cnn(channels: int, n_classes: int) -> nn.Module:
-    """The same small CNN as oodeval's ``model="cnn"``, as one ordinary nn.Sequential."""
-    return nn.Sequential(
-        nn.Conv2d(channels, 32, 3, padding=1),
-        nn.ReLU(),
-        nn.GroupNorm(8, 32),
-        nn.Conv2d(32, 64, 3, stride=2, padding=1),
-        nn.ReLU(),
-        nn.GroupNorm(8, 64),
-        nn.Conv2d(64, 64, 3, padding=1),
-        nn.ReLU(),
-        nn.GroupNorm(8, 64),
-        _MeanPool(),
-        nn.Linear(64, n_classes),
-    )
-
-
-def plain_mnist_cnn(channels: int, n_classes: int) -> nn.Module:
-    """DomainBed's MNIST_CNN (oodeval's ``model="mnist_cnn"``) as one ordinary nn.Sequential:
-    3x3 convs to 64, 128 (stride 2), 128, 128 channels, each then ReLU and GroupNorm(8), the mean
-    over pixels, a linear classifier."""
-    layers: list[nn.Module] = []
-    for c_in, c_out, stride in ((channels, 64, 1), (64, 128, 2), (128, 128, 1), (128, 128, 1)):
-        layers += [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1), nn.ReLU(),
-                   nn.GroupNorm(8, c_out)]  # fmt: skip
-    return nn.Sequential(*layers, _MeanPool(), nn.Linear(128, n_classes))
-
-
-def plain_model(model: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
-    """The plain loops' single model of oodeval's `model` for inputs of `input_shape` (C, H, W)."""
-    if model == "mlp":
-        return plain_mlp(int(torch.Size(input_shape).numel()), n_classes)
-    if model == "cnn":
-        return plain_cnn(input_shape[0], n_classes)
-    return plain_mnist_cnn(input_shape[0], n_classes)
 
 
 def _accuracy_tensors(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -408,71 +367,6 @@ def per_unit(args: argparse.Namespace) -> None:
         )
 
 
-# -- roofline: achieved GFLOP/s of the training steps against the GEMM peak at their shapes ---
-#: conv channels of oodeval's conv models (3x3, padding 1, stride 2 in the second conv)
-CONV_CHANNELS = {"cnn": (32, 64, 64), "mnist_cnn": (64, 128, 128, 128)}
-MLP_WIDTH = 256
-
-
-def forward_gemms(model: str, input_shape: tuple[int, ...], rows: int) -> list[tuple[int, ...]]:
-    """The forward pass of one `model` on `rows` inputs of `input_shape` (C, H, W) as GEMMs
-    (m, k, n), an m x k matrix times a k x n one, in layer order.
-
-    A linear layer `a` -> `b` is (rows, a, b). A 3x3 conv from C_in to C_out channels with an
-    H_out x W_out output is, written as a GEMM (im2col), (rows * H_out * W_out, C_in * 9, C_out);
-    with padding 1, H_out = (H - 1) // stride + 1. E.g. the MLP on 2x14x14 images:
-
-    >>> forward_gemms("mlp", (2, 14, 14), 64)
-    [(64, 392, 256), (64, 256, 256), (64, 256, 2)]
-    """
-    c, h, w = input_shape
-    if model == "mlp":
-        n_in = c * h * w
-        return [(rows, n_in, MLP_WIDTH), (rows, MLP_WIDTH, MLP_WIDTH), (rows, MLP_WIDTH, 2)]
-    gemms = []
-    for i, c_out in enumerate(CONV_CHANNELS[model]):
-        stride = 2 if i == 1 else 1
-        h, w = (h - 1) // stride + 1, (w - 1) // stride + 1
-        gemms.append((rows * h * w, c * 9, c_out))
-        c = c_out
-    return [*gemms, (rows, c, 2)]  # mean over pixels, then the linear classifier
-
-
-def training_flops(gemms: list[tuple[int, ...]]) -> int:
-    """FLOPs of one training step of one model whose forward GEMMs are `gemms`.
-
-    A GEMM (m, k, n) costs 2mkn (a multiply and an add per term). Backward repeats it twice per
-    layer, the weight gradient (k x m times m x n) and the input gradient (m x n times n x k),
-    except that the first layer's input (the images) needs no gradient: 2mkn x (3 per layer,
-    2 for the first). Elementwise work (bias, ReLU, GroupNorm, loss, Adam) is left out: it grows
-    with the activations and parameters, well under 1% here (MNIST_CNN: ~125k activations per
-    image against ~440 MFLOP of GEMMs).
-
-    >>> training_flops([(64, 392, 256), (64, 256, 256), (64, 256, 2)])  # the MLP, 64 rows
-    51052544
-    """
-    return sum(2 * m * k * n * (2 if i == 0 else 3) for i, (m, k, n) in enumerate(gemms))
-
-
-def gemm_seconds(gemms: list[tuple[int, ...]], dtype: torch.dtype, repeats: int) -> float:
-    """Seconds `torch.matmul` takes for every GEMM of one training step of `training_flops`
-    (forward, weight gradient, input gradient but the first layer's), each the best of
-    `repeats` runs after one warm-up, on random contiguous matrices of `dtype`."""
-    total = 0.0
-    for i, (m, k, n) in enumerate(gemms):
-        pairs = [((m, k), (k, n)), ((k, m), (m, n))] + ([((m, n), (n, k))] if i else [])
-        for a_shape, b_shape in pairs:
-            a, b = torch.randn(a_shape, dtype=dtype), torch.randn(b_shape, dtype=dtype)
-            torch.matmul(a, b)
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                torch.matmul(a, b)
-                best = min(best, time.perf_counter() - t0)
-            total += best
-    return total
-
-
 def roofline(args: argparse.Namespace) -> None:
     """Per model of `--models` (ERM, one unit of SR-CMNIST 3:1 at the first `--scales`, 28x28 for
     mnist_cnn on MNIST): every contender's seconds per training step (validation and tests left
@@ -495,6 +389,10 @@ def roofline(args: argparse.Namespace) -> None:
         for p in args.precisions:
             contenders[f"oodeval (stacked), {p}"] = (p, functools.partial(
                 _oodeval_train_seconds, sc, model, args.batch, p))  # fmt: skip
+            if args.baseline:  # the same unit, trained by the oodeval of another source tree
+                params = {"ratio": "3:1", "scale": args.scales[0], **size}
+                contenders[f"oodeval, baseline tree, {p}"] = (p, functools.partial(
+                    _tree_train_seconds, args, params, model, p))  # fmt: skip
         for loaders, bf16 in ((False, False), (True, False), (False, True)):
             p = "bf16" if bf16 else "fp32"
             if p in args.precisions:
@@ -524,6 +422,97 @@ def roofline(args: argparse.Namespace) -> None:
                 f"  {name:30s} {per_step * 1e3:9.1f} ms/step {ratio}   "
                 f"{achieved:6.1f} GFLOP/s = {100 * achieved / peak[p]:3.0f}% of {p} peak"
             )
+
+
+#: the paper-cpu unit's length and checkpoints (oodeval.study.presets: 450 steps, every 100)
+PAPER_CPU_STEPS, PAPER_CPU_EVAL_EVERY = 450, 100
+_ARM_UNIT = """
+import json, sys, torch
+torch.set_num_threads({threads})
+from oodeval.environments import build_scenario
+from oodeval.training import run_unit
+sc = build_scenario("sr-cmnist", source={source!r}, ratio="3:1", scale=1)
+r = run_unit(sc, "ARM", seed=0, steps={steps}, eval_every={every}, model="mlp", batch_size=64)
+print(json.dumps(r.timings))
+"""
+
+
+_TRAIN_STEPS = """
+import sys, torch
+torch.set_num_threads({threads})
+from oodeval.environments import build_scenario
+from oodeval.training import train_models
+sc = build_scenario("sr-cmnist", source={source!r}, **{params!r})
+t = train_models(sc, "ERM", seed=0, steps={steps}, model={model!r}, batch_size={batch},
+                 selection="last", precision={precision!r}).timings
+print(t["train"])
+"""
+
+
+def _in_tree(tree: str, code: str) -> str:
+    """The last stdout line of `code` run by the oodeval of source tree `tree`, fresh process."""
+    env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, cwd=tree).stdout  # fmt: skip
+    return out.splitlines()[-1]
+
+
+def _tree_train_seconds(args, params: dict, model: str, precision: str, steps: int) -> float:
+    """`_oodeval_train_seconds` with the oodeval of `--baseline` (a fresh process, warmed up by
+    one step first: what the in-process contenders get from their warm-up run)."""
+    code = _TRAIN_STEPS.format(
+        threads=args.threads,
+        source=args.source,
+        params=params,
+        model=model,
+        batch=args.batch,
+        precision=precision,
+        steps=1,
+    )
+    code += code.replace("steps=1,", f"steps={steps},")  # fmt: skip
+    return float(_in_tree(str(Path(args.baseline).resolve()), code))
+
+
+def arm_unit_seconds(tree: str, args: argparse.Namespace) -> dict[str, float]:
+    """One `paper-cpu` ARM unit (SR-CMNIST 3:1, Scale 1, mlp, B = 64) run by the oodeval of
+    source tree `tree` in a fresh process for `--arm-steps` steps with a checkpoint every
+    `--arm-eval-every`, and its time projected to the preset's 450 steps and 5 checkpoints:
+    steps x 450 / S + checkpoint time x 5 / (checkpoints run) + the test on E_all."""
+    steps, every = args.arm_steps, args.arm_eval_every
+    code = _ARM_UNIT.format(threads=args.threads, source=args.source, steps=steps, every=every)
+    t = json.loads(_in_tree(tree, code))
+    checkpoints = math.ceil(steps / every)
+    n_ckpt = math.ceil(PAPER_CPU_STEPS / PAPER_CPU_EVAL_EVERY)
+    projected = (t["steps"] * PAPER_CPU_STEPS / steps + t["selection_eval"] * n_ckpt / checkpoints
+                 + t["test_eval"])  # fmt: skip
+    return {**t, "projected": projected}
+
+
+def arm_versus_baseline(args: argparse.Namespace) -> None:
+    """`arm_unit_seconds` of this tree and of `--baseline` (today's code, e.g. a checkout of
+    main), interleaved, best of `--repeats`; prints both and the speed-up."""
+    trees = {"this tree": str(Path(__file__).resolve().parents[1])}
+    if args.baseline:
+        trees["baseline " + args.baseline] = str(Path(args.baseline).resolve())
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(args.repeats):
+        for name, tree in trees.items():
+            t = arm_unit_seconds(tree, args)
+            if name not in best or t["projected"] < best[name]["projected"]:
+                best[name] = t
+    print(
+        f"ARM, one paper-cpu unit (SR-CMNIST 3:1 Scale 1, mlp, B=64), {args.arm_steps} steps "
+        f"with a checkpoint every {args.arm_eval_every}, projected to {PAPER_CPU_STEPS} steps "
+        f"and a checkpoint every {PAPER_CPU_EVAL_EVERY}:"
+    )
+    first = best["this tree"]["projected"]
+    for name, t in best.items():
+        ratio = f"   {t['projected'] / first:5.2f}x this tree's time" if name != "this tree" else ""
+        print(
+            f"  {name:40s} {t['projected']:8.1f} s projected (measured: steps {t['steps']:.1f} s, "
+            f"checkpoints {t['selection_eval']:.1f} s, test on E_all {t['test_eval']:.1f} s)"
+            + ratio
+        )
 
 
 def _gemm_step(loo: list, full: list, n: int, repeats: int, precision: str) -> float:
@@ -566,6 +555,16 @@ def main() -> None:
         "--cnn-steps", type=int, default=20, help="--roofline steps of the conv models"
     )
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--arm-steps", type=int, default=0,
+        help="--roofline: also time a paper-cpu ARM unit for this many steps (0: not)",
+    )  # fmt: skip
+    parser.add_argument("--arm-eval-every", type=int, default=20)
+    parser.add_argument(
+        "--baseline", default=None,
+        help="--roofline: a source tree (e.g. a checkout of main) whose oodeval is timed alike "
+        "(the stacked trainer's steps and the ARM unit), each run in a fresh process",
+    )  # fmt: skip
     parser.add_argument("--units", type=int, default=8, help="units of --machine")
     parser.add_argument(
         "--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"]
@@ -601,6 +600,8 @@ def main() -> None:
         per_algorithm(args)
     elif args.roofline:
         roofline(args)
+        if args.arm_steps:
+            arm_versus_baseline(args)
     elif args.machine:
         machine(args)
     else:

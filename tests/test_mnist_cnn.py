@@ -18,6 +18,7 @@ from oodeval.algorithms.networks import (
     MNISTCNNFeaturizer,
     build_featurizer,
     compute_precision,
+    conv_layout,
 )
 from oodeval.environments import build_scenario, load_source
 from oodeval.errors import OodevalError
@@ -89,15 +90,17 @@ def test_registered_with_domainbeds_shapes():
         build_featurizer("resnet", 1, SHAPE)
 
 
+@pytest.mark.parametrize("layout", ["grouped", "per_model"])
 @pytest.mark.parametrize("shared", [True, False])
-def test_each_stacked_model_is_a_plain_mnist_cnn_forward_and_backward(shared):
+def test_each_stacked_model_is_a_plain_mnist_cnn_forward_and_backward(shared, layout):
     m, n = 5, 6
     stack = perturbed_stack(m, seed=1)
     x = images(n) if shared else images(m, n)
     weights = torch.randn(
         m, n, 128, dtype=torch.float64, generator=torch.Generator().manual_seed(2)
     )
-    out = stack(x)
+    with conv_layout(layout):
+        out = stack(x)
     assert out.shape == (m, n, 128)
     (out * weights).sum().backward()
     for k in (0, 2, 4):
@@ -127,9 +130,11 @@ def test_stacked_forward_equals_separate_single_model_forwards():
         assert torch.allclose(out[k], one(x[k])[0], rtol=0, atol=1e-12)
 
 
-def test_gradients_of_one_model_never_reach_another():
+@pytest.mark.parametrize("layout", ["grouped", "per_model"])
+def test_gradients_of_one_model_never_reach_another(layout):
     stack = perturbed_stack(3, seed=5)
-    stack(images(3, 4, seed=6))[1].sum().backward()
+    with conv_layout(layout):
+        stack(images(3, 4, seed=6))[1].sum().backward()
     for p in stack.parameters():
         assert not p.grad[0].any() and not p.grad[2].any() and p.grad[1].any()
 

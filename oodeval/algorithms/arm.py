@@ -25,7 +25,13 @@ from torch.nn import functional as F
 from oodeval.algorithms.base import adam
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, fixed
-from oodeval.algorithms.networks import EnsembleConv2d, from_grouped, to_grouped
+from oodeval.algorithms.networks import (
+    EnsembleConv2d,
+    from_grouped,
+    model_images,
+    stacked_layout,
+    to_grouped,
+)
 from oodeval.algorithms.registry import register_algorithm
 from oodeval.errors import OodevalError
 
@@ -49,6 +55,7 @@ class EnsembleBatchNorm2d(nn.Module):
         self.momentum, self.eps = momentum, eps
 
     def forward(self, h: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """All M models on the grouped layout (n, M * C, H, W); `valid` (M, n) or None."""
         m, c = self.weight.shape
         if valid is None or not self.training:  # every image counts: torch's fused kernel
             return F.batch_norm(
@@ -62,18 +69,47 @@ class EnsembleBatchNorm2d(nn.Module):
                 eps=self.eps,
             )
         n, _, height, width = h.shape
-        v = h.view(n, m, c, height, width)
-        w = valid.t().to(h.dtype).view(n, m, 1, 1, 1)
-        count = w.sum(dim=0).view(m, 1) * (height * width)
+        out = self.masked(slice(None), h.view(n, m, c, height, width), valid)
+        return out.view(n, m * c, height, width)
+
+    def forward_model(
+        self, m: int, h: torch.Tensor, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Model `m` alone on its images (n, C, H, W); `valid` (n,) or None."""
+        if valid is None or not self.training:
+            return F.batch_norm(
+                h,
+                self.running_mean[m],
+                self.running_var[m],
+                self.weight[m],
+                self.bias[m],
+                training=self.training,
+                momentum=self.momentum,
+                eps=self.eps,
+            )
+        return self.masked(slice(m, m + 1), h[:, None], valid[None]).squeeze(1)
+
+    def masked(self, rows: slice, v: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Training-mode BatchNorm of models `rows` (k of them) on ``v`` (n, k, C, H, W) with the
+        statistics of their `valid` (k, n) images; updates their running statistics."""
+        k, c = v.shape[1:3]
+        weight, bias = self.weight[rows], self.bias[rows]
+        w = valid.t().to(v.dtype).view(-1, k, 1, 1, 1)
+        count = w.sum(dim=0).view(k, 1) * (v.shape[3] * v.shape[4])
         mean = (v * w).sum(dim=(0, 3, 4)) / count
-        var = (((v - mean.view(1, m, c, 1, 1)) ** 2) * w).sum(dim=(0, 3, 4)) / count
+        var = (((v - mean.view(1, k, c, 1, 1)) ** 2) * w).sum(dim=(0, 3, 4)) / count
         with torch.no_grad():
             unbiased = var * count / (count - 1).clamp_min(1)
-            self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
-            self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
-        scale = self.weight / torch.sqrt(var + self.eps)
-        out = (v - mean.view(1, m, c, 1, 1)) * scale.view(1, m, c, 1, 1)
-        return (out + self.bias.view(1, m, c, 1, 1)).view(n, m * c, height, width)
+            self.running_mean[rows].lerp_(mean.to(self.running_mean.dtype), self.momentum)
+            self.running_var[rows].lerp_(unbiased.to(self.running_var.dtype), self.momentum)
+        scale = weight / torch.sqrt(var + self.eps)
+        out = (v - mean.view(1, k, c, 1, 1)) * scale.view(1, k, c, 1, 1)
+        return out + bias.view(1, k, c, 1, 1)
+
+
+def valid_row(valid: torch.Tensor | None, m: int) -> torch.Tensor | None:
+    """Model `m`'s row of a (M, n) mask of valid images, or None when every image is valid."""
+    return None if valid is None else valid[m]
 
 
 class ContextNet(nn.Module):
@@ -100,14 +136,25 @@ class ContextNet(nn.Module):
         """Each group's mean context map (M, groups, 1, H, W) of images (n, C, H, W) shared or
         (M, n, C, H, W) per model, in `groups` consecutive groups; `valid` (M, n) or None.
 
-        The last convolution is linear, so the mean of its maps over a group is its map of the
-        group's mean activations: one convolution per group instead of one per image.
+        The convolutions run as `conv_layout` says. The last convolution is linear, so the mean
+        of its maps over a group is its map of the group's mean activations: one convolution per
+        group instead of one per image.
         """
-        h = to_grouped(x, self.num_models)
-        for conv, norm in zip(self.convs[:2], self.norms, strict=True):
-            h = F.relu(norm(conv(h), valid))
-        h = h.reshape(groups, -1, *h.shape[1:]).mean(dim=1)
-        return from_grouped(self.convs[2](h), self.num_models)
+        layers = list(zip(self.convs[:2], self.norms, strict=True))
+        if stacked_layout(x.device) == "grouped":
+            h = to_grouped(x, self.num_models)
+            for conv, norm in layers:
+                h = F.relu(norm(conv(h), valid))
+            h = h.reshape(groups, -1, *h.shape[1:]).mean(dim=1)
+            return from_grouped(self.convs[2](h), self.num_models)
+        maps = []
+        for m in range(self.num_models):
+            h = model_images(x if x.dim() == 4 else x[m])
+            for conv, norm in layers:
+                h = F.relu(norm.forward_model(m, conv.forward_model(m, h), valid_row(valid, m)))
+            h = h.reshape(groups, -1, *h.shape[1:]).mean(dim=1)
+            maps.append(self.convs[2].forward_model(m, h))
+        return torch.stack(maps)
 
 
 @register_algorithm
@@ -123,6 +170,7 @@ class ARM(ERM):
         ),
     }
     batch_dependent = True
+    CPU_BUFFERS = ("support_size",)
 
     def featurizer_input_shape(self) -> tuple[int, ...]:
         if len(self.input_shape) != 3:
@@ -136,6 +184,8 @@ class ARM(ERM):
         self.context_net.requires_grad_(self.trains_context())
         #: the training minibatch size B, DomainBed's support size for prediction groups
         self.register_buffer("support_size", torch.zeros(self.num_models, dtype=torch.long))
+        #: every model trains on every slot (read from the mask once, not on every update)
+        self.all_envs = all(len(own) == self.num_envs for own in self.own_envs)
 
     def trains_context(self) -> bool:
         """True when the context network learns (``arm_train_context_net``)."""
@@ -165,7 +215,7 @@ class ARM(ERM):
         e, b = y.shape[-2:]
         self.support_size.fill_(b)
         valid = None
-        if x.dim() == 5 and not bool(self.env_mask.all()):  # shared minibatches, masked models
+        if x.dim() == 5 and not self.all_envs:  # shared minibatches, masked models
             valid = self.env_mask.repeat_interleave(b, dim=1)
         logits = self.classifier(self.featurizer(self.with_context(x, valid)))
         loss = self.erm_loss(logits.view(self.num_models, e, b, -1), y)
@@ -173,8 +223,28 @@ class ARM(ERM):
         return {"loss": loss.detach()}
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.predict_from(x, self.per_image(x))
+
+    def per_image(self, x: torch.Tensor) -> torch.Tensor:
+        """Each image's own context map (M, n, 1, H, W) at prediction (eval mode, where the
+        context net's BatchNorm uses running statistics, so each map depends on its image only).
+
+        A group's context map is the mean of its images' maps (the last convolution is linear),
+        so the maps of images shared by many test environments are computed once
+        (`predict_from`).
+        """
+        return self.context_net(x, x.shape[0])
+
+    def predict_from(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
+        """Logits (M, n, classes) of images `x` (n, C, H, W) whose context maps are `maps`
+        (`per_image`): in groups of the training batch size B when B divides n (DomainBed's
+        support size), else one group."""
         n = x.shape[0]
-        support = int(self.support_size[0])
+        support = int(self.support_size[0])  # a CPU buffer (CPU_BUFFERS): no device read
         groups = n // support if support > 0 and n % support == 0 else 1
-        grouped = x.reshape(groups, n // groups, *x.shape[1:])
-        return self.classifier(self.featurizer(self.with_context(grouped)))
+        ctx = maps.reshape(self.num_models, groups, n // groups, *maps.shape[2:]).mean(dim=2)
+        images = x.reshape(groups, n // groups, *x.shape[1:]).expand(self.num_models, -1, -1, -1,
+                                                                     -1, -1)  # fmt: skip
+        joint = torch.cat([images, ctx[:, :, None].expand(-1, -1, n // groups, -1, -1, -1)], dim=3)
+        joint = joint.reshape(self.num_models, n, *joint.shape[3:])
+        return self.classifier(self.featurizer(joint))

@@ -154,6 +154,9 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
     batch_dependent: ClassVar[bool] = False
     #: True when update() draws random numbers: every model then gets its own stream (`draw`).
     random_draws: ClassVar[bool] = False
+    #: buffers that stay on the CPU when the algorithm moves to a device: the random streams'
+    #: states, read and written by CPU generators (a draw never reads a device tensor back)
+    CPU_BUFFERS: ClassVar[tuple[str, ...]] = ("rng_state",)
 
     def __init__(
         self,
@@ -185,6 +188,13 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
             seeds = torch.randint(0, 2**62, (self.num_models,)).tolist()
             self.register_buffer("rng_state", torch.stack([stream_state(s) for s in seeds]))
 
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Algorithm:
+        """nn.Module's move/cast of every tensor, except the `CPU_BUFFERS`, kept as they are."""
+        kept = {k: self._buffers[k] for k in self.CPU_BUFFERS if k in self._buffers}
+        super()._apply(fn, recurse)
+        self._buffers.update(kept)
+        return self
+
     @classmethod
     def hparam_space(cls) -> dict[str, HParam]:
         """All hyperparameters of this class, its own overriding those of its bases."""
@@ -207,14 +217,16 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
         """A CPU generator at model `index`'s stream state (a copy: drawing from it does not
         advance the model's stream; tests replay an update's draws with it)."""
         gen = torch.Generator()
-        gen.set_state(self.rng_state[index].cpu().clone())  # set_state needs its own storage
+        gen.set_state(self.rng_state[index].clone())  # set_state needs its own storage
         return gen
 
     def draw(self, sample: Callable[[int, torch.Generator], T]) -> list[T]:
         """``[sample(m, g_m) for every model m]``, g_m model m's own stream, which advances.
 
         `sample` draws on the CPU with ``generator=g_m`` (e.g. ``torch.randperm(k, generator=g)``);
-        model m's draws depend only on its own stream, never on the other models'.
+        model m's draws depend only on its own stream, never on the other models'. The streams'
+        states live on the CPU whatever the device (`CPU_BUFFERS`), so drawing never waits for
+        the device; draws the device needs are moved there by the algorithm.
         """
         out = []
         for m in range(self.num_models):
@@ -272,6 +284,21 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
         Called in eval mode without gradients, in chunks of the training batch size when
         ``batch_dependent`` is True.
         """
+
+    def per_image(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Optional, for batch-dependent algorithms: the part of ``predict(x)`` that each image
+        determines alone, (M, n, ...), row i from ``x[i]`` only, with `predict_from` giving
+        ``predict(x) == predict_from(x, per_image(x))``; None (the default) when there is none.
+
+        With it the trainer computes the part once per image and variant of a shared E_all
+        (`oodeval.environments.SharedEvaluation`) and gathers each environment's rows from it,
+        instead of computing it afresh for each of the 101 environments (ARM's context maps).
+        """
+        return None
+
+    def predict_from(self, x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        """``predict(x)`` given ``part = per_image(x)`` (only for algorithms with `per_image`)."""
+        raise NotImplementedError(f"{self.name} has no per-image part of its predictions")
 
     def select_models(self, index: int) -> Algorithm:
         """A copy holding only model `index` (M = 1), for evaluation, on this one's device."""

@@ -14,7 +14,6 @@ sampling; DomainBed draws the same distribution with ``np.random.beta``).
 from __future__ import annotations
 
 import torch
-from scipy.special import betaincinv
 
 from oodeval.algorithms.base import masked_mean, per_env_cross_entropy
 from oodeval.algorithms.erm import ERM
@@ -51,6 +50,8 @@ def beta_draw(u: torch.Tensor, alpha: float) -> torch.Tensor:
     >>> beta_draw(torch.tensor([0.5], dtype=torch.float64), 0.2).tolist()
     [0.5]
     """
+    from scipy.special import betaincinv  # here: the rest of oodeval trains without scipy
+
     return torch.from_numpy(betaincinv(alpha, alpha, u.double().numpy()))
 
 

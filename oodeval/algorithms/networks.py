@@ -1,11 +1,12 @@
 """Ensembles of small networks: M independent models whose parameters are stacked on a first axis.
 
 One batched call (``torch.baddbmm`` for linear layers, a grouped convolution for conv layers) runs
-all M models at once, or the conv featurizers run the M models one after the other on their own
-parameter rows (`ConvFeaturizer`, faster on CPU); either way the trainer trains a unit's N
-leave-one-out models and its full model together. Model ``m`` only ever touches row ``m`` of
-every parameter, so the M models are exactly as independent as M separate networks: their
-gradients never mix, and Adam (elementwise) on the stacked tensors is M independent Adams.
+all M models at once, or the conv nets run the M models one after the other on their own
+parameter rows (the ``"per_model"`` layout of `conv_layout`, faster on CPU); either way the
+trainer trains a unit's N leave-one-out models and its full model together. Model ``m`` only
+ever touches row ``m`` of every parameter, so the M models are exactly as independent as M
+separate networks: their gradients never mix, and Adam (elementwise) on the stacked tensors is M
+independent Adams.
 
 Inputs are either *shared* by all models, shape ``(n, *input_shape)``, or *per model*, shape
 ``(M, n, *input_shape)``; outputs are always ``(M, n, features)``.
@@ -30,6 +31,9 @@ from oodeval.errors import OodevalError
 #: arithmetic of the ensembles' matrix products and convolutions (see `compute_precision`)
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _COMPUTE_DTYPE: ContextVar[torch.dtype] = ContextVar("oodeval_compute_dtype", default=torch.float32)
+#: how the conv nets run their M stacked models' convolutions (see `conv_layout`)
+CONV_LAYOUTS = ("auto", "grouped", "per_model")
+_CONV_LAYOUT: ContextVar[str] = ContextVar("oodeval_conv_layout", default="auto")
 
 
 @contextmanager
@@ -63,6 +67,60 @@ def compute_precision(precision: str, device: str | torch.device = "cpu") -> Ite
         yield
     finally:
         _COMPUTE_DTYPE.reset(token)
+
+
+@contextmanager
+def conv_layout(layout: str) -> Iterator[None]:
+    """Run the stacked conv nets' convolutions in `layout` inside the block.
+
+    The math is the same in every layout (each model only ever meets its own parameter rows and
+    its own images; float64 results agree to rounding), only the calls differ:
+
+    - ``"grouped"``: the M models' activations side by side on the channel axis, (n, M * C, H, W),
+      and one grouped convolution (``groups = M``) per layer for all of them, GroupNorm and
+      BatchNorm per model over the same layout: one kernel launch per layer, what a GPU wants;
+    - ``"per_model"``: model after model on its own contiguous (n, C, H, W) activations, in
+      channels-last memory on the CPU: oneDNN's grouped convolution (its backward above all) slows
+      down with the number and width of the groups, and ``torch.func.vmap`` over the models is
+      slower still; on one CPU thread, MNIST_CNN forward + backward of 4 models on 192 rows each
+      at 28x28 took 1.87 s model after model in channels-last (2.04 s in NCHW) against 2.96 s
+      grouped and 4.19 s under vmap (benchmarks/conv_layouts.py, benchmarks/RESULTS.md);
+    - ``"auto"`` (default): ``"grouped"`` on GPUs, ``"per_model"`` on the CPU (`stacked_layout`).
+
+    >>> with conv_layout("grouped"):
+    ...     stacked_layout(torch.device("cpu"))
+    'grouped'
+    """
+    if layout not in CONV_LAYOUTS:
+        raise OodevalError(
+            f"unknown conv layout {layout!r}; choose one of {', '.join(CONV_LAYOUTS)}"
+        )
+    token = _CONV_LAYOUT.set(layout)
+    try:
+        yield
+    finally:
+        _CONV_LAYOUT.reset(token)
+
+
+def stacked_layout(device: torch.device) -> str:
+    """``"grouped"`` or ``"per_model"``: the layout of `conv_layout` for tensors on `device`.
+
+    >>> stacked_layout(torch.device("cpu"))
+    'per_model'
+    """
+    layout = _CONV_LAYOUT.get()
+    if layout == "auto":
+        return "per_model" if device.type == "cpu" else "grouped"
+    return layout
+
+
+def model_images(h: torch.Tensor) -> torch.Tensor:
+    """One model's images (n, C, H, W) in the memory format its convolutions run fastest in:
+    channels-last on the CPU (oneDNN's native layout: no reorder around each convolution; 1.09x
+    faster for MNIST_CNN forward + backward, benchmarks/conv_layouts.py), unchanged elsewhere."""
+    if h.device.type != "cpu":
+        return h
+    return h.contiguous(memory_format=torch.channels_last)
 
 
 def compute_dtype(precision: str) -> torch.dtype:
@@ -250,11 +308,10 @@ class ConvFeaturizer(nn.Module):
     GroupNorm normalises each image alone, so no statistic is shared between images (or between
     the environments of a leave-one-out fold). Subclasses set `CHANNELS` and `NAME`.
 
-    The models run one after the other on their own contiguous (n, C, H, W) activations
-    (`EnsembleConv2d.forward_model`) rather than as one grouped convolution: oneDNN's grouped
-    convolution (above all its backward pass) slows down with the number and width of the groups,
-    and on CPU (one thread) the loop's forward + backward is 1.5x (fp32) to 1.9x (bf16) faster for
-    mnist_cnn at M = 4, 2x faster for cnn at M = 12, and no slower at M = 1.
+    The M models run as one grouped convolution per layer or one after the other
+    (`EnsembleConv2d.forward_model`), as `conv_layout` says (by default grouped on GPUs, model by
+    model on the CPU, where the loop's forward + backward is 1.5x (fp32) to 1.9x (bf16) faster for
+    mnist_cnn at M = 4, 2x faster for cnn at M = 12, and no slower at M = 1).
     """
 
     CHANNELS: tuple[int, ...] = ()
@@ -285,10 +342,16 @@ class ConvFeaturizer(nn.Module):
             raise ValueError(
                 f"per-model images for {x.shape[0]} models, expected {self.num_models}"
             )
+        layers = list(zip(self.convs, self.norms, strict=True))
+        if stacked_layout(x.device) == "grouped":
+            h = to_grouped(x, self.num_models)
+            for conv, norm in layers:
+                h = norm(F.relu(conv(h)))
+            return from_grouped(h.mean(dim=(2, 3)), self.num_models)
         feats = []
         for m in range(self.num_models):
-            h = x if shared else x[m]
-            for conv, norm in zip(self.convs, self.norms, strict=True):
+            h = model_images(x if shared else x[m])
+            for conv, norm in layers:
                 h = norm.forward_model(m, F.relu(conv.forward_model(m, h)))
             feats.append(h.mean(dim=(2, 3)))
         return torch.stack(feats)

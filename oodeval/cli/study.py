@@ -33,8 +33,9 @@ def _config(
     preset_name: str | None,
     precision: str | None = None,
     device: str | None = None,
+    tf32: str | None = None,
 ):
-    from oodeval._torch import device_problem
+    from oodeval._torch import TF32_MODES, device_problem
     from oodeval.study import load_config, preset
     from oodeval.study.config import PRECISIONS
 
@@ -55,6 +56,10 @@ def _config(
         if problem is not None:
             raise OodevalError(f"--device: {problem}")
         trainer["device"] = device  # overrides the config's [trainer] device
+    if tf32 is not None:
+        if tf32 not in TF32_MODES:
+            raise OodevalError(f"unknown --tf32 {tf32!r}; choose one of {', '.join(TF32_MODES)}")
+        trainer["tf32"] = tf32
     if trainer == chosen.trainer:
         return chosen
     # replace() re-validates, which leaves the defaults (fp32, cpu) out of the stored config
@@ -83,6 +88,10 @@ _DEVICE_HELP = (
     "Device the units train on: cpu, cuda, cuda:N or auto (cuda when available, else cpu); "
     "overrides [trainer] device. With cuda every GPU runs a worker of its own."
 )
+_TF32_HELP = (
+    "TF32 on GPUs: default (PyTorch's and DomainBed's: TF32 cuDNN convolutions, full float32 "
+    "matrix products) or off (full float32 everywhere); sets [trainer] tf32."
+)
 _PRECISION_HELP = (
     "Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 1.2-2.8x faster per "
     "unit on CPUs with AVX512-BF16/AMX, slightly different numbers); sets [trainer] precision."
@@ -105,6 +114,7 @@ def run_command(
         "running at once).",
     ),
     precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
+    tf32: str | None = typer.Option(None, "--tf32", help=_TF32_HELP),
     device: str | None = typer.Option(None, "--device", help=_DEVICE_HELP),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
@@ -213,7 +223,7 @@ def run_command(
         units_per_job=slurm_units_per_job,
         cluster=slurm_cluster,
     )
-    study_config = _config(config, preset_name, precision, device)
+    study_config = _config(config, preset_name, precision, device, tf32)
     # Before the store is made: the missing extras that would stop the run now, or at its end.
     if study_config.backend == DEFAULT_BACKEND:
         require_extra("train", command_path())
@@ -435,6 +445,7 @@ def estimate_command(
         1.0, "--steps-fraction", help="Run the sample with this fraction of the steps."
     ),
     precision: str | None = typer.Option(None, "--precision", help=_PRECISION_HELP),
+    tf32: str | None = typer.Option(None, "--tf32", help=_TF32_HELP),
     device: str | None = typer.Option(None, "--device", help=_DEVICE_HELP),
     sample_steps: int | None = typer.Option(
         None,
@@ -465,7 +476,7 @@ def estimate_command(
     # Ctrl-C: run_study's StudyInterrupted would say "run again to resume", but the sample lives
     # in a temporary folder that is removed, so the line says so instead.
     discarded = "the timing sample was discarded; run the same command again to re-estimate"
-    study_config = _config(config, preset_name, precision, device)
+    study_config = _config(config, preset_name, precision, device, tf32)
     long_study = study_config.steps > LONG_STUDY_STEPS
     if sample_steps is None and steps_fraction == 1.0 and chosen is None and long_study:
         from oodeval.study.config import DEFAULT_BACKEND

@@ -52,6 +52,7 @@ from types import ModuleType
 from typing import Any
 
 from oodeval._text import read_text
+from oodeval._torch import TF32_MODES
 from oodeval.errors import SHOWN_ITEMS, OodevalError, listing
 from oodeval.measures.domain import MEASURES, undefined_measures
 
@@ -241,6 +242,7 @@ TRAINER_OPTIONS: dict[str, TrainerOption] = {
     "batch_size": TrainerOption(integer_in(1, BATCH_SIZE_LIMIT)),
     "precision": TrainerOption(one_of(PRECISIONS), default=PRECISIONS[0]),
     "device": TrainerOption(_device, default="cpu", compared=_device_kind),
+    "tf32": TrainerOption(one_of(TF32_MODES), default=TF32_MODES[0]),
 }
 TRAINER_KEYS = tuple(TRAINER_OPTIONS)
 
@@ -292,7 +294,8 @@ class StudyConfig:
         ``[hparams.ALGORITHM]`` tables), checked against the algorithm's own.
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
         batch_size, precision: ``"fp32"`` or ``"bf16"``, device: ``"cpu"``, ``"cuda"``,
-        ``"cuda:N"`` or ``"auto"``; rules in `TRAINER_OPTIONS`).
+        ``"cuda:N"`` or ``"auto"``, tf32: ``"default"`` or ``"off"``; rules in
+        `TRAINER_OPTIONS`).
     measures : the measures the analyses use; ``worst_plus_gap`` requires >= 3 given environments.
     unit_options : extra keyword arguments for the backend's ``run_unit`` that are not trainer
         settings (used by the synthetic backend, e.g. ``fail_algorithms``).

@@ -29,7 +29,9 @@ Testing the full model on E_all: when the scenario describes E_all as variants o
 (`Scenario.shared_evaluation`, e.g. SR-CMNIST's 101 environments re-color the same held-out
 images), the model predicts each image once per variant (twice, not 101 times) and each
 environment's error is read off those predictions, with identical results; algorithms whose
-predictions depend on the batch (ARM, MTL) are tested environment by environment.
+predictions depend on the batch are tested environment by environment (MTL), those of them with a
+per-image part (`Algorithm.per_image`, ARM's context maps) with that part computed once per image
+and variant and gathered for each environment.
 
 Precision: ``precision="bf16"`` runs the networks' matrix products in bfloat16 with float32
 parameters, optimiser and losses (`oodeval.algorithms.networks.compute_precision`), for training
@@ -46,7 +48,12 @@ minibatches on every device) and gathered on the device; evaluation batches run 
 (the evaluation images, the same for every unit of a scenario, are kept there once per process);
 predictions come back to the CPU, so errors are float64 numbers as on the CPU. On CUDA the
 process runs deterministic kernels (`oodeval._torch.deterministic_device`) and ``bf16`` is
-``torch.autocast`` mixed precision (`compute_precision`).
+``torch.autocast`` mixed precision (`compute_precision`); ``tf32`` (`TrainerOptions`) keeps
+PyTorch's TF32 defaults or turns TF32 off. A training step never waits for the device: nothing
+in it reads a device tensor on the host (the algorithms' random streams draw on the CPU from
+states kept there, the minibatch indices are copied without waiting), and a non-finite loss is
+looked for at every checkpoint period and at the last step instead of after every step (on the
+CPU, after every update as before); it is still reported with the step it first appeared at.
 
 Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
 random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
@@ -66,7 +73,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from oodeval._torch import check_device_spec, deterministic_device, resolve_device
+from oodeval._torch import (
+    TF32_MODES,
+    check_device_spec,
+    deterministic_device,
+    resolve_device,
+    tf32_mode,
+)
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
 from oodeval.algorithms.networks import compute_dtype, compute_precision, native_bf16
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
@@ -205,18 +218,20 @@ class _Run:
     algorithm: Algorithm
     envs: torch.Tensor
     models: list[int]
+    #: the slots' index on the device of the minibatches (moved there once), or None for all
+    #: slots in order (the minibatches as they are)
+    _index: dict[torch.device, torch.Tensor | None] = field(default_factory=dict)
 
     def minibatches(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This run's share of a step's minibatches: shared (E, B, ...) for a single model, else
         per model (M, E, B, ...)."""
-        index = self.envs[0] if len(self.models) == 1 else self.envs
-        if (
-            index.dim() == 1
-            and len(index) == len(xb)
-            and bool((index == torch.arange(len(xb))).all())
-        ):
+        if xb.device not in self._index:
+            index = self.envs[0] if len(self.models) == 1 else self.envs
+            whole = index.dim() == 1 and torch.equal(index, torch.arange(len(xb)))
+            self._index[xb.device] = None if whole else index.to(xb.device)
+        index = self._index[xb.device]
+        if index is None:
             return xb, yb
-        index = index.to(xb.device)
         return xb[index], yb[index]
 
 
@@ -239,6 +254,10 @@ class TrainerOptions:
         and testing (module docstring).
     device : ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (module docstring); the spelling is
         checked here, CUDA's presence when the unit runs.
+    tf32 : ``"default"`` (PyTorch's TF32 defaults, DomainBed's: TF32 cuDNN convolutions, full
+        float32 cuBLAS products) or ``"off"`` (full float32 everywhere), for training and testing
+        (`oodeval._torch.tf32_mode`); no effect on the CPU. A study stores it in its config's
+        ``[trainer]`` table, with precision and device, when it is not the default.
     """
 
     selection: str = "training_domain"
@@ -247,6 +266,7 @@ class TrainerOptions:
     batch_size: int = 64
     precision: str = "fp32"
     device: str = "cpu"
+    tf32: str = TF32_MODES[0]
 
     def __post_init__(self) -> None:
         if self.selection not in SELECTIONS:
@@ -266,6 +286,10 @@ class TrainerOptions:
             raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")
         compute_dtype(self.precision)  # unknown names fail here, before any data is prepared
         check_device_spec(self.device)
+        if self.tf32 not in TF32_MODES:
+            raise OodevalError(
+                f"unknown tf32 mode {self.tf32!r}; choose one of {', '.join(TF32_MODES)}"
+            )
 
     @classmethod
     def from_keywords(cls, options: Mapping[str, Any]) -> TrainerOptions:
@@ -310,7 +334,8 @@ class _Data:
         idx = self.offsets[:, None] + (draw * sizes[:, None]).long().clamp_max(
             sizes.long()[:, None] - 1
         )
-        idx = idx.to(self.x.device)  # drawn on the CPU: the same minibatches on every device
+        # drawn on the CPU: the same minibatches on every device; copied without waiting for it
+        idx = idx.to(self.x.device, non_blocking=True)
         return self.x[idx], self.y[idx]
 
 
@@ -336,12 +361,51 @@ class _Selection:
         if best is None:
             self.state[r] = {k: v.detach().clone() for k, v in state.items()}
         else:
-            on_device = improved.to(run.algorithm.env_mask.device)
+            masks = {}  # per device: the random streams' states stay on the CPU
             for k, v in state.items():
-                best[k][on_device] = v[on_device]
+                mask = masks.setdefault(v.device, improved.to(v.device))
+                best[k][mask] = v[mask]
         self.accuracy[r] = torch.where(improved, accuracy, self.accuracy[r])
         for i in torch.nonzero(improved).flatten().tolist():
             self.step[r][i] = step
+
+
+class _Divergence:
+    """The first non-finite loss of every model of every run, kept where the losses are.
+
+    Recording never reads a loss on the host (on a GPU that would wait for the step to finish);
+    `check` does, so the trainer calls it after every run's update on the CPU and at every
+    checkpoint period and the last step elsewhere: a diverged model is still named with its first
+    bad step.
+    """
+
+    def __init__(self, n_runs: int) -> None:
+        self.step: list[torch.Tensor | None] = [None] * n_runs
+        self.value: list[torch.Tensor | None] = [None] * n_runs
+
+    def record(self, r: int, loss: torch.Tensor, step: int) -> None:
+        """Note run `r`'s per-model `loss` at `step` where no bad loss was noted yet."""
+        if self.step[r] is None:
+            self.step[r] = torch.zeros(loss.shape, dtype=torch.long, device=loss.device)
+            self.value[r] = torch.zeros_like(loss)
+        new = (self.step[r] == 0) & ~torch.isfinite(loss)
+        self.step[r] = torch.where(new, step, self.step[r])
+        self.value[r] = torch.where(new, loss, self.value[r])
+
+    def check(self, runs: list[_Run], algorithm: str, folds: list[str]) -> None:
+        """Raise `TrainingDiverged` for the earliest bad loss noted (first run, first model)."""
+        worst = None
+        for r, steps in enumerate(self.step):
+            if steps is None:
+                continue
+            host = steps.cpu()
+            for i in torch.nonzero(host).flatten().tolist():
+                if worst is None or int(host[i]) < worst[0]:
+                    worst = (int(host[i]), r, i)
+        if worst is not None:
+            step, r, i = worst
+            value = float(self.value[r][i])
+            raise TrainingDiverged(algorithm, folds[runs[r].models[i]], step, value)
 
 
 def _check_run(steps: int, options: TrainerOptions) -> None:
@@ -411,7 +475,9 @@ def _error(model: Algorithm, env: Environment, context: int) -> float:
 
 def _full_model_rows(full: Algorithm, scenario: Scenario, context: int) -> list[ResultRow]:
     """The full model's `ResultRow` on every environment of E_all, in E_all order."""
-    shared = None if full.batch_dependent else scenario.shared_evaluation()
+    shared = scenario.shared_evaluation()
+    if full.batch_dependent and type(full).per_image is Algorithm.per_image:
+        shared = None  # every environment's batches differ: predicted one by one
     if shared is None:
         return [
             ResultRow(FULL_FOLD, env.name, _error(full, env, context), len(env))
@@ -428,16 +494,56 @@ def _shared_rows(full: Algorithm, shared: SharedEvaluation, context: int) -> lis
     if n == 0:
         raise OodevalError("the evaluation environments have no data to test on")
     values = shared.values()
+    rows = torch.arange(n)
+    out = []
+    if full.batch_dependent:  # with a per-image part: computed once per image and variant
+        predict = _variant_predictor(full, shared, values, context)
+        for name, variant in zip(shared.names, shared.variants, strict=True):
+            wrong = predict(np.searchsorted(values, variant)) != labels
+            out.append(ResultRow(FULL_FOLD, name, float(wrong.double().mean()), n))
+        return out
     predicted = torch.stack(
         [predict_labels(full, shared.render(v), context=context)[0] for v in values]
     )
     wrong = predicted != labels  # (V, n): is image i misclassified in variant values[v]
-    rows = torch.arange(n)
-    out = []
     for name, variant in zip(shared.names, shared.variants, strict=True):
         which = torch.as_tensor(np.searchsorted(values, variant))
         out.append(ResultRow(FULL_FOLD, name, float(wrong[which, rows].double().mean()), n))
     return out
+
+
+def _variant_predictor(
+    full: Algorithm, shared: SharedEvaluation, values: list[int], context: int
+) -> Callable[[np.ndarray], torch.Tensor]:
+    """For a batch-dependent `full` model with a per-image part (`Algorithm.per_image`): a
+    function of an environment's variant index per image (into `values`) that returns its
+    predicted classes (n,), as `predict_labels` on the environment's images in chunks of
+    `context`, with the per-image part of every (variant, image) computed once up front."""
+    device = full.env_mask.device
+    images = torch.stack([on_device(shared.render(v), device) for v in values])  # (V, n, ...)
+    n = images.shape[1]
+    full.eval()
+    with torch.inference_mode():
+        parts = torch.stack(
+            [
+                torch.cat([full.per_image(x[i : i + context]) for i in range(0, n, context)], 1)
+                for x in images
+            ]
+        )  # (V, M, n, ...)
+    rows = torch.arange(n, device=device)
+
+    def predict(which: np.ndarray) -> torch.Tensor:
+        index = torch.as_tensor(which, device=device)
+        x = images[index, rows]
+        part = parts[index, :, rows].transpose(0, 1)  # (M, n, ...)
+        with torch.inference_mode():
+            logits = [
+                full.predict_from(x[i : i + context], part[:, i : i + context])
+                for i in range(0, n, context)
+            ]
+        return torch.cat(logits, dim=1).argmax(-1)[0].cpu()
+
+    return predict
 
 
 def _fit(
@@ -468,6 +574,7 @@ def _fit(
     with (
         torch.random.fork_rng(devices=_rng_devices(device)),
         compute_precision(options.precision, device),
+        tf32_mode(options.tf32),
     ):
         torch.manual_seed(seed)
         runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
@@ -584,15 +691,17 @@ def _train(
     every = min(options.eval_every or DEFAULT_EVAL_EVERY, steps)
     best = _Selection(runs)
     records: list[CheckpointRow] = []
+    watch = _Divergence(len(runs))
+    on_cpu = data.x.device.type == "cpu"
     for step in range(1, steps + 1):
         xb, yb = data.minibatches(generator, options.batch_size)
-        for run in runs:
+        for r, run in enumerate(runs):
             run.algorithm.train()
-            loss = run.algorithm.update(*run.minibatches(xb, yb))["loss"]
-            bad = ~torch.isfinite(loss)
-            if bool(bad.any()):
-                row = int(torch.nonzero(bad)[0])
-                raise TrainingDiverged(algorithm, folds[run.models[row]], step, float(loss[row]))
+            watch.record(r, run.algorithm.update(*run.minibatches(xb, yb))["loss"], step)
+            if on_cpu:  # nothing to wait for: stop at the first bad run, as soon as it is bad
+                watch.check(runs, algorithm, folds)
+        if step % every == 0 or step == steps:
+            watch.check(runs, algorithm, folds)
         if options.selection == "training_domain" and (step % every == 0 or step == steps):
             t0 = time.perf_counter()
             for r, run in enumerate(runs):
@@ -657,7 +766,8 @@ def _checkpoint_rows(
 
     Model i of the run is held out from environment k = ``run.models[i]``: its oracle accuracy is
     on ``val[k]`` (reused from `val_matrix` when the run already evaluated it) and its test
-    accuracy on ``held_in[k]``.
+    accuracy on ``held_in[k]``, predicted by model i alone (`select_models`, as the unit's final
+    test is), not by the whole stack, whose other models' predictions would be thrown away.
     """
     n = len(val)
     held = sorted({k for k in run.models if k < n})
@@ -665,18 +775,31 @@ def _checkpoint_rows(
         return []
     missing = [k for k in held if bool(torch.isnan(val_matrix[:, k]).any())]
     out = _accuracy_matrix(run, val, missing, context) if missing else val_matrix
-    test = _accuracy_matrix(run, held_in, held, context)
+    test = {k: _alone_accuracy(run, i, held_in[k], context) for i, k in enumerate(run.models)
+            if k < n}  # fmt: skip
     return [
         CheckpointRow(
             folds[k],
             step,
             float(val_acc[i]),
-            float(test[i, k]),
+            test[k],
             float((out if k in missing else val_matrix)[i, k]),
         )
         for i, k in enumerate(run.models)
         if k < n
     ]
+
+
+def _alone_accuracy(
+    run: _Run, i: int, data: tuple[torch.Tensor, torch.Tensor], context: int
+) -> float:
+    """Accuracy of model i of `run` by itself on ``data = (images, labels)``."""
+    model = run.algorithm
+    if len(run.models) > 1:
+        with torch.random.fork_rng(devices=[]):  # building the copy draws initial weights
+            model = run.algorithm.select_models(i)
+    x, y = data
+    return float((predict_labels(model, x, context=context)[0] == y).double().mean())
 
 
 def train_models(
@@ -736,7 +859,7 @@ def run_unit(
     **options
         The trainer's options, fields of `TrainerOptions`: selection, eval_every,
         holdout_fraction, batch_size, precision, device (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
-        ``"auto"``).
+        ``"auto"``), tf32 (``"default"``, ``"off"``).
 
     Returns
     -------
@@ -762,7 +885,7 @@ def run_unit(
     )
     t0 = time.perf_counter()
     context = trainer.batch_size
-    with compute_precision(trained.precision, trained.device):
+    with compute_precision(trained.precision, trained.device), tf32_mode(trainer.tf32):
         rows = [
             ResultRow(env.name, env.name, _error(trained.models[k], env, context), len(env))
             for k, env in enumerate(given)

@@ -1,0 +1,506 @@
+"""One prepared check of oodeval on a GPU: prints a markdown report to paste into RESULTS.md.
+
+Run from a bare checkout (oodeval need not be installed; this script puts the repository root on
+``sys.path``):
+
+    python benchmarks/gpu_check.py                 # CUDA; about 4-5 minutes on one H100
+    python benchmarks/gpu_check.py --device cpu    # the same sections, tiny sizes (CI, ~1 min)
+
+Needs only torch and numpy, plus the MNIST test set for the faithful sizes: it is looked for at
+``$OODEVAL_MNIST``, ``shared/data/mnist`` inside the checkout and ``../shared/data/mnist`` (copy
+the folder into the checkout's ``shared/`` before a remote run); without it the scenarios use
+scikit-learn's bundled 8x8 digits (resized), which needs scikit-learn. Mixup's Beta draws need
+scipy: where it is missing, Mixup is left out of the device check and of the projection, and
+the report says so. pandas, typer and the rest of oodeval's dependencies are never imported.
+
+Sections of the report:
+
+1. the device: name, torch and CUDA versions, TF32 switches;
+2. measured peaks: a large ``torch.matmul`` and a large 3x3 convolution (MNIST_CNN's 128 -> 128
+   layer at a large batch) in fp32 (TF32 off), TF32 and bf16;
+3. ``device_check`` (benchmarks/device_check.py, run as it is): every algorithm's unit on the
+   CPU and on the device from the same seed, the largest LOO-error difference, and the tolerance
+   it applies with its reason;
+4. the faithful unit (``paper`` preset: MNIST_CNN, 2x28x28, B = 64 per environment, Adam) at
+   N = 4 and N = 12 for ERM, MLDG and ARM: seconds per step (one update of all N + 1 models) of
+   oodeval's stacked trainer in each conv layout (grouped, per model) against a DomainBed-style
+   loop on the same device (one model at a time, its own algorithm instance with M = 1, a
+   shuffling DataLoader per environment, minibatches copied to the device every step), and the
+   achieved TFLOP/s (the step's matmul/conv FLOPs counted by
+   ``torch.utils.flop_counter.FlopCounterMode`` over one oodeval step, checked against
+   benchmarks/roofline.py's analytic count for ERM) as a share of the measured TF32 conv peak;
+5. the projected wall time of the whole ``paper`` grid (oodeval/study/presets.py: 14 algorithms x
+   Ratio 3:1/4:1/5:1 x Scale 1-4 x 3 seeds, 5001 steps, a checkpoint every 100) from every
+   algorithm's measured step time at N = 4 and N = 12 (in the conv layout that was faster for
+   ERM at that N; a power law in N between and beyond them), ERM's measured checkpoint
+   evaluation and test at the same two N, one unit at a time on this one device.
+
+Each section prints the seconds spent so far, so that a run cut short still says where it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib
+import io
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import device_check  # noqa: E402  (benchmarks/device_check.py, run as it is)
+from roofline import forward_gemms, training_flops  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from oodeval._torch import deterministic_device, resolve_device  # noqa: E402
+from oodeval.algorithms import get_algorithm, resolve_hparams  # noqa: E402
+from oodeval.algorithms.networks import conv_layout  # noqa: E402
+from oodeval.environments import build_scenario  # noqa: E402
+from oodeval.errors import OodevalError  # noqa: E402
+from oodeval.training import run_unit, train_models  # noqa: E402
+
+#: the algorithms whose faithful unit is timed against the DomainBed-style loop
+LOOP_ALGORITHMS = ("ERM", "MLDG", "ARM")
+#: per device kind: image side, rows per environment, timed steps, scales (N = 4 and N = 12 at
+#: Ratio 3:1), rows per given environment (None: the scenario's own), E_all rows, peak sizes
+SIZES = {
+    "cuda": {
+        "size": 28,
+        "batch": 64,
+        "steps": 12,
+        "n_per_given": None,
+        "n_eval": None,
+        "matmul": 8192,
+        "conv_batch": 512,
+        "check_steps": 20,
+    },
+    "cpu": {
+        "size": 8,
+        "batch": 4,
+        "steps": 1,
+        "n_per_given": 64,
+        "n_eval": 64,
+        "matmul": 256,
+        "conv_batch": 4,
+        "check_steps": 2,
+    },
+}
+SCALES = {4: 1, 12: 3}  # N given environments -> SR-CMNIST Ratio 3:1 Scale
+
+
+def paper_grid() -> dict:
+    """The ``paper`` preset's grid constants, read from oodeval/study/presets.py's source (its
+    module imports the study machinery, which needs pandas; its constants are literals)."""
+    tree = ast.parse((REPO / "oodeval" / "study" / "presets.py").read_text(encoding="utf-8"))
+    wanted = {
+        "PAPER_ALGORITHMS",
+        "RATIOS",
+        "SCALES",
+        "SEEDS",
+        "PAPER_STEPS",
+        "PAPER_EVAL_EVERY",
+        "PAPER_BATCH_SIZE",
+        "PAPER_SIZE",
+    }
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            name = getattr(node.targets[0], "id", None)
+            if name in wanted:
+                out[name] = ast.literal_eval(node.value)
+    missing = wanted - set(out)
+    if missing:
+        raise SystemExit(
+            f"error: presets.py no longer defines {sorted(missing)}; update paper_grid"
+        )
+    return out
+
+
+def find_source() -> str:
+    """The MNIST test set (``mnist:DIR``) when found, else ``digits`` (needs scikit-learn)."""
+    candidates = [os.environ.get("OODEVAL_MNIST", "")]
+    candidates += [
+        str(REPO / "shared" / "data" / "mnist"),
+        str(REPO.parent / "shared" / "data" / "mnist"),
+    ]
+    for folder in candidates:
+        if folder and any(
+            Path(folder, f"t10k-images-idx3-ubyte{e}").is_file() for e in ("", ".gz")
+        ):
+            return f"mnist:{Path(folder).resolve()}"
+    if not importable("sklearn"):
+        raise SystemExit(
+            "error: no MNIST test set (set OODEVAL_MNIST=DIR or copy it to shared/data/mnist in "
+            "the checkout) and no scikit-learn for the bundled digits; provide one of them"
+        )
+    return "digits"
+
+
+def importable(module: str) -> bool:
+    """True when `module` imports here."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def best_seconds(fn, device: str, repeats: int = 3) -> float:
+    """Best wall time of `fn()` over `repeats` runs after one warm-up, the device synchronised."""
+    fn()
+    sync(device)
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@contextlib.contextmanager
+def tf32(matmul: bool, conv: bool):
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def peaks(device: str, sizes: dict) -> dict[str, dict[str, float]]:
+    """Measured TFLOP/s of a square matmul and of a 128 -> 128 3x3 conv (14x14, padding 1) in
+    fp32 (TF32 off), TF32 and bf16 (autocast-free: bfloat16 tensors)."""
+    n, b = sizes["matmul"], sizes["conv_batch"]
+    out: dict[str, dict[str, float]] = {"matmul": {}, "conv": {}}
+    for mode, dtype, allow in (
+        ("fp32", torch.float32, False),
+        ("tf32", torch.float32, True),
+        ("bf16", torch.bfloat16, False),
+    ):
+        if mode == "tf32" and not device.startswith("cuda"):
+            continue  # CPUs have no TF32
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        x = torch.randn(b, 128, 14, 14, device=device, dtype=dtype)
+        w = torch.randn(128, 128, 3, 3, device=device, dtype=dtype)
+        with tf32(allow, allow):
+            t_mm = best_seconds(lambda a=a: a @ a, device)
+            t_conv = best_seconds(
+                lambda x=x, w=w: torch.nn.functional.conv2d(x, w, padding=1), device
+            )
+        out["matmul"][mode] = 2 * n**3 / t_mm / 1e12
+        out["conv"][mode] = 2 * b * 14 * 14 * 128 * 128 * 9 / t_conv / 1e12
+    return out
+
+
+def scenario(n: int, source: str, sizes: dict):
+    params = {"size": sizes["size"]}
+    for key in ("n_per_given", "n_eval"):
+        if sizes[key] is not None:
+            params[key] = sizes[key]
+    return build_scenario("sr-cmnist", source=source, ratio="3:1", scale=SCALES[n], **params)
+
+
+def oodeval_step_seconds(sc, algorithm: str, device: str, sizes: dict, layout: str) -> float:
+    """Seconds per step of oodeval's trainer (all N + 1 models), training steps alone."""
+    options = {
+        "seed": 0,
+        "model": "mnist_cnn",
+        "batch_size": sizes["batch"],
+        "selection": "last",
+        "device": device,
+    }
+    with conv_layout(layout):
+        train_models(sc, algorithm, steps=1, **options)  # warm-up: kernels, allocator
+        trained = train_models(sc, algorithm, steps=sizes["steps"], **options)
+    return trained.timings["steps"] / sizes["steps"]
+
+
+def step_flops(sc, algorithm: str, device: str, batch: int) -> float:
+    """FLOPs (matmul + conv, forward and backward) of one oodeval step of the unit's N + 1
+    models, counted by PyTorch's FlopCounterMode on one update of each run."""
+    n = len(sc.given_names)
+    hp = resolve_hparams(algorithm, None)
+    shape = tuple(sc.input_shape)
+    torch.manual_seed(0)
+    loo = get_algorithm(algorithm)(
+        shape, 2, torch.ones(n, n - 1, dtype=torch.bool), hp, model="mnist_cnn"
+    ).to(device)
+    full = get_algorithm(algorithm)(
+        shape, 2, torch.ones(1, n, dtype=torch.bool), hp, model="mnist_cnn"
+    ).to(device)
+    x = torch.rand(n, n - 1, batch, *shape, device=device)
+    y = torch.randint(0, 2, (n, n - 1, batch), device=device)
+    xs, ys = (
+        torch.rand(n, batch, *shape, device=device),
+        torch.randint(0, 2, (n, batch), device=device),
+    )
+    with FlopCounterMode(display=False) as counter:
+        loo.update(x, y)
+        full.update(xs, ys)
+    return float(counter.get_total_flops())
+
+
+def loop_step_seconds(sc, algorithm: str, device: str, sizes: dict) -> float:
+    """Seconds per step of a DomainBed-style loop: one model at a time (an M = 1 instance of the
+    algorithm, DomainBed's update), a shuffling DataLoader per environment yielding CPU
+    minibatches copied to the device every step. LOO model 0 and the full model are timed; a
+    step of the unit is N x the first + the second (all LOO models cost the same)."""
+    n = len(sc.given_names)
+    hp = resolve_hparams(algorithm, None)
+    parts = [env.split(0.2, 0)[0] for env in sc.given()]
+    data = [TensorDataset(torch.from_numpy(p.images), torch.from_numpy(p.labels)) for p in parts]
+    times = []
+    for envs in (list(range(1, n)), list(range(n))):
+        torch.manual_seed(0)
+        model = (
+            get_algorithm(algorithm)(
+                tuple(sc.input_shape),
+                sc.num_classes,
+                torch.ones(1, len(envs), dtype=torch.bool),
+                hp,
+                model="mnist_cnn",
+            )
+            .to(device)
+            .train()
+        )
+        gen = torch.Generator().manual_seed(0)
+        loaders = [
+            DataLoader(
+                data[e], batch_size=sizes["batch"], shuffle=True, drop_last=True, generator=gen
+            )
+            for e in envs
+        ]
+        iters = [iter(dl) for dl in loaders]
+
+        def step(model=model, loaders=loaders, iters=iters) -> None:
+            batches = []
+            for i, dl in enumerate(loaders):
+                try:
+                    batches.append(next(iters[i]))
+                except StopIteration:
+                    iters[i] = iter(dl)
+                    batches.append(next(iters[i]))
+            x = torch.stack([b[0] for b in batches]).to(device)
+            y = torch.stack([b[1] for b in batches]).to(device)
+            model.update(x, y)
+
+        with conv_layout("per_model"):  # M = 1: one model, one plain convolution per layer
+            step()
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(sizes["steps"]):
+                step()
+            sync(device)
+        times.append((time.perf_counter() - t0) / sizes["steps"])
+    return n * times[0] + times[1]
+
+
+def eval_seconds(sc, device: str, sizes: dict) -> tuple[float, float]:
+    """ERM's seconds per checkpoint evaluation and for the test on E_all (one unit, 2 steps,
+    a checkpoint at each)."""
+    result = run_unit(
+        sc,
+        "ERM",
+        seed=0,
+        steps=2,
+        eval_every=1,
+        model="mnist_cnn",
+        batch_size=sizes["batch"],
+        device=device,
+    )
+    return result.timings["selection_eval"] / 2, result.timings["test_eval"]
+
+
+def power_law(t4: float, t12: float, n: int) -> float:
+    """t(N) = t(4) (N / 4)^p with p from the two measured points."""
+    p = math.log(t12 / t4) / math.log(3)
+    return t4 * (n / 4) ** p
+
+
+def device_check_section(
+    device: str, source: str, sizes: dict, algorithms: list[str], model: str = "mlp"
+) -> str:
+    """benchmarks/device_check.py's output for `algorithms` with `model`, and its exit code."""
+    argv = [device, "--steps", str(sizes["check_steps"]), "--algorithms", ",".join(algorithms)]
+    argv += ["--model", model]
+    if sizes["n_per_given"] is not None:
+        argv += ["--n-per-given", "100", "--n-eval", "100"]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = device_check.main(argv + ["--source", source])
+    output = buffer.getvalue().rstrip()
+    return f"`device_check.py {' '.join(argv)}`: exit {code}\n\n```\n{output}\n```\n"
+
+
+def tolerance_note(device: str) -> str:
+    """device_check's tolerance on `device` and its reason (from its docstring)."""
+    why = " ".join(
+        device_check.__doc__.split("Tolerance, per LOO error")[1].split("Run:")[0].split()
+    )
+    return f"Tolerance {device_check.tolerance(device)} per LOO error {why}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
+    parser.add_argument("--skip-device-check", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except OodevalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kind = device.partition(":")[0]
+    sizes = SIZES[kind]
+    deterministic_device(device)
+    torch.set_num_threads(1 if kind == "cpu" else torch.get_num_threads())
+    grid = paper_grid()
+    source = find_source()
+    if kind == "cpu" and source.startswith("mnist:"):
+        sizes = {**sizes, "size": 7}  # a side dividing MNIST's 28
+    t_start = time.perf_counter()
+    algorithms = list(grid["PAPER_ALGORITHMS"])
+    left_out = [] if importable("scipy") else ["Mixup"]
+    algorithms = [a for a in algorithms if a not in left_out]
+    name = torch.cuda.get_device_name(device) if kind == "cuda" else platform.processor() or "cpu"
+    print(f"# oodeval GPU check: {name}\n")
+    print(
+        f"- device `{device}`: {name}; torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"Python {platform.python_version()}; source `{source}`; sizes {sizes}"
+    )
+    print(
+        f'- TF32 (PyTorch defaults, oodeval\'s `tf32 = "default"`): matmul '
+        f"{torch.backends.cuda.matmul.allow_tf32}, cuDNN conv {torch.backends.cudnn.allow_tf32}"
+    )
+    if left_out:
+        print(
+            f"- left out: {', '.join(left_out)} (scipy is missing: Mixup draws its Beta weights "
+            "with scipy.special.betaincinv)"
+        )
+    print("\n## Measured peaks (TFLOP/s)\n")
+    peak = peaks(device, sizes)
+    modes = list(peak["matmul"])
+    print("| kernel | " + " | ".join(modes) + " |\n| --- |" + " ---: |" * len(modes))
+    for kernel, label in (
+        ("matmul", f"matmul {sizes['matmul']}^3"),
+        ("conv", f"conv 3x3 128->128 14x14, batch {sizes['conv_batch']}"),
+    ):
+        print(f"| {label} | " + " | ".join(f"{peak[kernel][m]:.2f}" for m in modes) + " |")
+    print(f"\n({time.perf_counter() - t_start:.0f} s so far)")
+    print("\n## device_check: CPU vs this device, every algorithm\n")
+    if args.skip_device_check:
+        print("skipped (--skip-device-check)\n")
+    else:
+        print(tolerance_note(device))
+        print(device_check_section(device, source, sizes, algorithms))
+        # the conv paths: grouped convolutions on a GPU against the CPU's per-model loop
+        conv = [a for a in ("ERM", "ARM", "MTL") if a in algorithms]
+        print(device_check_section(device, source, sizes, conv, model="cnn"))
+    ref_mode = "tf32" if "tf32" in peak["conv"] else "fp32"
+    ref = peak["conv"][ref_mode]
+    print(f"({time.perf_counter() - t_start:.0f} s so far)\n")
+    print("## Faithful unit: seconds per step (all N + 1 models), vs a DomainBed-style loop\n")
+    print(
+        f"MNIST_CNN on {sizes['size']}x{sizes['size']}, B = {sizes['batch']} per environment, "
+        f"{sizes['steps']} timed steps after a warm-up; TFLOP/s from FlopCounterMode's count "
+        f"of one step, as a share of the {ref_mode} conv peak ({ref:.2f} TFLOP/s). Both "
+        "contenders run under oodeval's deterministic CUDA settings (deterministic kernels, "
+        "no cuDNN autotuning), which DomainBed itself does not ask for.\n"
+    )
+    print(
+        "| algorithm | N | GFLOP/step | oodeval grouped ms | oodeval per-model ms | "
+        "DomainBed-style loop ms | best oodeval vs loop | oodeval TFLOP/s | of peak |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    steps: dict[tuple[str, int], float] = {}
+    faster: dict[int, str] = {}
+    scenarios = {n: scenario(n, source, sizes) for n in SCALES}
+    for n, sc in scenarios.items():
+        for algorithm in LOOP_ALGORITHMS:
+            flops = step_flops(sc, algorithm, device, sizes["batch"])
+            if algorithm == "ERM":  # the analytic count of benchmarks/roofline.py agrees
+                b, shape = sizes["batch"], tuple(sc.input_shape)
+                analytic = n * training_flops(forward_gemms("mnist_cnn", shape, b * (n - 1)))
+                analytic += training_flops(forward_gemms("mnist_cnn", shape, b * n))
+                assert abs(analytic - flops) <= 1e-6 * flops, (analytic, flops)
+            grouped = oodeval_step_seconds(sc, algorithm, device, sizes, "grouped")
+            per_model = oodeval_step_seconds(sc, algorithm, device, sizes, "per_model")
+            loop = loop_step_seconds(sc, algorithm, device, sizes)
+            fast = min(grouped, per_model)
+            steps[algorithm, n] = fast
+            if algorithm == "ERM":  # the other algorithms are timed in ERM's faster layout
+                faster[n] = "grouped" if grouped <= per_model else "per_model"
+            achieved = flops / fast / 1e12
+            print(
+                f"| {algorithm} | {n} | {flops / 1e9:.1f} | {grouped * 1e3:.1f} | "
+                f"{per_model * 1e3:.1f} | {loop * 1e3:.1f} | {loop / fast:.2f}x | "
+                f"{achieved:.2f} | {100 * achieved / ref:.0f}% |"
+            )
+    print(f"\n({time.perf_counter() - t_start:.0f} s so far)")
+    print("\n## Projected wall time of the `paper` grid on this device\n")
+    for algorithm in algorithms:
+        for n, sc in scenarios.items():
+            if (algorithm, n) not in steps:
+                steps[algorithm, n] = oodeval_step_seconds(sc, algorithm, device, sizes, faster[n])
+    evals = {n: eval_seconds(sc, device, sizes) for n, sc in scenarios.items()}
+    n_of = {
+        (r, s): len(
+            build_scenario(
+                "sr-cmnist", source=source, ratio=r, scale=s, n_per_given=10, n_eval=10
+            ).given_names
+        )
+        for r in grid["RATIOS"]
+        for s in grid["SCALES"]
+    }
+    total_steps, checkpoints = (
+        grid["PAPER_STEPS"],
+        math.ceil(grid["PAPER_STEPS"] / grid["PAPER_EVAL_EVERY"]),
+    )
+    seeds = len(grid["SEEDS"])
+    print("| algorithm | s/step N=4 | s/step N=12 | unit h, N=4 | grid share h |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    grid_seconds = 0.0
+    for algorithm in algorithms:
+        total = 0.0
+        for n in n_of.values():
+            step = power_law(steps[algorithm, 4], steps[algorithm, 12], n)
+            ckpt = power_law(evals[4][0], evals[12][0], n)
+            test = power_law(evals[4][1], evals[12][1], n)
+            total += seeds * (total_steps * step + checkpoints * ckpt + test)
+        grid_seconds += total
+        unit4 = total_steps * steps[algorithm, 4] + checkpoints * evals[4][0] + evals[4][1]
+        print(
+            f"| {algorithm} | {steps[algorithm, 4]:.4f} | {steps[algorithm, 12]:.4f} | "
+            f"{unit4 / 3600:.2f} | {total / 3600:.1f} |"
+        )
+    units = len(algorithms) * len(n_of) * seeds
+    print(
+        f"\n**Projected: {grid_seconds / 3600:.1f} h for {units} units** ({len(n_of)} scenarios, "
+        f"N in {sorted(set(n_of.values()))}, {total_steps} steps, {checkpoints} checkpoints; "
+        f"ERM's checkpoint evaluation {evals[4][0]:.2f} s / {evals[12][0]:.2f} s and test "
+        f"{evals[4][1]:.2f} s / {evals[12][1]:.2f} s at N = 4 / 12)"
+        + (f"; without {', '.join(left_out)}" if left_out else "")
+    )
+    print(f"\nThe check took {time.perf_counter() - t_start:.0f} s.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
