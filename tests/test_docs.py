@@ -15,10 +15,6 @@ reads as it does from a clone):
   the folder under that name before the next blocks run;
 - ``<!-- docs-test: skip -->`` before a block leaves it out (an install command, a run too long
   for CI); every other block runs.
-
-`PENDING` names the pages that need code from another branch of issue 19 (and how to tell it is
-there): until it is, such a page is skipped with that reason (failed under CI=true, as every
-missing prerequisite is, `tests.requires`). Remove an entry once its code is merged.
 """
 
 from __future__ import annotations
@@ -31,13 +27,12 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.requires import REPO, requires_module, unavailable
+from tests.requires import REPO, requires_module
 
 DOCS = REPO / "docs"
 RUN_PAGES = [
@@ -50,35 +45,6 @@ FENCE = re.compile(r"^```(\w+)?(.*)$")
 TITLE = re.compile(r'title="([^"]+)"')
 CHECKER = doctest.OutputChecker()
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-
-
-def _has(path: str) -> Callable[[], bool]:
-    return lambda: (REPO / path).exists()
-
-
-def _exports(*names: str) -> Callable[[], bool]:
-    def check() -> bool:
-        import oodeval
-
-        return all(name in getattr(oodeval, "__all__", ()) for name in names)
-
-    return check
-
-
-#: page -> (what it needs, which branch brings it, a check that it is here)
-PENDING: dict[str, tuple[str, Callable[[], bool]]] = {
-    "tutorials/score-domainbed-sweep.md": (
-        "examples/domainbed-sweep/ and oodeval.score / read_domainbed (branch w-api)",
-        lambda: _has("examples/domainbed-sweep")() and _exports("score", "read_domainbed")(),
-    ),
-    "getting-started.md": ("oodeval.score (branch w-api)", _exports("score")),
-    "tutorials/measure-study.md": (
-        "the bundled MNIST test set, oodeval/data/mnist (branch w-data), and oodeval.load_study /"
-        " analyze (branch w-api)",
-        lambda: _has("oodeval/data/mnist/t10k-images-idx3-ubyte.gz")()
-        and _exports("load_study", "analyze")(),
-    ),
-}
 
 
 @dataclass
@@ -225,9 +191,6 @@ def run_page(page: Path, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("page", RUN_PAGES, ids=page_id)
 def test_page_runs_as_written(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pending = PENDING.get(page_id(page))
-    if pending is not None and not pending[1]():
-        unavailable(f"{page_id(page)} needs {pending[0]}, not merged yet")
     run_page(page, tmp_path, monkeypatch)
 
 
@@ -315,8 +278,6 @@ def test_the_config_reference_defaults_are_the_parsers() -> None:
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     """`mkdocs build --strict`: every page, the generated reference, no warning (a broken link,
     a docstring griffe cannot parse, a missing page)."""
-    if not (DOCS / "howto" / "data.md").is_file():
-        unavailable("docs/howto/data.md (in the nav) comes from branch w-data, not merged yet")
     requires_module("mkdocs")
     requires_module("mkdocstrings")
     requires_module("material")
@@ -361,13 +322,6 @@ def command_paths() -> list[str]:
 
 # --- the README: a landing page ---------------------------------------------------------------
 README = REPO / "README.md"
-#: files the README links to that other branches of issue 19 add
-FROM_OTHER_BRANCHES = {
-    "CITATION.cff": "w-pkg",
-    "LICENSE": "w-pkg",
-    "NOTICE": "w-data",
-    "docs/howto/data.md": "w-data",
-}
 
 
 def test_the_readme_is_a_landing_page() -> None:
@@ -387,17 +341,14 @@ def test_the_readme_links_resolve() -> None:
     text = README.read_text(encoding="utf-8")
     targets = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text)
     assert "docs/getting-started.md" in targets and "CONTRIBUTING.md" in targets
+    for needed in ("LICENSE", "NOTICE", "CITATION.cff", "docs/howto/data.md"):
+        assert needed in targets, f"README does not link to {needed}"
     missing = [t for t in targets if not (REPO / t).exists()]
-    pending = [t for t in missing if t in FROM_OTHER_BRANCHES]
-    assert not set(missing) - set(pending), f"README links to missing files: {missing}"
-    if pending:
-        unavailable(f"README links to {pending}, from branches not merged yet")
+    assert not missing, f"README links to missing files: {missing}"
 
 
 def test_the_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The README's ten lines, run from a folder holding examples/ (as from a clone)."""
-    if not _exports("score")():
-        unavailable("the README's example needs oodeval.score (branch w-api), not merged yet")
     (block,) = [b for b in _readme_blocks() if b.lang == "python"]
     assert len(block.text.strip().splitlines()) <= 10
     shutil.copytree(REPO / "examples", tmp_path / "examples")

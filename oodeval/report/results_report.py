@@ -131,7 +131,7 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
                 Table(
                     "Rank correlation with the ideal measure",
                     corr,
-                    "Spearman's rho and Kendall's tau-b (scipy) across algorithms between "
+                    "Spearman's rho and Kendall's tau-b across algorithms between "
                     "each measure and the ideal measure; closer to 1 means the measure orders "
                     "algorithms as the truth does. Over several seeds: mean and std (ddof=1).",
                 )

@@ -139,7 +139,7 @@ class Scores:
         """(key, title, table) for every non-empty table, in print order."""
         out = [("measures", "Measures per algorithm (lower is better)", self.measures)]
         if self.correlations is not None:
-            title = "Rank correlation with the ideal measure (Spearman rho; Kendall tau-b, scipy)"
+            title = "Rank correlation with the ideal measure (Spearman rho; Kendall tau-b)"
             if "spearman_low" in self.correlations.columns:
                 title += "; percentile bootstrap intervals resampling algorithms"
             out.append(("correlations", title, self.correlations))
