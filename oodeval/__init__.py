@@ -24,9 +24,9 @@ The public Python API; every name is imported on first use, so ``import oodeval`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from oodeval._lazy import lazy_attributes
 from oodeval.errors import OodevalError
 
 __version__ = "0.1.0"
@@ -60,16 +60,4 @@ if TYPE_CHECKING:  # for type checkers and documentation tools; never run
     from oodeval.study.store import load_study
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes(globals(), _LAZY, __all__, _SUBMODULES)

@@ -153,25 +153,25 @@ def test_the_helper_words_and_checks():
         require_extra("nope", "x")
 
 
-def test_require_extra_names_the_first_missing_module(monkeypatch):
+def hide(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """`importlib.util.find_spec` finds no `module`, as where it is not installed."""
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "jinja2" else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a)
     )
+
+
+def test_require_extra_names_the_first_missing_module(monkeypatch):
+    hide(monkeypatch, "jinja2")
     with pytest.raises(OodevalError, match=r"^y needs the 'report' extra \(jinja2 is not"):
         require_extra("report", "y")
 
 
 def test_the_digits_source_names_the_train_extra(monkeypatch):
-    import importlib.util
-
     from oodeval.environments import sources
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a)
-    )
+    hide(monkeypatch, "sklearn")
     with pytest.raises(OodevalError, match=r"^the digits source needs the 'train' extra \(sklearn"):
         sources._digits_file()

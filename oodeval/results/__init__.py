@@ -15,8 +15,9 @@ Names are imported on first use (PEP 562), so importing one submodule does not i
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oodeval._lazy import lazy_attributes
 
 _LAZY = {
     "LongResults": "oodeval.results.longform",
@@ -47,13 +48,4 @@ if TYPE_CHECKING:  # for type checkers and documentation tools; never run
     from oodeval.results.sweep import read_sweep
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes(globals(), _LAZY, __all__)
