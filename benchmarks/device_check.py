@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--n-per-given", type=int, default=300)
     parser.add_argument("--n-eval", type=int, default=300)
-    parser.add_argument("--source", default="digits")
+    parser.add_argument(
+        "--source", default="auto", help="image source (default auto: real MNIST, as a study's)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
     parser.add_argument("--algorithms", default=None, help="comma-separated (default: all)")
     parser.add_argument(

@@ -3,15 +3,16 @@
 Run from a bare checkout (oodeval need not be installed; this script puts the repository root on
 ``sys.path``):
 
-    python benchmarks/gpu_check.py                 # CUDA; about 4-5 minutes on one H100
+    python benchmarks/gpu_check.py                 # CUDA; sized for 4-5 min on an H100 (never run)
     python benchmarks/gpu_check.py --device cpu    # the same sections, tiny sizes (CI, ~1 min)
 
-Needs only torch and numpy, plus the MNIST test set for the faithful sizes: it is looked for at
-``$OODEVAL_MNIST``, ``shared/data/mnist`` inside the checkout and ``../shared/data/mnist`` (copy
-the folder into the checkout's ``shared/`` before a remote run); without it the scenarios use
-scikit-learn's bundled 8x8 digits (resized), which needs scikit-learn. Mixup's Beta draws need
-scipy: where it is missing, Mixup is left out of the device check and of the projection, and
-the report says so. pandas, typer and the rest of oodeval's dependencies are never imported.
+Needs only torch and numpy. The MNIST test set for the faithful sizes is looked for at
+``$OODEVAL_MNIST``, ``shared/data/mnist`` inside the checkout, ``../shared/data/mnist`` and last
+the copy bundled in the checkout (``oodeval/data/mnist``), which is always there; only a checkout
+stripped of it falls back to scikit-learn's 8x8 digits (resized), which needs scikit-learn.
+Mixup's Beta draws need scipy: where it is missing, Mixup is left out of the device check and of
+the projection, and the report says so. pandas, typer and the rest of oodeval's dependencies are
+never imported.
 
 Sections of the report:
 
@@ -128,11 +129,13 @@ def paper_grid() -> dict:
 
 
 def find_source() -> str:
-    """The MNIST test set (``mnist:DIR``) when found, else ``digits`` (needs scikit-learn)."""
+    """The MNIST test set (``mnist:DIR``) when found (the bundled copy at the latest), else
+    ``digits`` (needs scikit-learn)."""
     candidates = [os.environ.get("OODEVAL_MNIST", "")]
     candidates += [
         str(REPO / "shared" / "data" / "mnist"),
         str(REPO.parent / "shared" / "data" / "mnist"),
+        str(REPO / "oodeval" / "data" / "mnist"),  # the test set bundled with every checkout
     ]
     for folder in candidates:
         if folder and any(

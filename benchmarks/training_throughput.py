@@ -72,6 +72,7 @@ from roofline import (  # noqa: E402  (torch only: shared with gpu_check.py)
 )
 
 from oodeval.environments import build_scenario  # noqa: E402
+from oodeval.environments.mnist import resolve_source  # noqa: E402
 from oodeval.study import trainer_backend  # noqa: E402
 from oodeval.training import (  # noqa: E402
     UnitSpec,
@@ -584,11 +585,11 @@ def main() -> None:
         action="store_true",
         help="instead: units in parallel worker processes vs the plain loop on all threads",
     )
-    default_source = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
-    parser.add_argument("--source", default=f"mnist:{default_source}")
+    parser.add_argument(
+        "--source", default="auto", help="image source (default auto: real MNIST, as a study's)"
+    )
     args = parser.parse_args()
-    if args.source.startswith("mnist:") and not Path(args.source[6:]).is_dir():
-        args.source = "digits"
+    args.source = resolve_source(args.source)  # mnist:DIR, so the 28x28 checks below see it
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     print(

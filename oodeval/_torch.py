@@ -154,24 +154,22 @@ TF32_MODES = ("default", "off")
 def tf32_mode(mode: str) -> Iterator[None]:
     """PyTorch's TF32 switches inside the block, as `mode` says; restored after it.
 
-    ``"default"`` leaves PyTorch's defaults, which DomainBed ran under: cuBLAS matrix products in
-    full float32 (``torch.backends.cuda.matmul.allow_tf32 = False``) and cuDNN convolutions in
-    TF32 on Ampere and later GPUs (``torch.backends.cudnn.allow_tf32 = True``: inputs rounded to
-    10 mantissa bits, unit roundoff 2^-11 instead of 2^-24). ``"off"`` runs both in full float32
-    (slower convolutions, the CPU's rounding). CPUs never use TF32, so on the CPU both modes give
-    the same numbers.
+    ``"default"`` sets PyTorch's defaults, which DomainBed ran under, whatever the process had
+    set before: cuBLAS matrix products in full float32 (``torch.backends.cuda.matmul.allow_tf32
+    = False``) and cuDNN convolutions in TF32 on Ampere and later GPUs
+    (``torch.backends.cudnn.allow_tf32 = True``: inputs rounded to 10 mantissa bits, unit
+    roundoff 2^-11 instead of 2^-24). ``"off"`` runs both in full float32 (slower convolutions,
+    the CPU's rounding). CPUs never use TF32, so on the CPU both modes give the same numbers.
     """
     if mode not in TF32_MODES:
         from oodeval.errors import OodevalError
 
         raise OodevalError(f"unknown tf32 mode {mode!r}; choose one of {', '.join(TF32_MODES)}")
-    if mode == "default":
-        yield
-        return
     import torch
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = mode == "default"
     try:
         yield
     finally:

@@ -22,7 +22,9 @@ from oodeval.errors import OodevalError
 from oodeval.measures.meta import spearman_critical_value
 from oodeval.measures.meta_tables import (
     MIN_INTERVAL_ALGORITHMS,
+    MIN_PICK_ENVIRONMENTS,
     answer_line,
+    environment_warning,
     interval_warning,
     seed_means,
     selections,
@@ -147,6 +149,26 @@ def test_interval_warning_rule():
 
 
 # ----------------------------------------------------------------------------- oodeval measures
+
+
+def test_environment_warning_below_four_environments():
+    assert MIN_PICK_ENVIRONMENTS == 4 and environment_warning(4) == environment_warning(101) == ""
+    assert "scored on 3 leave-one-out errors" in environment_warning(3)
+    assert "weighs its gap by 1/(N - 2) = 1)" in environment_warning(3)
+    assert "worst+gap needs at least 3" in environment_warning(2)
+
+
+def test_measures_warns_about_three_environments(tmp_path):
+    rows = [
+        {"algorithm": a, "environment": e, "split": "loo", "error": err}
+        for a, errs in {"A": (0.1, 0.2, 0.3), "B": (0.2, 0.2, 0.25)}.items()
+        for e, err in zip(("e1", "e2", "e3"), errs, strict=True)
+    ]
+    path = tmp_path / "three.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    res = _measures(path)
+    assert res.exit_code == 0, res.output
+    assert f"warning: {environment_warning(3)}" in res.stderr.splitlines()
 
 
 def _measures(*args):

@@ -214,3 +214,9 @@ def test_read_domainbed_bad_input():
         oodeval.read_domainbed(SWEEP, dataset="PACS")
     with pytest.raises(OodevalError, match="sweep folder not found"):
         oodeval.read_domainbed(SWEEP / "nothing")
+
+
+def test_bootstrap_without_an_ideal_measure_says_why_there_is_no_interval():
+    s = oodeval.score(oodeval.read_domainbed(SWEEP), bootstrap=10)
+    assert s.correlation.empty
+    assert any("only 'loo' rows, so no interval is computed" in note for note in s.notes)

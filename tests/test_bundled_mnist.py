@@ -118,8 +118,11 @@ def test_auto_prefers_the_env_var_then_shared_then_the_bundled_set(tmp_path, mon
     named = mnist_folder(tmp_path / "elsewhere")
     monkeypatch.setenv(MNIST_ENV_VAR, str(named))
     assert resolve_source("auto", cwd=work) == f"mnist:{named.resolve()}"
-    # a variable naming a folder without MNIST counts for nothing: ../shared is next
+    # a variable naming a folder without MNIST is refused, never passed over: the user named it
     monkeypatch.setenv(MNIST_ENV_VAR, str(tmp_path / "empty"))
+    with pytest.raises(oodeval.OodevalError, match=r"^OODEVAL_MNIST=\S*empty holds no t10k"):
+        resolve_source("auto", cwd=work)
+    monkeypatch.delenv(MNIST_ENV_VAR)
     assert resolve_source("auto", cwd=work) == f"mnist:{shared.resolve()}"
     shutil.rmtree(shared)
     assert resolve_source("auto", cwd=work) == f"mnist:{PACKAGE_DIR}"

@@ -23,8 +23,20 @@ def test_list_names_every_family():
     assert "ratio='3:1'" in result.output
 
 
-def test_show_prints_given_environments_counts_and_e_all():
+def test_show_defaults_to_real_mnist():
+    """No --source: `auto`, real MNIST (10,000 test images here: ../shared or the bundled set),
+    2,000 held out and 8,000 split over 10 given environments; never the 8x8 digits."""
     result = runner.invoke(app, ["envs", "show", "sr-cmnist", "--ratio", "4:1", "--scale", "2"])
+    assert result.exit_code == 0, result.output
+    assert "source=mnist:" in result.output and "source=digits" not in result.output
+    given_lines = [line for line in result.output.splitlines() if line.startswith("  e=")]
+    assert [line.split()[1] for line in given_lines] == ["800"] * 10
+
+
+def test_show_prints_given_environments_counts_and_e_all():
+    result = runner.invoke(
+        app, ["envs", "show", "sr-cmnist", "--ratio", "4:1", "--scale", "2", "--source", "digits"]
+    )
     assert result.exit_code == 0, result.output
     out = result.output
     assert "scenario: sr-cmnist/ratio=4:1/scale=2" in out

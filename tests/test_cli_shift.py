@@ -17,7 +17,8 @@ from oodeval.shift.specs import disjoint_pair, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-FAST = ["--n-seeds", "2", "--n-steps", "30", "--max-samples", "400"]
+# the 8x8 digits, asked for: small and fast (the default is `auto`, real MNIST)
+FAST = ["--n-seeds", "2", "--n-steps", "30", "--max-samples", "400", "--source", "digits"]
 
 
 def test_shift_prints_all_metrics_and_the_theorem_line():
@@ -156,3 +157,14 @@ def test_out_of_range_options_are_one_error_line(option, value, message):
     res = runner.invoke(app, ["shift", "--scenario", "digits", "--target", "digits", option, value])
     assert res.exit_code == 2
     assert res.output == f"error: {message}\n"
+
+
+def test_the_default_source_is_real_mnist(tmp_path):
+    """No --source: `auto`. The role=given set of sr-cmnist on MNIST's 10,000 test images holds
+    2,000 (more than the 400 kept), on the digits only 359."""
+    out = tmp_path / "r.json"
+    args = ["shift", "--scenario", "sr-cmnist:e=0.1:role=given", "--target", "sr-cmnist:e=0.1"]
+    res = runner.invoke(app, [*args, *FAST[:-2], "--format", "json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(out.read_text())
+    assert payload["n_source"] == payload["n_target"] == 400

@@ -11,6 +11,8 @@ queues its kernels without waiting for them. The CPU generators of the random st
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -159,10 +161,29 @@ def test_mtl_prediction_noise_is_kept_and_renewed_with_the_seeds():
 
 
 # -- TF32 policy ---------------------------------------------------------------------------------
-def test_tf32_default_leaves_pytorchs_switches_and_off_turns_both_off_for_the_block():
+def test_tf32_default_sets_pytorchs_defaults_and_off_turns_both_off_for_the_block():
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    with tf32_mode("default"):
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    # PyTorch's own defaults (a fresh process): full float32 matmul, TF32 cuDNN convolutions
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch; b = torch.backends; print(b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert fresh == ["False", "True"]
+    torch.backends.cuda.matmul.allow_tf32 = True  # a process that changed them: reset
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with tf32_mode("default"):
+            assert not torch.backends.cuda.matmul.allow_tf32
+            assert torch.backends.cudnn.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
     with tf32_mode("off"):
         assert not torch.backends.cuda.matmul.allow_tf32
         assert not torch.backends.cudnn.allow_tf32

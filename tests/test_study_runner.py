@@ -339,6 +339,8 @@ def test_real_trainer_study_is_deterministic(tmp_path):
     vrex = study.units.set_index("algorithm").loc["VREx"]
     assert vrex["hparams"]["vrex_penalty_anneal_iters"] == 4
     assert "torch" in vrex["versions"] and len(vrex["versions"]["oodeval_source"]) == 16
+    # where and how each unit trained: the device and the TF32 policy (issue 20 §3)
+    assert (vrex["versions"]["run:device"], vrex["versions"]["run:tf32"]) == ("cpu", "default")
     # the worker's numbers are exactly those of a direct, single-threaded run_unit call
     import torch
 

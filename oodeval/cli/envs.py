@@ -22,9 +22,10 @@ app = typer.Typer(help="Many-environment datasets: SR-CMNIST, CMNIST, colored, l
 
 FAMILY_ARG = typer.Argument(..., help="Family: sr-cmnist, cmnist, colored, lined or corrupted.")
 SOURCE_OPT = typer.Option(
-    "digits",
+    "auto",
     "--source",
-    help="Images: digits, mnist:DIR, folder:DIR, classfolder:DIR, cifar10:DIR.",
+    help="Images: auto (real MNIST: $OODEVAL_MNIST, ../shared/data/mnist or the bundled test set), "
+    "digits (scikit-learn's 8x8), mnist:DIR, folder:DIR, classfolder:DIR, cifar10:DIR.",
 )
 SEED_OPT = typer.Option(0, "--seed", help="Seed for splits, label noise and spurious features.")
 RATIO_OPT = typer.Option(

@@ -3,7 +3,8 @@
 `oodeval import domainbed` opens with the answer line (`oodeval.results.domainbed.sweep_answer`);
 with ``--format csv`` or ``json`` that line goes to stderr as ``answer: ...`` instead, so stdout
 stays the long form `oodeval measures` reads. Cells with fewer than three trials get one
-``warning: ...`` line (`trials_warning`).
+``warning: ...`` line (`trials_warning`), a dataset with fewer than four environments another
+(`oodeval.measures.meta_tables.environment_warning`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError, listing
+from oodeval.measures.meta_tables import environment_warning
 from oodeval.results.domainbed import (
     domain_measures_table,
     environment_names,
@@ -137,6 +139,10 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
     few_trials = trials_warning(table)
     if few_trials:
         notes.append(few_trials)
+    for dataset in sweep.datasets:
+        few_envs = environment_warning(sweep.n_envs(dataset))
+        if few_envs:
+            notes.append(f"{dataset}: {few_envs}")
     if fmt in ("csv", "json"):
         combos = selected[["dataset", "selection"]].drop_duplicates()
         if len(combos) > 1:

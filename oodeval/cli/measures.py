@@ -6,7 +6,8 @@ also the ideal measure, rank correlations with it, the algorithm each measure se
 selection degradation. With ``--format csv`` or ``json`` the answer goes to stderr as
 ``answer: ...``, so stdout stays machine-readable. Notes (e.g. correlations skipped for a single
 algorithm) go to stderr as ``note: ...`` lines and are included in JSON output; correlations over
-too few algorithms get one ``warning: ...`` line (`interval_warning`); the exit status stays 0.
+too few algorithms get one ``warning: ...`` line (`interval_warning`), picks over too few
+environments another (`environment_warning`); the exit status stays 0.
 Bad input: one ``error: ...`` line, exit 2.
 """
 
@@ -28,7 +29,7 @@ from oodeval.cli._common import (
 )
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES
-from oodeval.measures.meta_tables import interval_warning
+from oodeval.measures.meta_tables import environment_warning, interval_warning
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
 from oodeval.tables import render_frame
@@ -147,10 +148,11 @@ def measures_command(
         typer.echo(f"answer: {tables.answer}", err=True)
     for note in tables.notes:
         typer.echo(f"note: {note}", err=True)
+    warnings = [environment_warning(tables.info["n_given"])]
     if tables.correlations is not None:
-        warning = interval_warning(len(tables.info["algorithms"]))
-        if warning:
-            typer.echo(f"warning: {warning}", err=True)
+        warnings.append(interval_warning(len(tables.info["algorithms"])))
+    for warning in filter(None, warnings):
+        typer.echo(f"warning: {warning}", err=True)
 
 
 def register(app: typer.Typer) -> None:

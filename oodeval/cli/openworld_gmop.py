@@ -112,7 +112,10 @@ def make_features_command(
     ),
     test_out: Path = typer.Option(..., "--test-out", metavar="FILE", help="Test features (.npz)."),
     source: str = typer.Option(
-        "digits", "--source", help="digits, mnist:DIR, or synthetic (Gaussian clusters)."
+        "auto",
+        "--source",
+        help="auto (real MNIST, as a study's source), digits, mnist:DIR, or synthetic (Gaussian "
+        "clusters).",
     ),
     encoder_source: str | None = typer.Option(
         None,

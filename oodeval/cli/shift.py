@@ -110,9 +110,10 @@ def shift_command(
         ..., "--target", help="SPEC of the target (test) set, e.g. sr-cmnist:e=0.9."
     ),
     source: str = typer.Option(
-        "digits",
+        "auto",
         "--source",
-        help="Images the scenario SPECs draw from: digits, mnist:DIR, folder:DIR, ...",
+        help="Images the scenario SPECs draw from: auto (real MNIST, as a study's source), "
+        "digits, mnist:DIR, folder:DIR, ...",
     ),
     n_seeds: int = typer.Option(3, "--n-seeds", help="Number of seeds: seeds 0..N-1."),
     steps: int = typer.Option(300, "--n-steps", help="Training steps per network."),

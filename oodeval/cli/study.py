@@ -69,7 +69,8 @@ def _config(
 _PRESET_HELP = (
     "Built-in study: quick (minutes), paper-cpu (the paper's grid shortened for a 2-core CPU: "
     "MLP, 14x14, 450 steps) or paper (the faithful DomainBed protocol: mnist_cnn, 28x28, 5001 "
-    "steps; needs the real MNIST)."
+    "steps). All three use the source auto: real MNIST, the bundled test set unless "
+    "OODEVAL_MNIST names the full set."
 )
 
 

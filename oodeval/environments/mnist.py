@@ -5,8 +5,8 @@ IDX layout: a 4-byte magic (two zero bytes, a type code 0x08 for unsigned bytes,
 dimensions), one big-endian uint32 per dimension, then the data.
 
 oodeval ships MNIST's test set (10,000 images; CC BY-SA 3.0, credited in NOTICE) in
-``oodeval/data/mnist`` (`bundled_mnist_dir`): the last place ``source = "auto"`` looks
-(`oodeval.study.config.resolve_source`). DomainBed's ColoredMNIST draws from all 70,000 images
+``oodeval/data/mnist`` (`bundled_mnist_dir`): the last place the source ``"auto"`` looks
+(`resolve_source`). DomainBed's ColoredMNIST draws from all 70,000 images
 (train + test); `is_test_set_only` tells, from a source's identity alone, when a study trained
 on the 10,000 only.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +28,8 @@ from oodeval._text import read_text
 from oodeval.environments.sources import ImageSource
 from oodeval.errors import OodevalError
 
+#: Environment variable naming an MNIST folder for the source ``"auto"``.
+MNIST_ENV_VAR = "OODEVAL_MNIST"
 SPLITS = ("train", "t10k")
 FILES = {split: (f"{split}-images-idx3-ubyte", f"{split}-labels-idx1-ubyte") for split in SPLITS}
 # SHA-256 of the gzip files as published; used by `download_mnist`.
@@ -280,3 +283,38 @@ def _find(root: Path, stem: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def resolve_source(source: str, *, cwd: Path | None = None) -> str:
+    """Resolve the source ``"auto"`` to real MNIST: ``"mnist:DIR"`` of the first folder found.
+
+    Looks, in order, at the folder the ``OODEVAL_MNIST`` environment variable names (an error
+    when it holds no ``t10k-images-idx3-ubyte``, plain or ``.gz``: the user named it), at
+    ``../shared/data/mnist`` relative to the working directory (`cwd`), and at the MNIST test set
+    bundled with oodeval (`bundled_mnist_dir`, always there in an intact install). Any other
+    source string is returned unchanged: scikit-learn's 8x8 digits only as ``"digits"``. A
+    folder with MNIST's train files as well gives all 70,000 images (`load_mnist` reads every
+    split present).
+
+    >>> resolve_source("digits")
+    'digits'
+    """
+    if source != "auto":
+        return source
+    named = os.environ.get(MNIST_ENV_VAR)
+    if named:
+        folder = Path(named).expanduser()
+        if not _has_test_images(folder):
+            raise OodevalError(
+                f"{MNIST_ENV_VAR}={named} holds no t10k-images-idx3-ubyte(.gz); point it at a "
+                "folder with MNIST's IDX files, or unset it to use the bundled test set"
+            )
+        return f"mnist:{folder.resolve()}"
+    shared = (Path.cwd() if cwd is None else cwd) / ".." / "shared" / "data" / "mnist"
+    if _has_test_images(shared):
+        return f"mnist:{shared.resolve()}"
+    return f"mnist:{bundled_mnist_dir()}"
+
+
+def _has_test_images(folder: Path) -> bool:
+    return any((folder / f"t10k-images-idx3-ubyte{ext}").is_file() for ext in ("", ".gz"))

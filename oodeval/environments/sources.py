@@ -1,7 +1,9 @@
 """Image sources: the labelled images every environment family is generated from.
 
-A source is named by a spec string (see `load_source`): ``"digits"`` (scikit-learn's bundled 8x8
-digits; works offline), ``"mnist:DIR"`` (IDX files), ``"folder:DIR"`` (``<domain>/<class>/<image>``,
+A source is named by a spec string (see `load_source`): ``"auto"`` (real MNIST: the folder
+``$OODEVAL_MNIST`` names, else ``../shared/data/mnist``, else the test set bundled with oodeval;
+`oodeval.environments.mnist.resolve_source`), ``"digits"`` (scikit-learn's bundled 8x8
+digits), ``"mnist:DIR"`` (IDX files), ``"folder:DIR"`` (``<domain>/<class>/<image>``,
 the PACS / VLCS / NICO++ layout), ``"classfolder:DIR"`` (``<class>/<image>``, e.g. Cats&Dogs) and
 ``"cifar10:DIR"`` (CIFAR-10's python batches). Every loader returns an `ImageSource` holding float32
 images of shape (N, C, H, W) with values in [0, 1].
@@ -72,7 +74,8 @@ def load_source(spec: str, *, size: int | None = None) -> ImageSource:
     Parameters
     ----------
     spec : str
-        ``"digits"``, ``"mnist:DIR"``, ``"folder:DIR"``, ``"classfolder:DIR"`` or ``"cifar10:DIR"``.
+        ``"auto"``, ``"digits"``, ``"mnist:DIR"``, ``"folder:DIR"``, ``"classfolder:DIR"`` or
+        ``"cifar10:DIR"``.
     size : int, optional
         Side length images of folder sources are resized to (default 64); for the other sources, a
         side length to resize to (default: keep the native 8, 28 or 32).
@@ -116,11 +119,15 @@ def parse_source_spec(spec: str) -> tuple[str, Path | None]:
         raise OodevalError(
             f"source must be a spec string such as 'digits' or 'mnist:DIR', got {spec!r}"
         )
+    if spec.strip().lower() == "auto":
+        from oodeval.environments.mnist import resolve_source
+
+        spec = resolve_source("auto")
     kind, _, location = spec.strip().partition(":")
     kind = kind.lower()
     if kind not in SOURCE_KINDS:
         raise OodevalError(
-            f"unknown image source {kind!r}; use one of: digits, mnist:DIR, folder:DIR, "
+            f"unknown image source {kind!r}; use one of: auto, digits, mnist:DIR, folder:DIR, "
             "classfolder:DIR, cifar10:DIR"
         )
     if kind == "digits":

@@ -559,6 +559,36 @@ cannot reject at all (4 or fewer), so only near-perfect orderings can be told fr
 and a percentile bootstrap interval over the algorithms spans about half of [-1, 1] or more."""
 
 
+MIN_PICK_ENVIRONMENTS = 4
+"""Picks over fewer LOO environments get a warning (`environment_warning`): the worst+gap paper's
+smallest scenario has N = 4; at N = 3 each algorithm's worst and best come from three errors and
+worst+gap weighs its gap by 1/(N - 2) = 1."""
+
+
+def environment_warning(n_environments: int) -> str:
+    """A one-line warning when `n_environments` (N, the given environments of the LOO errors)
+    are too few for a measure's pick to say much (fewer than `MIN_PICK_ENVIRONMENTS`), else ``""``.
+
+    >>> environment_warning(3)[:52]
+    'only 3 environments: each algorithm is scored on 3 l'
+    >>> environment_warning(4)
+    ''
+    """
+    n = int(n_environments)
+    if n >= MIN_PICK_ENVIRONMENTS:
+        return ""
+    gap = (
+        f"worst+gap weighs its gap by 1/(N - 2) = {1 / (n - 2):g}"
+        if n >= 3
+        else "worst+gap needs at least 3"
+    )
+    return (
+        f"only {n} environments: each algorithm is scored on {n} leave-one-out errors, so one "
+        f"environment can decide every pick ({gap}); compare the picks over seeds, or add "
+        "environments, before trusting one"
+    )
+
+
 def interval_warning(n_algorithms: int) -> str:
     """A one-line warning when `n_algorithms` are too few for a meaningful rank correlation
     (fewer than `MIN_INTERVAL_ALGORITHMS`), else ``""``.

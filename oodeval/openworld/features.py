@@ -283,7 +283,7 @@ def load_digit_images(source: str) -> tuple[np.ndarray, np.ndarray]:
         return digits.images.reshape(len(digits), -1), digits.labels
     if source.startswith("mnist:"):
         return load_mnist(source.split(":", 1)[1])
-    raise OodevalError(f"unknown image source {source!r}; use 'digits' or 'mnist:DIR'")
+    raise OodevalError(f"unknown image source {source!r}; use 'auto', 'digits' or 'mnist:DIR'")
 
 
 def _train_encoder(
@@ -343,12 +343,17 @@ def digit_features(
       differs from the downstream task) and MNIST, redrawn by `mnist_in_digits_format`, supplies
       the prototype, few-shot and test images.
 
+    ``source="auto"`` is real MNIST (`oodeval.environments.mnist.resolve_source`).
+
     Returns
     -------
     (train, test) FeatureSets sharing ``text_features`` and ``base_classes``.
     """
     import torch
 
+    from oodeval.environments.mnist import resolve_source
+
+    source = resolve_source(source)
     images, labels = load_digit_images(source)
     n_classes = int(labels.max()) + 1
     split = base_new_split(range(n_classes), n_base=n_base)

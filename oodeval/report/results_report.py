@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.measures.domain import REGISTRY, measure_label, undefined_measures
-from oodeval.measures.meta_tables import answer_line, interval_warning
+from oodeval.measures.meta_tables import answer_line, environment_warning, interval_warning
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
 from oodeval.report.names import NAME_WIDTH, short_labels
 from oodeval.report.page import Section, Table
@@ -80,6 +80,9 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
     )
     sections = [answer_section(results), overview]
     overview.notes.extend(results.notes)
+    few_envs = environment_warning(len(results.given_environments))
+    if few_envs:
+        overview.notes.append(f"Warning: {few_envs}.")
     if undefined_measures(["worst_plus_gap"], len(results.given_environments)):
         overview.notes.append(
             f"worst+gap (Eq. 6) needs at least {REGISTRY['worst_plus_gap'].min_envs} given "

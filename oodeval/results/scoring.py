@@ -319,6 +319,12 @@ def score_results(
         correlations, correlation_table = _correlations(
             results, units, names, notes, bootstrap, confidence, bootstrap_seed
         )
+    elif bootstrap > 0:
+        notes.append(
+            "bootstrap intervals are for the correlations with the ideal measure, which need "
+            "split 'all' rows (a model trained on every environment); these results have only "
+            "'loo' rows, so no interval is computed"
+        )
     selectors = names + ["ideal"] * has_ideal
     selected, degradation = _selections(results, units, selectors, notes)
     if not results.has_seed:
@@ -426,6 +432,6 @@ def _info(results: LongResults) -> dict[str, Any]:
         "n_all": len(results.all_environments),
         "value_column": results.value_column,
         "units": "error fractions in [0, 1]",
-        "kendall_variant": "tau-b (scipy.stats.kendalltau)",
+        "kendall_variant": "tau-b (as scipy.stats.kendalltau, variant b)",
         "std_ddof": 1,
     }

@@ -43,7 +43,6 @@ import importlib
 import importlib.util
 import json
 import math
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,6 +52,7 @@ from typing import Any
 
 from oodeval._text import read_text
 from oodeval._torch import TF32_MODES
+from oodeval.environments.mnist import MNIST_ENV_VAR, resolve_source
 from oodeval.errors import SHOWN_ITEMS, OodevalError, listing
 from oodeval.measures.domain import MEASURES, undefined_measures
 
@@ -74,8 +74,6 @@ PRECISIONS = ("fp32", "bf16")
 #: values of ``[trainer] selection`` (`oodeval.training.SELECTIONS`, named here without torch)
 SELECTIONS = ("training_domain", "last")
 HPARAMS_MODES = ("default", "random")
-#: Environment variable naming an MNIST folder for ``source = "auto"``.
-MNIST_ENV_VAR = "OODEVAL_MNIST"
 #: Largest ``steps`` (and ``eval_every``): 10 million updates is weeks of GPU time per unit.
 STEPS_LIMIT = 10_000_000
 #: Seeds and ``data_seed`` lie in [0, 2**32): what numpy's legacy seeding accepts, well inside
@@ -338,35 +336,6 @@ class StudyConfig:
             data.pop("source_identity")
         data.update(changes)
         return config_from_dict(data)
-
-
-def resolve_source(source: str, *, cwd: Path | None = None) -> str:
-    """Resolve ``source = "auto"`` to real MNIST: ``"mnist:DIR"`` of the first folder found.
-
-    Looks, in order, at the folder the ``OODEVAL_MNIST`` environment variable names, at
-    ``../shared/data/mnist`` relative to the working directory (`cwd`), and at the MNIST test
-    set bundled with oodeval (`oodeval.environments.mnist.bundled_mnist_dir`, always there in an
-    intact install); the first two count when they hold ``t10k-images-idx3-ubyte`` (optionally
-    ``.gz``). Any other source string is returned unchanged: scikit-learn's 8x8 digits only
-    as ``"digits"``. A folder with MNIST's train files as well gives all 70,000 images
-    (`oodeval.environments.mnist.load_mnist` reads every split present).
-
-    >>> resolve_source("digits")
-    'digits'
-    """
-    if source != "auto":
-        return source
-    from oodeval.environments.mnist import bundled_mnist_dir
-
-    base = Path.cwd() if cwd is None else cwd
-    candidates = []
-    if os.environ.get(MNIST_ENV_VAR):
-        candidates.append(Path(os.environ[MNIST_ENV_VAR]))
-    candidates.append(base / ".." / "shared" / "data" / "mnist")
-    for folder in candidates:
-        if any((folder / f"t10k-images-idx3-ubyte{ext}").is_file() for ext in ("", ".gz")):
-            return f"mnist:{folder.resolve()}"
-    return f"mnist:{bundled_mnist_dir()}"
 
 
 def data_note(config: StudyConfig | Mapping[str, Any]) -> str | None:

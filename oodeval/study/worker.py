@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from oodeval._torch import TF32_MODES
 from oodeval.pool import set_threads
 from oodeval.study.config import (
     IMPORT_VERSION_PREFIX,
@@ -191,7 +192,7 @@ def run_task(task: UnitTask) -> UnitOutcome:
         outcome,
         started=started,
         finished=now(),
-        versions={**versions(), **_STATE.get("import_versions", {})},
+        versions={**versions(), **_STATE.get("import_versions", {}), **run_settings()},
         warnings=tuple(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught)),
     )
 
@@ -242,6 +243,16 @@ def versions() -> dict[str, str]:
     if "torch" in sys.modules:
         out["torch"] = str(sys.modules["torch"].__version__)
     return out
+
+
+def run_settings() -> dict[str, str]:
+    """``{"run:device", "run:tf32"}``: where this process trains its units and under which TF32
+    policy (`oodeval._torch.tf32_mode`), stored with each unit beside its versions."""
+    trainer = _STATE.get("trainer", {})
+    return {
+        "run:device": str(trainer.get("device", "cpu")),
+        "run:tf32": str(trainer.get("tf32", TF32_MODES[0])),
+    }
 
 
 @functools.lru_cache(maxsize=1)
