@@ -175,6 +175,7 @@ def domainbed(
         None,
         "--selection",
         "-s",
+        metavar="METHOD",
         help="Model selection: training_domain, leave_one_domain_out (lodo) or test_domain "
         "(oracle). Repeat for several; default: all three.",
     ),

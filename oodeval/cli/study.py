@@ -383,7 +383,7 @@ def analyze_command(
 @app.command("merge")
 @reports_errors
 def merge_command(
-    inputs: list[Path] = typer.Argument(..., help="Study folders to merge."),
+    inputs: list[Path] = typer.Argument(..., metavar="DIR", help="Study folders to merge."),
     out: Path = typer.Option(
         ..., "--out", metavar="DIR", help="Study folder to merge into (created, or resumed)."
     ),

@@ -721,7 +721,7 @@ def verdict_sentence(
         text = (
             f"{m} vs {b} over {_count(n, 'scenario')}: {m} tracks the ideal measure clearly "
             f"better in {clear_m}, {b} clearly better in {clear_b}, no clear difference in "
-            f"{unclear} ({interval} includes 0)"
+            f"{unclear}" + (f" ({interval} includes 0)" if unclear else "")
         )
     if why:
         text += f"; no verdict in {len(why)} ({kinds})"
