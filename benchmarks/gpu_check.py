@@ -97,7 +97,7 @@ SIZES = {
         "check_steps": 2,
     },
 }
-SCALES = {4: 1, 12: 3}  # N given environments -> SR-CMNIST Ratio 3:1 Scale
+SCALE_OF_N = {4: 1, 12: 3}  # N given environments -> the SR-CMNIST Ratio 3:1 Scale giving it
 
 
 def paper_grid() -> dict:
@@ -217,7 +217,7 @@ def scenario(n: int, source: str, sizes: dict):
     for key in ("n_per_given", "n_eval"):
         if sizes[key] is not None:
             params[key] = sizes[key]
-    return build_scenario("sr-cmnist", source=source, ratio="3:1", scale=SCALES[n], **params)
+    return build_scenario("sr-cmnist", source=source, ratio="3:1", scale=SCALE_OF_N[n], **params)
 
 
 def oodeval_step_seconds(sc, algorithm: str, device: str, sizes: dict, layout: str) -> float:
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     steps: dict[tuple[str, int], float] = {}
     faster: dict[int, str] = {}
-    scenarios = {n: scenario(n, source, sizes) for n in SCALES}
+    scenarios = {n: scenario(n, source, sizes) for n in SCALE_OF_N}
     for n, sc in scenarios.items():
         for algorithm in LOOP_ALGORITHMS:
             flops = step_flops(sc, algorithm, device, sizes["batch"])

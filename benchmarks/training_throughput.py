@@ -73,7 +73,7 @@ from roofline import (  # noqa: E402  (torch only: shared with gpu_check.py)
 
 from oodeval.environments import build_scenario  # noqa: E402
 from oodeval.environments.mnist import resolve_source  # noqa: E402
-from oodeval.study import trainer_backend  # noqa: E402
+from oodeval.study import preset, trainer_backend  # noqa: E402
 from oodeval.training import (  # noqa: E402
     UnitSpec,
     run_unit,
@@ -425,8 +425,9 @@ def roofline(args: argparse.Namespace) -> None:
             )
 
 
-#: the paper-cpu unit's length and checkpoints (oodeval.study.presets: 450 steps, every 100)
-PAPER_CPU_STEPS, PAPER_CPU_EVAL_EVERY = 450, 100
+#: the paper-cpu unit's length and checkpoint interval, read from the preset (450 and 100)
+PAPER_CPU_STEPS = preset("paper-cpu").steps
+PAPER_CPU_EVAL_EVERY = preset("paper-cpu").trainer["eval_every"]
 _ARM_UNIT = """
 import json, sys, torch
 torch.set_num_threads({threads})

@@ -173,7 +173,9 @@ def test_cli_show_refuses_to_upsample_digits():
 
     from oodeval.cli.main import app
 
-    bad = CliRunner().invoke(app, ["envs", "show", "sr-cmnist", "--size", "28"])
+    bad = CliRunner().invoke(
+        app, ["envs", "show", "sr-cmnist", "--size", "28", "--source", "digits"]
+    )
     assert bad.exit_code == 2 and "never upsamples" in bad.output
 
 

@@ -29,8 +29,10 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 S1 = "synthetic/ratio=3:1/scale=1"
 S2 = "synthetic/ratio=3:1/scale=2"
 
+# the synthetic backend draws no images; the digits are named so the data note stays out
 BASE = """
 name = "grow"
+source = "digits"
 backend = "tests.checkpoint_backend"
 algorithms = ["ERM", "IRM", "GroupDRO"]
 seeds = [0, 1]
@@ -196,10 +198,22 @@ REFUSED = [
     ("steps = 5", "steps = 5\ndata_seed = 1", "data_seed (0 -> 1)"),
     ("[unit_options]", '[trainer]\nprecision = "bf16"\n[unit_options]', "trainer.precision ("),
     ("[unit_options]", "[trainer]\nbatch_size = 8\n[unit_options]", "trainer.batch_size (null"),
-    ("steps = 5", f'steps = 5\nsource = "{FAKE_MNIST}"', 'source ({"digest": '),
+    ('source = "digits"', f'source = "{FAKE_MNIST}"', 'source ({"digest": '),
     ("scale = 1, n_all = 21", "scale = 1, n_all = 31", f"scenarios[{S1}] ("),
     ('fail_algorithms = ["GroupDRO"]', 'fail_algorithms = ["IRM"]', "unit_options ("),
 ]
+
+
+def test_a_digits_study_resumed_without_source_names_the_new_default(base):
+    """A config without `source` meant the digits before `auto` became the default: resuming
+    such a study with it is refused in one line that says what to write."""
+    tmp_path, out = base
+    before = dump(out)
+    result = run(write(tmp_path, BASE.replace('source = "digits"\n', ""), "old.toml"), out)
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and 'write source = "digits" to resume it' in line
+    assert dump(out) == before
 
 
 @pytest.mark.parametrize(
@@ -306,8 +320,10 @@ def schema_2_store(folder: Path) -> Path:
     return folder
 
 
+# schema-2 stores predate `auto`: a config without `source` then meant the digits
 LEGACY = """
 name = "legacy"
+source = "digits"
 backend = "tests.checkpoint_backend"
 algorithms = ["ERM", "IRM"]
 seeds = [0, 1]

@@ -242,7 +242,7 @@ def _digits_file() -> Path:
     spec = importlib.util.find_spec("sklearn")
     if spec is None:
         raise MissingExtra(missing_extra_message("the digits source", "sklearn"))
-    for base in (spec.submodule_search_locations or []) if spec else []:
+    for base in spec.submodule_search_locations or []:
         path = Path(base) / "datasets" / "data" / "digits.csv.gz"
         if path.is_file():
             return path

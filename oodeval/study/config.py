@@ -277,8 +277,8 @@ class StudyConfig:
         module names, or paths of ``.py`` files (`import_module_or_file`), stored absolute.
     import_digests : {path: `code_digest`} of each ``.py`` file of ``imports``, computed when the
         config is built unless given (a stored config carries them).
-    source : image source spec (``digits``, ``mnist:DIR``, ...); ``auto`` (real MNIST) is
-        resolved by `resolve_source` when the study runs. Once resolved, the path is a hint:
+    source : image source spec: ``auto`` (the default: real MNIST, resolved by
+        `resolve_source` when the study runs), ``digits``, ``mnist:DIR``, .... Once resolved, the path is a hint:
         the data is identified by `source_identity`.
     source_identity : ``{"kind", "digest"}`` of the resolved source's content
         (`oodeval.environments.sources.source_identity`), computed when the config is built
@@ -305,7 +305,7 @@ class StudyConfig:
     seeds: tuple[int, ...]
     steps: int
     model: str = "mlp"
-    source: str = "digits"
+    source: str = "auto"
     source_identity: dict[str, str] | None = None
     data_seed: int = 0
     backend: str = DEFAULT_BACKEND
@@ -714,7 +714,7 @@ def import_module_or_file(entry: str) -> ModuleType:
 
 def _source(data: Mapping[str, Any], problems: list[str]) -> tuple[str, dict[str, str] | None]:
     """The source spec and its identity: the one `data` carries, else computed from the data."""
-    source = data.get("source", "digits")
+    source = data.get("source", "auto")
     problem = _nonempty("source", source)
     if problem is not None:
         problems.append(problem)
@@ -1005,6 +1005,8 @@ def _plain(config: StudyConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A config as stored JSON gives it back, absent keys at their StudyConfig default."""
     data = config.to_dict() if isinstance(config, StudyConfig) else dict(config)
     defaults = StudyConfig(name="", scenarios=(), algorithms=(), seeds=(), steps=1).to_dict()
+    # a stored config without `source` predates "auto" as the default: it meant the digits
+    defaults["source"] = "digits"
     return json.loads(json.dumps({**defaults, **data}, sort_keys=True))
 
 
@@ -1087,9 +1089,19 @@ class ConfigChanges:
         """The one-line error for an incompatible config: the differing keys and the way out."""
         parts = [f"{k} ({_brief(old)} -> {_brief(new)})" for k, old, new in self.incompatible]
         listed = listing(parts, shown=SHOWN_PROBLEMS)
+        digits = any(
+            k == "source" and isinstance(old, Mapping) and old.get("kind") == "digits"
+            for k, old, _ in self.incompatible
+        )
+        hint = (
+            ' (the stored study is on the 8x8 digits: a config without `source` now means "auto",'
+            ' real MNIST; write source = "digits" to resume it)'
+            if digits
+            else ""
+        )
         return (
             f"{directory} holds a study whose units would not compare with this config's: "
-            f"{listed}; a stored study grows only by new algorithms, seeds, scenarios or "
+            f"{listed}{hint}; a stored study grows only by new algorithms, seeds, scenarios or "
             "imports: keep these values, or use a new --out folder"
         )
 
