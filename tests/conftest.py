@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from oodeval.environments.mnist import bundled_mnist_dir
+from oodeval.environments.mnist import MNIST_ENV_VAR, bundled_mnist_dir
 from tests.requires import DOMAINBED_SWEEP, MNIST_DIR, requires_path
 
 
@@ -24,3 +24,14 @@ def mnist_dir() -> Path:
 def domainbed_sweep() -> Path:
     """DomainBed's VLCS sweep fixture at ../shared/fixtures/domainbed-vlcs-sweep."""
     return requires_path(DOMAINBED_SWEEP, "the DomainBed sweep fixture")
+
+
+@pytest.fixture()
+def bare_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory as on a bare install: no ../shared beside it, no OODEVAL_MNIST (so
+    the source ``auto`` is the MNIST test set bundled with oodeval)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.delenv(MNIST_ENV_VAR, raising=False)
+    monkeypatch.chdir(work)
+    return work

@@ -39,16 +39,6 @@ CLASS_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 NOTE = "the data is MNIST's test set alone (10,000 images), 1/7 of the 70,000 (train + test)"
 
 
-@pytest.fixture()
-def bare(tmp_path, monkeypatch):
-    """A working directory with no ../shared beside it and no OODEVAL_MNIST: a bare install."""
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.delenv(MNIST_ENV_VAR, raising=False)
-    monkeypatch.chdir(work)
-    return work
-
-
 def idx_bytes(array: np.ndarray) -> bytes:
     """IDX encoding of a uint8 array, written independently of oodeval's reader."""
     header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
@@ -128,7 +118,7 @@ def test_auto_prefers_the_env_var_then_shared_then_the_bundled_set(tmp_path, mon
     assert resolve_source("auto", cwd=work) == f"mnist:{PACKAGE_DIR}"
 
 
-def test_digits_only_when_asked(bare):
+def test_digits_only_when_asked(bare_install):
     config = prepare_config(config_from_dict({**QUICK_TINY, "source": "digits"}))
     assert config.source == "digits" and config.source_identity["kind"] == "digits"
     scenario = build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1)
@@ -138,7 +128,7 @@ def test_digits_only_when_asked(bare):
 
 # -- the presets on a bare install -----------------------------------------------------------------
 @pytest.mark.parametrize("name", ["quick", "paper-cpu", "paper"])
-def test_every_preset_builds_from_the_bundled_set_on_a_bare_install(name, bare):
+def test_every_preset_builds_from_the_bundled_set_on_a_bare_install(name, bare_install):
     config = prepare_config(preset(name))
     assert config.source == f"mnist:{PACKAGE_DIR}"
     validated = validate_config(config)  # was: "source digits has too few images" for quick
@@ -147,7 +137,7 @@ def test_every_preset_builds_from_the_bundled_set_on_a_bare_install(name, bare):
     assert data_note(config) is not None and data_note(config).startswith(NOTE)
 
 
-def test_quick_gives_its_scenarios_the_sizes_it_asks_for(bare):
+def test_quick_gives_its_scenarios_the_sizes_it_asks_for(bare_install):
     config = prepare_config(preset("quick"))
     for spec in config.scenarios:
         sizes = build_scenario(spec.family, source=config.source, **spec.params).sizes()
@@ -250,7 +240,7 @@ def run_outputs(tmp_path: Path, source: str) -> dict[str, str]:
     return outputs
 
 
-def test_run_status_analyze_and_report_say_test_set_only(bare, tmp_path):
+def test_run_status_analyze_and_report_say_test_set_only(bare_install, tmp_path):
     outputs = run_outputs(tmp_path, "auto")
     for name, text in outputs.items():
         flat = " ".join(text.replace("&#39;", "'").split())
@@ -260,6 +250,6 @@ def test_run_status_analyze_and_report_say_test_set_only(bare, tmp_path):
     assert outputs["analysis.md"].count(NOTE) == 1
 
 
-def test_no_test_set_note_on_digits(bare, tmp_path):
+def test_no_test_set_note_on_digits(bare_install, tmp_path):
     outputs = run_outputs(tmp_path, "digits")
     assert not any("test set alone" in text for text in outputs.values())

@@ -132,15 +132,6 @@ def with_mnist(mnist_dir, monkeypatch):
     return mnist_dir
 
 
-@pytest.fixture()
-def without_mnist(tmp_path, monkeypatch):
-    """No MNIST beside the package: no OODEVAL_MNIST, no ../shared beside the cwd."""
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.delenv(MNIST_ENV_VAR, raising=False)
-    monkeypatch.chdir(work)
-
-
 def test_names_in_order_of_cost():
     assert preset_names() == ["quick", "paper-cpu", "paper"]
 
@@ -213,7 +204,7 @@ def test_every_preset_passes_validation(name, with_mnist):
     assert len(validated["scenarios"]) == len(config.scenarios)
 
 
-def test_paper_without_mnist_trains_on_the_bundled_test_set_and_says_so(without_mnist):
+def test_paper_without_mnist_trains_on_the_bundled_test_set_and_says_so(bare_install):
     paper = preset("paper")
     assert paper.source == f"mnist:{bundled_mnist_dir()}"
     assert paper.source_identity is not None and is_test_set_only(paper.source_identity)
@@ -239,7 +230,7 @@ def test_paper_on_the_full_set_has_no_test_set_note(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("command", ["run", "estimate"])
 def test_a_broken_install_without_the_bundled_set_exits_2(
-    command, without_mnist, tmp_path, monkeypatch
+    command, bare_install, tmp_path, monkeypatch
 ):
     """The bundled files missing (a damaged install) and nothing else found: one error line."""
     import importlib.resources

@@ -278,8 +278,8 @@ class StudyConfig:
     import_digests : {path: `code_digest`} of each ``.py`` file of ``imports``, computed when the
         config is built unless given (a stored config carries them).
     source : image source spec: ``auto`` (the default: real MNIST, resolved by
-        `resolve_source` when the study runs), ``digits``, ``mnist:DIR``, .... Once resolved, the path is a hint:
-        the data is identified by `source_identity`.
+        `resolve_source` when the study runs), ``digits``, ``mnist:DIR``, .... Once resolved,
+        the path is a hint: the data is identified by `source_identity`.
     source_identity : ``{"kind", "digest"}`` of the resolved source's content
         (`oodeval.environments.sources.source_identity`), computed when the config is built
         unless given (a stored config carries it); None while the source is ``auto``.
