@@ -1005,9 +1005,17 @@ def _plain(config: StudyConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A config as stored JSON gives it back, absent keys at their StudyConfig default."""
     data = config.to_dict() if isinstance(config, StudyConfig) else dict(config)
     defaults = StudyConfig(name="", scenarios=(), algorithms=(), seeds=(), steps=1).to_dict()
-    # a stored config without `source` predates "auto" as the default: it meant the digits
-    defaults["source"] = "digits"
-    return json.loads(json.dumps({**defaults, **data}, sort_keys=True))
+    return json.loads(json.dumps({**defaults, **stored_meaning(data)}, sort_keys=True))
+
+
+def stored_meaning(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored config with the keys it omitted at the default of the time it was written: a
+    config without ``source`` predates ``"auto"`` as the default and meant the digits.
+
+    >>> stored_meaning({"name": "old"})["source"], stored_meaning({"source": "auto"})["source"]
+    ('digits', 'auto')
+    """
+    return {"source": "digits", **config}
 
 
 def _by_identity(stored: dict[str, Any], new: dict[str, Any]) -> None:

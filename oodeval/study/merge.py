@@ -37,6 +37,7 @@ from oodeval.study.config import (
     config_changes,
     config_from_dict,
     scenario_key,
+    stored_meaning,
 )
 from oodeval.study.integrity import named, printable, unit_checksum
 from oodeval.study.runner import StudyInterrupted, progress_bar
@@ -273,7 +274,7 @@ def _spec(spec: Any) -> dict[str, Any]:
 def _union_config(configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The first config with every other's algorithms, seeds, measures, scenarios, imports and
     per-algorithm hyperparameters added (in order of appearance), checked by `config_from_dict`."""
-    merged = json.loads(json.dumps(dict(configs[0])))
+    merged = json.loads(json.dumps(stored_meaning(configs[0])))
     merged.setdefault("import_digests", {})
     for other in configs[1:]:
         for key in _UNION_KEYS:
