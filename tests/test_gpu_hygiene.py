@@ -222,3 +222,19 @@ def test_cli_tf32_is_checked_in_one_line():
     result = CliRunner().invoke(app, ["study", "estimate", "--preset", "quick", "--tf32", "on"])
     assert result.exit_code == 2
     assert result.output.strip() == "error: unknown --tf32 'on'; choose one of default, off"
+
+
+def test_only_arm_has_a_per_image_part_and_the_others_refuse_predict_from():
+    """`per_image` is None by default, and `predict_from` then names the algorithm; ARM's pair
+    gives its `predict` (the contract the E_all evaluation relies on)."""
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    erm = alg.get_algorithm("ERM")((1, 4, 4), 2, mask, alg.resolve_hparams("ERM", {}))
+    x = torch.rand(5, 1, 4, 4)
+    assert erm.per_image(x) is None
+    with pytest.raises(NotImplementedError, match="ERM has no per-image part"):
+        erm.predict_from(x, x)
+    arm = alg.get_algorithm("ARM")((1, 4, 4), 2, mask, alg.resolve_hparams("ARM", {})).double()
+    arm.eval()
+    with torch.no_grad():
+        xd = x.double()
+        assert torch.allclose(arm.predict_from(xd, arm.per_image(xd)), arm.predict(xd), atol=1e-12)
