@@ -28,7 +28,9 @@ from oodeval.measures.domain import (
     ideal,
     measure_label,
     per_domain_summary,
+    register_measure,
     undefined_measures,
+    unregister_measure,
     worst,
     worst_only,
     worst_plus_gap,
@@ -63,6 +65,8 @@ from oodeval.measures.openworld import auroc, openworld_auc, openworld_curve, op
 __all__ = [
     "MEASURES",
     "REGISTRY",
+    "register_measure",
+    "unregister_measure",
     "MeasureSpec",
     "Selection",
     "answer_line",

@@ -38,7 +38,9 @@ __all__ = [
     "ideal",
     "measure_label",
     "per_domain_summary",
+    "register_measure",
     "undefined_measures",
+    "unregister_measure",
     "worst",
     "worst_only",
     "worst_plus_gap",
@@ -300,6 +302,50 @@ MEASURES: dict[str, Callable[..., float | np.ndarray]] = {
 }
 """Name -> measure function of the LOO measures; lower is better for all of them."""
 
+MeasureFunction = Callable[..., "float | np.ndarray"]
+
+
+def register_measure(
+    name: str, *, label: str | None = None, min_envs: int = 1, split: str = "loo"
+) -> Callable[[MeasureFunction], MeasureFunction]:
+    """Decorator adding a measure to `REGISTRY` (and, when ``split="loo"``, to `MEASURES`).
+
+    The function takes errors of shape ``(..., n_envs)`` (float64 error fractions, environments on
+    the last axis) and returns one value per leading index; lower must be better. Once
+    registered, the measure is accepted wherever measure names are (``oodeval measures
+    --measures``, `domain_measures`, `oodeval.score`). A name already registered is refused.
+
+    >>> @register_measure("doc_median", label="median", min_envs=1)
+    ... def doc_median(errors):
+    ...     return np.median(errors, axis=-1)
+    >>> float(domain_measures([0.1, 0.2, 0.4], ["doc_median"])["doc_median"])
+    0.2
+    >>> unregister_measure("doc_median")
+    """
+    if split not in ("loo", "all"):
+        raise ValueError(f"split must be 'loo' or 'all', not {split!r}")
+
+    def add(function: MeasureFunction) -> MeasureFunction:
+        if name in REGISTRY:
+            raise ValueError(f"a measure named {name!r} is already registered")
+        REGISTRY[name] = MeasureSpec(name, function, label or name, min_envs, split)
+        if split == "loo":
+            MEASURES[name] = function
+        return function
+
+    return add
+
+
+def unregister_measure(name: str) -> None:
+    """Remove a measure added by `register_measure` (built-in measures cannot be removed)."""
+    if name in _BUILT_IN:
+        raise ValueError(f"{name!r} is a built-in measure")
+    REGISTRY.pop(name, None)
+    MEASURES.pop(name, None)
+
+
+_BUILT_IN = frozenset(REGISTRY)
+
 
 def measure_label(name: str) -> str:
     """How reports print measure `name` (the name itself when it is not in `REGISTRY`).
@@ -377,8 +423,10 @@ def domain_measures(
             values[k] = hi - lo
         elif k == "worst_plus_gap":
             values[k] = hi + _gap_term(e)
-        else:  # gap_only
+        elif k == "gap_only":
             values[k] = _gap_term(e)
+        else:  # a measure added with register_measure
+            values[k] = np.asarray(MEASURES[k](e.values), dtype=np.float64)
     return {k: _scalar_or_array(v) for k, v in values.items()}
 
 
