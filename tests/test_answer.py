@@ -19,8 +19,7 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.measures.meta import spearman_critical_value
-from oodeval.measures.meta_tables import (
+from oodeval.measures.meta import (
     MIN_INTERVAL_ALGORITHMS,
     MIN_PICK_ENVIRONMENTS,
     answer_line,
@@ -28,6 +27,7 @@ from oodeval.measures.meta_tables import (
     interval_warning,
     seed_means,
     selections,
+    spearman_critical_value,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,11 +21,11 @@ from oodeval.measures import (
     select_algorithm,
     selection_degradation,
 )
-from oodeval.measures.meta import (
+from oodeval.measures.meta.correlation import (
     KENDALL_PAIRWISE_MAX,
-    _average_ranks,
-    _rowwise_kendall_b,
-    _rowwise_spearman,
+    average_ranks,
+    rowwise_kendall_b,
+    rowwise_spearman,
 )
 
 
@@ -164,7 +164,7 @@ def test_mean_std_uses_ddof_one():
 def test_vectorised_bootstrap_statistics_match_scipy_per_row(pair):
     x = np.array([pair[0]], dtype=float)
     y = np.array([pair[1]], dtype=float)
-    rho, tau = _rowwise_spearman(x, y)[0], _rowwise_kendall_b(x, y)[0]
+    rho, tau = rowwise_spearman(x, y)[0], rowwise_kendall_b(x, y)[0]
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         assert math.isnan(rho) and math.isnan(tau)
     else:
@@ -186,7 +186,7 @@ def test_average_ranks_match_scipy_rankdata_with_ties_and_missing_values(rows):
     # scipy.stats stays the reference here; oodeval ranks in numpy so `measures` need not
     # import it (about a second of start-up)
     x = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float)
-    np.testing.assert_array_equal(_average_ranks(x), stats.rankdata(x, axis=1, nan_policy="omit"))
+    np.testing.assert_array_equal(average_ranks(x), stats.rankdata(x, axis=1, nan_policy="omit"))
 
 
 @settings(max_examples=60, deadline=None)

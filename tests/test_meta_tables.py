@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import importlib
+import pkgutil
 
 import numpy as np
 import pandas as pd
@@ -13,7 +15,7 @@ from scipy import stats
 
 from oodeval.errors import OodevalError
 from oodeval.measures import REGISTRY, measure_label, undefined_measures
-from oodeval.measures import meta_tables as mt
+from oodeval.measures import meta as mt
 from oodeval.study.config import DEFAULT_MEASURES, KNOWN_MEASURES, NEEDS_THREE_ENVS
 
 ALGOS = ["ERM", "IRM", "VREx", "GroupDRO", "Mixup"]
@@ -303,5 +305,11 @@ def test_every_registry_measure_is_lower_is_better_on_a_dominated_row():
 
 def test_docstring_examples_run():
     # Pinned here until doctests are collected by the default run, so they cannot rot.
-    result = doctest.testmod(mt, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
+    names = ["", *(f".{m.name}" for m in pkgutil.iter_modules(mt.__path__))]
+    attempted = 0
+    for name in names:
+        module = importlib.import_module(f"oodeval.measures.meta{name}")
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, name
+        attempted += result.attempted
+    assert attempted >= 20

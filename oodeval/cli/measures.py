@@ -1,6 +1,6 @@
 """`oodeval measures RESULTS`: score a long-form results file (CSV or JSON lines).
 
-Prints the answer first (`oodeval.measures.meta_tables.answer_line`: which algorithm each measure
+Prints the answer first (`oodeval.measures.meta.answer_line`: which algorithm each measure
 picks and whether they disagree), then every measure per algorithm (and seed); with `all` rows
 also the ideal measure, rank correlations with it, the algorithm each measure selects and the
 selection degradation. With ``--format csv`` or ``json`` the answer goes to stderr as
@@ -29,7 +29,7 @@ from oodeval.cli._common import (
 )
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES
-from oodeval.measures.meta_tables import environment_warning, interval_warning
+from oodeval.measures.meta import environment_warning, interval_warning
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
 from oodeval.tables import render_frame

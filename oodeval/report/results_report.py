@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.measures.domain import REGISTRY, measure_label, undefined_measures
-from oodeval.measures.meta_tables import answer_line, environment_warning, interval_warning
+from oodeval.measures.meta import answer_line, environment_warning, interval_warning
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
 from oodeval.report.names import NAME_WIDTH, short_labels
 from oodeval.report.page import Section, Table

@@ -14,7 +14,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
-from oodeval.measures.meta_tables import verdict_sentence
+from oodeval.measures.meta import verdict_sentence
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section, Table
 from oodeval.report.results_report import numeric_environment, report_answer
@@ -85,7 +85,7 @@ def verdict_section(
 def answer_section(results: dict[str, pd.DataFrame]) -> Section:
     """The report's first block: per scenario, which algorithm worst+gap and average pick on
     their seed means, whether they disagree, and whether either picks the ideal measure's
-    choice (`oodeval.measures.meta_tables.answer_line`; Table 6's "mean" picks), names shortened
+    choice (`oodeval.measures.meta.answer_line`; Table 6's "mean" picks), names shortened
     as the page shows them (`report_answer`)."""
     units = results["units"]
     answer = report_answer(units, [m for m in CORRELATION_MEASURES if m in units])

@@ -25,7 +25,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import REGISTRY
-from oodeval.measures.meta_tables import answer_line
+from oodeval.measures.meta import answer_line
 from oodeval.results.selection import (
     LEAVE_ONE_DOMAIN_OUT,
     SELECTED_COLUMNS,
@@ -266,7 +266,7 @@ def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
 
 
 def sweep_answer(table: pd.DataFrame, measures: pd.DataFrame, labels: dict[str, str]) -> str:
-    """The answer line (`oodeval.measures.meta_tables.answer_line`) for the tables `oodeval
+    """The answer line (`oodeval.measures.meta.answer_line`) for the tables `oodeval
     import domainbed` prints: per (dataset, selection), which algorithm worst+gap and average
     pick, on the same numbers as the table's rank columns (measures of each environment's
     trial-mean accuracy, as DomainBed aggregates trials).

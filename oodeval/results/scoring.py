@@ -20,9 +20,9 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES, check_measures, undefined_measures
-from oodeval.measures.meta import TIE_DECIMALS
-from oodeval.measures.meta_tables import (
-    Table,
+from oodeval.measures.meta import (
+    TIE_DECIMALS,
+    Columns,
     answer_line,
     correlation_summary,
     degradation_summary,
@@ -129,7 +129,7 @@ class Scores:
 
     @property
     def answer(self) -> str:
-        """The one-line answer (`oodeval.measures.meta_tables.answer_line`): which algorithm
+        """The one-line answer (`oodeval.measures.meta.answer_line`): which algorithm
         worst+gap and average pick (or the measures scored, without them), whether they
         disagree and, with the ideal measure, which picks its choice; over several seeds, by
         each measure's mean over the seeds."""
@@ -283,7 +283,7 @@ def score_results(
 ) -> Scores:
     """Compute every table of `oodeval measures` from validated results.
 
-    All numbers come from `oodeval.measures.meta_tables` (the layer `oodeval study analyze`
+    All numbers come from `oodeval.measures.meta` (the layer `oodeval study analyze`
     uses too): `unit_measures`, `ideal_correlations`, `correlation_summary`, `selections` and
     `degradation_summary`; this function picks their columns and words the notes.
 
@@ -364,7 +364,7 @@ def _seed_text(results: LongResults, seed: str) -> str:
 
 def _correlations(
     results: LongResults,
-    units: Table,
+    units: Columns,
     names: list[str],
     notes: list[str],
     bootstrap: int,
@@ -397,7 +397,7 @@ def _correlations(
 
 
 def _selections(
-    results: LongResults, units: Table, selectors: list[str], notes: list[str]
+    results: LongResults, units: Columns, selectors: list[str], notes: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The selection per seed and measure, the degradation over seeds (None without the ideal
     or with one seed), and a note for every tie."""

@@ -3,7 +3,7 @@
 Per unit (scenario, algorithm, seed) the measures come from the stored rows: the leave-one-out
 (LOO) errors are each LOO fold's error on its own held-out environment, and the ideal measure
 (Eq. 4) is the largest error of the model trained on all given environments (fold ``all``) over
-E_all. All numbers come from `oodeval.measures.meta_tables`, the layer `oodeval measures` uses too;
+E_all. All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses too;
 this module reads the store, adds each scenario's family, Ratio and Scale, and shapes the tables.
 
 - `correlation_with_ideal`: per scenario, mean and std over seeds of Spearman's rho and Kendall's
@@ -40,7 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures import meta_tables
+from oodeval.measures import meta
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.store import ALL_FOLD, Study, load_study
 from oodeval.tables import frame_cells
@@ -96,8 +96,8 @@ def unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.Dat
     done = study.units[study.units["status"] == "done"]
     if done.empty:
         raise OodevalError(f"{study.directory} has no finished units yet; run the study first")
-    units = pd.DataFrame(meta_tables.unit_measures(errors_table(study), names))
-    meta = pd.DataFrame(
+    units = pd.DataFrame(meta.unit_measures(errors_table(study), names))
+    scenarios = pd.DataFrame(
         {
             "scenario": done["scenario"],
             "family": done["family"],
@@ -105,13 +105,13 @@ def unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.Dat
             "scale": pd.array([_scale(p.get("scale")) for p in done["params"]], dtype="Int64"),
         }
     ).drop_duplicates("scenario")
-    frame = units.merge(meta, on="scenario", how="left", validate="many_to_one")
+    frame = units.merge(scenarios, on="scenario", how="left", validate="many_to_one")
     frame = frame[[*_META, "algorithm", "seed", "n_given", "ideal", *names]]
     return _sort_scenarios(frame, ["algorithm", "seed"])
 
 
 def errors_table(study: Study) -> pd.DataFrame:
-    """The errors of the study's finished units in the long form of `oodeval.measures.meta_tables`.
+    """The errors of the study's finished units in the long form of `oodeval.measures.meta`.
 
     Columns scenario, seed, algorithm, split, environment, error: split ``loo`` for each LOO
     fold's error on its own held-out environment (folds in sorted order), ``all`` for the errors
@@ -154,8 +154,8 @@ def correlation_with_ideal(
     for a single seed). `frame` is `unit_measures`' output; seeds of a scenario with a single
     finished algorithm (a partial study) are left out.
     """
-    correlations = meta_tables.ideal_correlations(correlatable(frame), list(measures))
-    summary = pd.DataFrame(meta_tables.correlation_summary(correlations))
+    correlations = meta.ideal_correlations(correlatable(frame), list(measures))
+    summary = pd.DataFrame(meta.correlation_summary(correlations))
     records = []
     for scenario, group in summary.groupby("scenario", sort=False):
         row = {"scenario": scenario, "n_seeds": int(group["n_seeds"].iloc[0])}
@@ -185,14 +185,14 @@ def correlation_verdicts(
     frame: pd.DataFrame, *, n_resamples: int = VERDICT_RESAMPLES, seed: int = 0
 ) -> pd.DataFrame:
     """The verdict: per scenario, does worst+gap order algorithms like the ideal measure better
-    than average does, and how sure are we (`oodeval.measures.meta_tables.correlation_verdicts`).
+    than average does, and how sure are we (`oodeval.measures.meta.correlation_verdicts`).
 
     rho is the mean over seeds of the per-seed Spearman's rho (Table 1's mean when every seed has
-    at least `meta_tables.MIN_VERDICT_ALGORITHMS` algorithms); intervals are 95% percentile
+    at least `meta.MIN_VERDICT_ALGORITHMS` algorithms); intervals are 95% percentile
     bootstrap intervals over algorithms, the same draw for every seed and both measures.
-    Columns: scenario, family, ratio, scale, then those of `meta_tables.correlation_verdicts`.
+    Columns: scenario, family, ratio, scale, then those of `meta.correlation_verdicts`.
     """
-    table = meta_tables.correlation_verdicts(
+    table = meta.correlation_verdicts(
         frame, *CORRELATION_MEASURES, n_resamples=n_resamples, bootstrap_seed=seed
     )
     return _sort_scenarios(_with_meta(pd.DataFrame(table), frame))
@@ -257,18 +257,18 @@ VERDICT_FOOTNOTE = (
     "seed (seeds are repeated runs of the same algorithms) and both measures, so the difference "
     "(rho worst+gap - rho average) is paired. ahead / behind: the sign of the difference; "
     "clearly: its interval excludes 0; tied: equal rho. A seed enters only with at least "
-    f"{meta_tables.MIN_VERDICT_ALGORITHMS} finished algorithms (with two, rho is +1 or -1 "
+    f"{meta.MIN_VERDICT_ALGORITHMS} finished algorithms (with two, rho is +1 or -1 "
     "whatever the scores)."
 )
 
 
 def verdict_warning(verdicts: pd.DataFrame) -> str:
-    """`meta_tables.interval_warning` for the fewest algorithms of a scenario with a verdict
+    """`meta.interval_warning` for the fewest algorithms of a scenario with a verdict
     ("" when every such scenario has enough, or none has a verdict)."""
     defined = verdicts[verdicts["verdict"] != "undefined"]
     if defined.empty:
         return ""
-    return meta_tables.interval_warning(int(defined["n_algorithms"].min()))
+    return meta.interval_warning(int(defined["n_algorithms"].min()))
 
 
 def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
@@ -282,7 +282,7 @@ def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     warning = verdict_warning(verdicts)
     return "\n".join(
         [
-            f"Verdict: {meta_tables.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
+            f"Verdict: {meta.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
             "",
             completeness_sentence(study),
             "",
@@ -371,8 +371,8 @@ def selected_algorithms(
     scenario enter the seed-average.
     """
     by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
-    per_seed = pd.DataFrame(meta_tables.selections(by_seed, list(measures)))
-    averaged = meta_tables.selections(meta_tables.seed_means(by_seed, measures), list(measures))
+    per_seed = pd.DataFrame(meta.selections(by_seed, list(measures)))
+    averaged = meta.selections(meta.seed_means(by_seed, measures), list(measures))
     table = pd.concat([per_seed, pd.DataFrame(averaged)], ignore_index=True)
     order = {s: k for k, s in enumerate(dict.fromkeys(by_seed["scenario"]))}
     table = table.sort_values("scenario", key=lambda s: s.map(order), kind="stable")
@@ -386,8 +386,8 @@ def selection_agreement(selections: pd.DataFrame) -> pd.DataFrame:
 
     Columns: measure, per_seed_matches, per_seed_total, seed_average_matches, seed_average_total.
     """
-    per_seed = selections[selections["seed"] != meta_tables.SEED_MEAN]
-    averaged = selections[selections["seed"] == meta_tables.SEED_MEAN]
+    per_seed = selections[selections["seed"] != meta.SEED_MEAN]
+    averaged = selections[selections["seed"] == meta.SEED_MEAN]
     records = []
     for measure in selections["measure"].unique():
         ps = per_seed[per_seed["measure"] == measure]
@@ -413,8 +413,8 @@ def degradation_by_scenario(
     Columns: scenario, family, ratio, scale, measure, degradation_mean, degradation_std, n_seeds.
     """
     by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
-    selected = meta_tables.selections(by_seed, list(measures))
-    table = pd.DataFrame(meta_tables.degradation_summary(selected))
+    selected = meta.selections(by_seed, list(measures))
+    table = pd.DataFrame(meta.degradation_summary(selected))
     table = table[["scenario", "measure", "degradation_mean", "degradation_std", "n_seeds"]]
     return _sort_scenarios(_with_meta(table, frame), ["measure"])
 
@@ -432,7 +432,7 @@ def distance_to_ideal_by_scale(
     reference_scale.
     """
     scaled = frame[frame["scale"].notna()]
-    table = meta_tables.distance_to_ideal(
+    table = meta.distance_to_ideal(
         scaled, list(measures), size="scale", group=("family", "ratio")
     )
     out = pd.DataFrame(table)
@@ -454,7 +454,7 @@ def baseline_vs_ideal_best(
     seeds. Columns: scenario, family, ratio, scale, measure, baseline, baseline_mean, baseline_std,
     best_algorithm, best_mean, best_std. Scenarios without the baseline are left out.
     """
-    table = pd.DataFrame(meta_tables.baseline_vs_best(frame, list(measures), baseline=baseline))
+    table = pd.DataFrame(meta.baseline_vs_best(frame, list(measures), baseline=baseline))
     return _with_meta(table, frame)
 
 
@@ -597,7 +597,7 @@ def _markdown_sections(
         }
     )
     t6 = results["table6"]
-    column = t6["seed"].map(lambda s: f"seed {s}" if s != meta_tables.SEED_MEAN else "average")
+    column = t6["seed"].map(lambda s: f"seed {s}" if s != meta.SEED_MEAN else "average")
     table6 = (
         t6.assign(column=column + ": " + t6["measure"])
         .pivot_table(
