@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ __all__ = [
     "heading",
     "markdown_table",
     "numeric_columns",
+    "plus_minus",
     "render_frame",
     "render_rows",
     "text_table",
@@ -68,6 +69,25 @@ def format_cell(value: object, digits: int = 4) -> str:
     if isinstance(value, float | np.floating):
         return "nan" if math.isnan(value) else f"{value:.{digits}f}"
     return str(value)
+
+
+def plus_minus(
+    means: Iterable[float], stds: Iterable[float], *, digits: int = 3, missing: str | None = None
+) -> list[str]:
+    """Cells ``mean ± std`` with `digits` decimals; ``mean`` alone where the std is missing (one
+    seed), and `missing` where the mean is (default: the mean as formatted, ``nan``).
+
+    >>> plus_minus([0.5, 0.25, float("nan")], [0.125, float("nan"), float("nan")])
+    ['0.500 ± 0.125', '0.250', 'nan']
+    >>> plus_minus([float("nan")], [float("nan")], missing="–")
+    ['–']
+    """
+    return [
+        missing
+        if missing is not None and pd.isna(m)
+        else (f"{m:.{digits}f}" if pd.isna(s) else f"{m:.{digits}f} ± {s:.{digits}f}")
+        for m, s in zip(means, stds, strict=True)
+    ]
 
 
 def numeric_columns(frame: pd.DataFrame) -> list[bool]:

@@ -29,6 +29,7 @@ from oodeval.study.analysis import (
     verdict_warning,
 )
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
+from oodeval.tables import plus_minus
 
 MAX_CURVE_PANELS = 12
 
@@ -155,10 +156,8 @@ def summary_section(study: Study) -> Section:
 
 
 def _pm(frame: pd.DataFrame, stem: str) -> list[str]:
-    return [
-        "–" if pd.isna(m) else (f"{m:.3f}" if pd.isna(s) else f"{m:.3f} ± {s:.3f}")
-        for m, s in zip(frame[f"{stem}_mean"], frame[f"{stem}_std"], strict=True)
-    ]
+    """``mean ± std`` of columns ``<stem>_mean`` and ``<stem>_std``; ``–`` for a missing mean."""
+    return plus_minus(frame[f"{stem}_mean"], frame[f"{stem}_std"], missing="–")
 
 
 def table_sections(results: dict[str, pd.DataFrame]) -> Section:
