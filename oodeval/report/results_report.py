@@ -9,7 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.measures.domain import REGISTRY, measure_label, undefined_measures
-from oodeval.measures.meta import answer_line, environment_warning, interval_warning
+from oodeval.measures.meta import (
+    algorithm_ranks,
+    answer_line,
+    environment_warning,
+    interval_warning,
+)
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
 from oodeval.report.names import NAME_WIDTH, short_labels
 from oodeval.report.page import Section, Table
@@ -22,7 +27,8 @@ RANKED = ("average", "worst_plus_gap", "worst", "gap")
 def measure_ranks(results: LongResults) -> pd.DataFrame:
     """Seed-averaged measures per algorithm and each algorithm's rank under each (1 = lowest).
 
-    Ranks use the 'min' method, so tied algorithms share the better rank.
+    Ranks come from `oodeval.measures.meta.algorithm_ranks`: tied algorithms (equal after
+    rounding to `TIE_DECIMALS` decimals) share the better rank.
     """
     names = _defined(results)
     tables = score_results(results, measures=names)
@@ -31,7 +37,7 @@ def measure_ranks(results: LongResults) -> pd.DataFrame:
     mean = mean.reindex(list(results.algorithms))
     out = mean.reset_index()
     for c in cols:
-        out[f"rank_{c}"] = mean[c].round(12).rank(method="min").astype(int).to_numpy()
+        out[f"rank_{c}"] = algorithm_ranks(mean[c].to_numpy(dtype=float)).astype(int)
     return out
 
 

@@ -10,6 +10,7 @@ JSON-ready records (NaN -> None). `score_results` does the work on already valid
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,13 @@ from oodeval.measures.domain import MEASURES, check_measures, undefined_measures
 from oodeval.measures.meta import (
     TIE_DECIMALS,
     Columns,
+    algorithm_ranks,
     answer_line,
     correlation_summary,
     degradation_summary,
     ideal_correlations,
     selections,
+    tie_text,
     unit_measures,
 )
 from oodeval.results.longform import LongResults, read_results, results_from_frame
@@ -54,8 +57,8 @@ class Scores:
         (measure, n_seeds, spearman_mean, spearman_std, kendall_mean, kendall_std) over seeds,
         std with ddof=1; None unless correlations exist and there are several seeds.
     selections : pandas.DataFrame
-        (seed, measure, selected, tied, score[, ideal_of_selected, degradation]); also
-        available as `selection`.
+        (seed, measure, selected, tied, score[, ideal_of_selected, degradation]): the algorithm
+        each measure chooses; also available as `choice` (`selection` is its deprecated name).
     degradation_summary : pandas.DataFrame or None
         (measure, n_seeds, degradation_mean, degradation_std); None unless the ideal measure
         exists and there are several seeds.
@@ -93,11 +96,10 @@ class Scores:
         keys = [c for c in ("seed", "algorithm") if c in self.measures.columns]
         values = [c for c in self.measures.columns if c not in keys]
         ranked = self.measures[keys].copy()
-        rounded = self.measures[values].astype(float).round(TIE_DECIMALS)
-        groups = rounded.groupby(self.measures["seed"], sort=False) if "seed" in keys else rounded
-        ranks = groups.rank(method="min")
+        by = [self.measures["seed"]] if "seed" in keys else []
         for c in values:
-            ranked[c] = ranks[c].astype("Int64")
+            ranks = algorithm_ranks(self.measures[c].astype(float), by)
+            ranked[c] = pd.Series(ranks, index=ranked.index).astype("Int64")
         return ranked
 
     @property
@@ -110,10 +112,22 @@ class Scores:
         return pd.DataFrame(columns=columns)
 
     @property
-    def selection(self) -> pd.DataFrame:
-        """The algorithm each measure picks (argmin, ties to the first name in sorted order),
+    def choice(self) -> pd.DataFrame:
+        """The algorithm each measure chooses (argmin, ties to the first name in sorted order),
         per seed; the ``tied`` column names every algorithm tied at the minimum."""
         return self.selections
+
+    @property
+    def selection(self) -> pd.DataFrame:
+        """Deprecated name of `choice` (the algorithm each measure chooses); kept for one
+        release. *Selection* now means checkpoint selection only."""
+        warnings.warn(
+            "Scores.selection is deprecated, use Scores.choice (the algorithm each measure "
+            "chooses)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.choice
 
     @property
     def degradation(self) -> pd.DataFrame:
@@ -221,7 +235,7 @@ def score(
     Returns
     -------
     Scores
-        DataFrames ``measures``, ``rankings``, ``correlation``, ``selection``,
+        DataFrames ``measures``, ``rankings``, ``correlation``, ``choice``,
         ``degradation`` and the one-line ``answer``.
 
     Raises
@@ -412,7 +426,7 @@ def _selections(
                 + f"; selected {name} (first in sorted order)"
             )
     frame = pd.DataFrame(table)
-    frame["tied"] = [", ".join(t) if len(t) > 1 else "" for t in table["tied"]]
+    frame["tied"] = [tie_text(t) if len(t) > 1 else "" for t in table["tied"]]
     columns = ["seed", "measure", "selected", "tied", "score"]
     summary = None
     if "degradation" in table:
