@@ -34,6 +34,7 @@ from oodeval.measures.meta import (
     unit_measures,
 )
 from oodeval.results.longform import LongResults, read_results, results_from_frame
+from oodeval.tables import frame_records
 
 __all__ = ["Scores", "score", "score_results"]
 
@@ -183,21 +184,9 @@ class Scores:
         """JSON-ready dict: info, one list of records per table, notes; NaN becomes None."""
         out: dict[str, Any] = {"info": self.info}
         for key, _, table in self.sections():
-            out[key] = [
-                {k: _json_value(v) for k, v in rec.items()} for rec in table.to_dict("records")
-            ]
+            out[key] = frame_records(table)
         out["notes"] = list(self.notes)
         return out
-
-
-def _json_value(v: Any) -> Any:
-    if isinstance(v, (list, tuple)):
-        return [_json_value(x) for x in v]
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return None if math.isnan(v) else float(v)
-    return v
 
 
 def score(
