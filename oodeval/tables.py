@@ -1,7 +1,9 @@
-"""The one table renderer: every command's output and the study's analysis.md go through it.
+"""The one table type and renderer: every command's output, the study's analysis.md and the
+HTML reports' tables go through it.
 
-A table is a header plus rows of cells. `render_frame` prints a pandas DataFrame in one of the
-four output formats every table-printing command accepts (``--format table|csv|json|markdown``):
+A table is a header plus rows of cells; a titled one with a caption is a `Table`. `render_frame`
+prints a pandas DataFrame in one of the four output formats every table-printing command accepts
+(``--format table|csv|json|markdown``):
 
 - ``table``: plain text, columns separated by two spaces, text left-aligned and numbers
   right-aligned (`text_table`);
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,7 @@ import pandas as pd
 __all__ = [
     "FORMATS",
     "EMPTY",
+    "Table",
     "format_cell",
     "frame_cells",
     "frame_records",
@@ -56,6 +60,31 @@ FORMATS = ("table", "csv", "json", "markdown")
 
 #: What a table with no rows prints as (table and markdown formats).
 EMPTY = "(no rows)"
+
+
+@dataclass
+class Table:
+    """The one table type: a titled DataFrame (its index is dropped; make it a column if needed)
+    with a caption, as the reports show it.
+
+    Attributes
+    ----------
+    title, caption : str
+        What the table shows, and how to read it.
+    frame : pandas.DataFrame
+        The rows.
+    digits : int
+        Decimals of the float cells.
+    widths : dict of str to int
+        Characters shown of a text cell per column, where the renderer shortens long text (the
+        HTML report: `oodeval.report.names.NAME_WIDTH` by default, the full text in a tooltip).
+    """
+
+    title: str
+    frame: pd.DataFrame
+    caption: str = ""
+    digits: int = 3
+    widths: dict[str, int] = field(default_factory=dict)
 
 
 def format_cell(value: object, digits: int = 4) -> str:

@@ -17,9 +17,10 @@ from oodeval.measures.meta import (
 )
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
 from oodeval.report.names import NAME_WIDTH, short_labels
-from oodeval.report.page import Section, Table
+from oodeval.report.page import Section
 from oodeval.results.longform import LongResults, read_results
 from oodeval.results.scoring import score_results
+from oodeval.tables import Table
 
 RANKED = ("average", "worst_plus_gap", "worst", "gap")
 

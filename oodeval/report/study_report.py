@@ -16,7 +16,7 @@ from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
 from oodeval.measures.meta import verdict_sentence
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
-from oodeval.report.page import Section, Table
+from oodeval.report.page import Section
 from oodeval.report.results_report import numeric_environment, report_answer
 from oodeval.study.analysis import (
     CORRELATION_MEASURES,
@@ -29,7 +29,7 @@ from oodeval.study.analysis import (
     verdict_warning,
 )
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
-from oodeval.tables import plus_minus
+from oodeval.tables import Table, plus_minus
 
 MAX_CURVE_PANELS = 12
 
