@@ -8,6 +8,7 @@ import math
 import statistics
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ from oodeval.measures import (
     select_algorithm,
     selection_degradation,
 )
+from oodeval.measures.meta import TIE_DECIMALS, TIE_SEPARATOR, algorithm_ranks, tie_text
 from oodeval.measures.meta.correlation import (
     KENDALL_PAIRWISE_MAX,
     average_ranks,
@@ -269,3 +271,34 @@ def test_bootstrap_seed_must_be_an_integer(seed):
     # A string or float seed would reach numpy as a TypeError, and None would be unseeded.
     with pytest.raises(OodevalError, match="seed must be an integer"):
         bootstrap_correlation_ci([0.1, 0.2, 0.3], [0.3, 0.1, 0.2], seed=seed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["s0", "s1", "s2"]),
+            st.one_of(st.sampled_from([0.1, 0.2, 0.3 - 0.1, 0.25]), st.just(math.nan)),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_algorithm_ranks_match_pandas_min_rank_within_groups(rows):
+    # pandas' groupby rank(method="min") on values rounded to TIE_DECIMALS is the reference; NaN
+    # gets no rank. 0.3 - 0.1 and 0.2 differ in the last bit and must tie.
+    frame = pd.DataFrame(rows, columns=["group", "score"])
+    want = frame["score"].round(TIE_DECIMALS).groupby(frame["group"]).rank(method="min")
+    got = algorithm_ranks(frame["score"], [frame["group"]])
+    np.testing.assert_array_equal(got, want.to_numpy())
+
+
+def test_algorithm_ranks_without_rounding_keep_last_bit_differences():
+    assert algorithm_ranks([0.3 - 0.1, 0.2]).tolist() == [1.0, 1.0]
+    assert algorithm_ranks([0.3 - 0.1, 0.2], decimals=None).tolist() == [1.0, 2.0]
+    assert algorithm_ranks([]).tolist() == []
+
+
+def test_tie_text_joins_with_the_one_separator():
+    assert TIE_SEPARATOR == "|"
+    assert tie_text(select_algorithm([0.1, 0.3, 0.1], ["VREx", "ERM", "IRM"]).tied) == "IRM|VREx"
