@@ -16,11 +16,11 @@ from scipy import stats
 
 from oodeval.errors import OodevalError
 from oodeval.measures import (
+    algorithm_choice,
     bootstrap_correlation_ci,
+    choice_degradation,
     mean_std,
     rank_correlation,
-    select_algorithm,
-    selection_degradation,
 )
 from oodeval.measures.meta import TIE_DECIMALS, TIE_SEPARATOR, algorithm_ranks, tie_text
 from oodeval.measures.meta.correlation import (
@@ -93,25 +93,25 @@ def test_rank_correlation_needs_two_algorithms_and_is_nan_when_constant():
     assert math.isnan(r["spearman"]) and math.isnan(r["kendall"])
 
 
-def test_select_algorithm_is_argmin_with_sorted_name_tie_break():
-    sel = select_algorithm([0.5, 0.2, 0.9], ["ERM", "IRM", "VREx"])
+def test_algorithm_choice_is_argmin_with_sorted_name_tie_break():
+    sel = algorithm_choice([0.5, 0.2, 0.9], ["ERM", "IRM", "VREx"])
     assert sel == ("IRM", 1, ("IRM",))
-    tied = select_algorithm([0.2, 0.3, 0.2, 0.2], ["VREx", "ERM", "Mixup", "CORAL"])
+    tied = algorithm_choice([0.2, 0.3, 0.2, 0.2], ["VREx", "ERM", "Mixup", "CORAL"])
     assert tied.name == "CORAL" and tied.index == 3
     assert tied.tied == ("CORAL", "Mixup", "VREx")
     # order of the input does not change the choice
-    again = select_algorithm([0.2, 0.2, 0.3, 0.2], ["Mixup", "CORAL", "ERM", "VREx"])
+    again = algorithm_choice([0.2, 0.2, 0.3, 0.2], ["Mixup", "CORAL", "ERM", "VREx"])
     assert again.name == "CORAL" and again.tied == tied.tied
     # differences at floating-point noise level count as ties
-    noisy = select_algorithm([0.1 + 0.2, 0.3], ["b", "a"])
+    noisy = algorithm_choice([0.1 + 0.2, 0.3], ["b", "a"])
     assert noisy.name == "a" and noisy.tied == ("a", "b")
 
 
-def test_select_algorithm_rejects_bad_names():
+def test_algorithm_choice_rejects_bad_names():
     with pytest.raises(OodevalError, match="distinct"):
-        select_algorithm([0.1, 0.2], ["ERM", "ERM"])
+        algorithm_choice([0.1, 0.2], ["ERM", "ERM"])
     with pytest.raises(OodevalError, match="same length"):
-        select_algorithm([0.1, 0.2], ["ERM"])
+        algorithm_choice([0.1, 0.2], ["ERM"])
 
 
 def brute_degradation(measure, ideal, names):
@@ -130,16 +130,16 @@ def test_selection_degradation_matches_brute_force():
         # coarse values force frequent ties
         measure = list(rng.integers(0, 4, size=n) / 4)
         ideal = list(rng.integers(0, 4, size=n) / 4)
-        got = selection_degradation(measure, ideal, names)
+        got = choice_degradation(measure, ideal, names)
         assert got == pytest.approx(brute_degradation(measure, ideal, names), abs=1e-15)
 
 
 def test_selection_degradation_hand_worked():
     # average picks ERM (0.27) whose ideal is 0.94; the truly best is IRM (0.52)
-    assert selection_degradation(
+    assert choice_degradation(
         [0.27, 0.29, 0.28], [0.94, 0.52, 0.97], ["ERM", "IRM", "Mixup"]
     ) == pytest.approx(0.42)
-    assert selection_degradation([0.9, 0.6], [0.9, 0.6], ["ERM", "IRM"]) == 0.0
+    assert choice_degradation([0.9, 0.6], [0.9, 0.6], ["ERM", "IRM"]) == 0.0
 
 
 def test_mean_std_uses_ddof_one():
@@ -301,4 +301,25 @@ def test_algorithm_ranks_without_rounding_keep_last_bit_differences():
 
 def test_tie_text_joins_with_the_one_separator():
     assert TIE_SEPARATOR == "|"
-    assert tie_text(select_algorithm([0.1, 0.3, 0.1], ["VREx", "ERM", "IRM"]).tied) == "IRM|VREx"
+    assert tie_text(algorithm_choice([0.1, 0.3, 0.1], ["VREx", "ERM", "IRM"]).tied) == "IRM|VREx"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Selection", "Choice"),
+        ("select_algorithm", "algorithm_choice"),
+        ("selection_degradation", "choice_degradation"),
+        ("selections", "choices"),
+    ],
+)
+def test_last_releases_selection_names_still_work_and_warn(old, new):
+    import oodeval.measures
+    import oodeval.measures.meta
+
+    for module in (oodeval.measures, oodeval.measures.meta):
+        with pytest.warns(DeprecationWarning, match=f"use {new}"):
+            found = getattr(module, old)
+        assert found is getattr(module, new)
+    with pytest.raises(AttributeError):
+        oodeval.measures.no_such_name  # noqa: B018

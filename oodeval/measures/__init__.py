@@ -34,10 +34,13 @@ from oodeval.measures.domain import (
     worst_plus_gap,
 )
 from oodeval.measures.meta import (
-    Selection,
+    Choice,
+    algorithm_choice,
     answer_line,
     baseline_vs_best,
     bootstrap_correlation_ci,
+    choice_degradation,
+    choices,
     correlation_summary,
     correlation_verdicts,
     degradation_summary,
@@ -48,21 +51,19 @@ from oodeval.measures.meta import (
     paired_spearman_ci,
     rank_correlation,
     seed_means,
-    select_algorithm,
-    selection_degradation,
-    selections,
     spearman_critical_value,
     tracks_ideal,
     unit_measures,
     verdict_sentence,
 )
+from oodeval.measures.meta import __getattr__ as __getattr__  # deprecated names
 from oodeval.measures.openworld import auroc, openworld_auc, openworld_curve, openworld_scores
 
 __all__ = [
     "MEASURES",
     "REGISTRY",
     "MeasureSpec",
-    "Selection",
+    "Choice",
     "answer_line",
     "auroc",
     "average",
@@ -92,9 +93,9 @@ __all__ = [
     "per_domain_summary",
     "rank_correlation",
     "seed_means",
-    "select_algorithm",
-    "selection_degradation",
-    "selections",
+    "algorithm_choice",
+    "choice_degradation",
+    "choices",
     "spearman_critical_value",
     "tracks_ideal",
     "undefined_measures",

@@ -26,10 +26,10 @@ from oodeval.measures.meta import (
     Columns,
     algorithm_ranks,
     answer_line,
+    choices,
     correlation_summary,
     degradation_summary,
     ideal_correlations,
-    selections,
     tie_text,
     unit_measures,
 )
@@ -287,7 +287,7 @@ def score_results(
     """Compute every table of `oodeval measures` from validated results.
 
     All numbers come from `oodeval.measures.meta` (the layer `oodeval study analyze`
-    uses too): `unit_measures`, `ideal_correlations`, `correlation_summary`, `selections` and
+    uses too): `unit_measures`, `ideal_correlations`, `correlation_summary`, `choices` and
     `degradation_summary`; this function picks their columns and words the notes.
 
     Parameters
@@ -404,7 +404,7 @@ def _selections(
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The selection per seed and measure, the degradation over seeds (None without the ideal
     or with one seed), and a note for every tie."""
-    table = selections(units, selectors)
+    table = choices(units, selectors)
     for seed, measure, name, tied in zip(
         table["seed"], table["measure"], table["selected"], table["tied"], strict=True
     ):

@@ -41,10 +41,13 @@ error        error as a fraction in [0, 1]
 >>> units = unit_measures(errors, ["average", "worst_plus_gap"])
 >>> units["worst_plus_gap"].round(12).tolist(), units["ideal"].tolist()
 ([0.5, 0.2], [0.5, 0.4])
->>> sel = selections(units, ["worst_plus_gap", "average"])
+>>> sel = choices(units, ["worst_plus_gap", "average"])
 >>> sel["selected"].tolist(), sel["degradation"].round(12).tolist()
 (['B', 'A'], [0.0, 0.1])
 """
+
+import warnings
+from typing import Any
 
 from oodeval.measures.meta.answer import ANSWER_MEASURES, answer_line
 from oodeval.measures.meta.asymptotics import distance_to_ideal
@@ -57,10 +60,10 @@ from oodeval.measures.meta.caveats import (
 from oodeval.measures.meta.choice import (
     TIE_DECIMALS,
     TIE_SEPARATOR,
-    Selection,
+    Choice,
+    algorithm_choice,
     algorithm_ranks,
-    select_algorithm,
-    selection_degradation,
+    choice_degradation,
     tie_text,
 )
 from oodeval.measures.meta.columns import SEED_MEAN, UNIT_KEYS, Columns
@@ -73,11 +76,11 @@ from oodeval.measures.meta.correlation import (
 )
 from oodeval.measures.meta.paper_tables import (
     baseline_vs_best,
+    choices,
     correlation_summary,
     degradation_summary,
     ideal_correlations,
     seed_means,
-    selections,
 )
 from oodeval.measures.meta.units import unit_measures
 from oodeval.measures.meta.verdict import (
@@ -101,7 +104,7 @@ __all__ = [
     "UNIT_KEYS",
     "VERDICTS",
     "Columns",
-    "Selection",
+    "Choice",
     "algorithm_ranks",
     "answer_line",
     "baseline_vs_best",
@@ -117,12 +120,34 @@ __all__ = [
     "paired_spearman_ci",
     "rank_correlation",
     "seed_means",
-    "select_algorithm",
-    "selection_degradation",
-    "selections",
+    "algorithm_choice",
+    "choice_degradation",
+    "choices",
     "spearman_critical_value",
     "tie_text",
     "tracks_ideal",
     "unit_measures",
     "verdict_sentence",
 ]
+
+#: Names of the last release -> their names now (*selection* means checkpoint selection only; the
+#: algorithm a measure picks is its *choice*). Kept for one release; each use warns.
+DEPRECATED_NAMES = {
+    "Selection": "Choice",
+    "select_algorithm": "algorithm_choice",
+    "selection_degradation": "choice_degradation",
+    "selections": "choices",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A deprecated name (`DEPRECATED_NAMES`): its new object, with a DeprecationWarning."""
+    if name in DEPRECATED_NAMES:
+        new = DEPRECATED_NAMES[name]
+        warnings.warn(
+            f"oodeval.measures.{name} is deprecated, use {new} (the algorithm a measure chooses)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

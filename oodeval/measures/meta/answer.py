@@ -20,7 +20,7 @@ from oodeval.measures.meta.columns import (
     row_count,
     row_groups,
 )
-from oodeval.measures.meta.paper_tables import seed_means, selections
+from oodeval.measures.meta.paper_tables import choices, seed_means
 
 __all__ = ["ANSWER_MEASURES", "answer_line"]
 
@@ -36,7 +36,7 @@ def answer_line(
     Every output that scores algorithms opens with it (`oodeval measures`, `oodeval import
     domainbed`, both HTML reports, `oodeval.Scores.answer`). Per scenario:
 
-    - each measure picks the algorithm with the lowest value (`selections`); an algorithm tied
+    - each measure picks the algorithm with the lowest value (`choices`); an algorithm tied
       at the minimum is named with the others, joined by `TIE_SEPARATOR` (``|``), and marked
       ``(tied)``;
     - with several seeds, each algorithm's measure is first averaged over the seeds
@@ -86,7 +86,7 @@ worst+gap picks the ideal's choice)"
     }
     table.update({k: column_array(units, k) for k in values})
     means = seed_means(table, names)
-    picked = selections(means, values)
+    picked = choices(means, values)
     parts = []
     for rows in row_groups(table["scenario"]):
         scenario = python_value(table["scenario"][rows[0]])

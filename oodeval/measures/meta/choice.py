@@ -19,17 +19,17 @@ from oodeval.measures.meta.columns import row_groups
 __all__ = [
     "TIE_DECIMALS",
     "TIE_SEPARATOR",
-    "Selection",
+    "Choice",
     "algorithm_ranks",
-    "select_algorithm",
-    "selection_degradation",
+    "algorithm_choice",
+    "choice_degradation",
     "tie_rounded",
     "tie_text",
 ]
 
 TIE_DECIMALS = 12
 """Scores are compared after rounding to this many decimals, so floating-point noise such as
-0.3 - 0.1 != 0.4 - 0.2 neither breaks a tie in a selection nor orders tied values in a rank."""
+0.3 - 0.1 != 0.4 - 0.2 neither breaks a tie in a choice nor orders tied values in a rank."""
 
 
 TIE_SEPARATOR = "|"
@@ -54,7 +54,7 @@ def tie_text(tied: Sequence[str]) -> str:
     return TIE_SEPARATOR.join(tied)
 
 
-class Selection(NamedTuple):
+class Choice(NamedTuple):
     """The algorithm a measure selects (argmin) and every algorithm tied with it."""
 
     name: str
@@ -64,11 +64,11 @@ class Selection(NamedTuple):
     name (so ``len(tied) > 1`` means the choice was a tie broken by name)."""
 
 
-def select_algorithm(scores: Any, names: Sequence[str]) -> Selection:
+def algorithm_choice(scores: Any, names: Sequence[str]) -> Choice:
     """The algorithm with the lowest score: argmin, Eq. 3/5/7 of the worst+gap paper.
 
     Ties (scores equal to the minimum after rounding to TIE_DECIMALS) go to the first name in
-    sorted order, and are reported in `Selection.tied`, so the choice never depends on input
+    sorted order, and are reported in `Choice.tied`, so the choice never depends on input
     order.
 
     Parameters
@@ -78,30 +78,30 @@ def select_algorithm(scores: Any, names: Sequence[str]) -> Selection:
 
     Returns
     -------
-    Selection(name, index, tied)
+    Choice(name, index, tied)
 
-    >>> select_algorithm([0.3, 0.1, 0.1], ["ERM", "VREx", "IRM"])
-    Selection(name='IRM', index=2, tied=('IRM', 'VREx'))
+    >>> algorithm_choice([0.3, 0.1, 0.1], ["ERM", "VREx", "IRM"])
+    Choice(name='IRM', index=2, tied=('IRM', 'VREx'))
     """
     s = as_float_array(scores, "scores", ndim=1)
     names = [str(n) for n in names]
     check_same_length(scores=s, names=np.asarray(names, dtype=object))
     if s.size == 0:
-        raise OodevalError("scores is empty; selection needs at least one algorithm")
+        raise OodevalError("scores is empty; a choice needs at least one algorithm")
     if len(set(names)) != len(names):
         dup = repeats(names)
         raise OodevalError(f"algorithm names must be distinct, repeated: {listing(dup)}")
     r = tie_rounded(s)
     tied_idx = np.flatnonzero(r == r.min())
     tied = tuple(sorted(names[k] for k in tied_idx))
-    return Selection(name=tied[0], index=names.index(tied[0]), tied=tied)
+    return Choice(name=tied[0], index=names.index(tied[0]), tied=tied)
 
 
-def selection_degradation(measure_scores: Any, ideal_scores: Any, names: Sequence[str]) -> float:
+def choice_degradation(measure_scores: Any, ideal_scores: Any, names: Sequence[str]) -> float:
     """Performance degradation of selecting with a measure, Section 6.1 of the worst+gap paper.
 
     |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| where A*_x = argmin_A of measure x (ties broken as
-    in `select_algorithm`). Zero when the measure selects a truly best algorithm.
+    in `algorithm_choice`). Zero when the measure selects a truly best algorithm.
 
     Parameters
     ----------
@@ -112,14 +112,14 @@ def selection_degradation(measure_scores: Any, ideal_scores: Any, names: Sequenc
     -------
     float (in the units of `ideal_scores`)
 
-    >>> round(selection_degradation([0.2, 0.3], [0.9, 0.4], ["ERM", "IRM"]), 12)
+    >>> round(choice_degradation([0.2, 0.3], [0.9, 0.4], ["ERM", "IRM"]), 12)
     0.5
     """
     m = as_float_array(measure_scores, "measure_scores", ndim=1)
     i = as_float_array(ideal_scores, "ideal_scores", ndim=1)
     check_same_length(measure_scores=m, ideal_scores=i)
-    by_measure = select_algorithm(m, names)
-    by_ideal = select_algorithm(i, names)
+    by_measure = algorithm_choice(m, names)
+    by_ideal = algorithm_choice(i, names)
     return float(abs(i[by_ideal.index] - i[by_measure.index]))
 
 

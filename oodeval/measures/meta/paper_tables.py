@@ -2,7 +2,7 @@
 
 - `ideal_correlations` and `correlation_summary`: Spearman's rho and Kendall's tau-b with the ideal
   measure across algorithms, per (scenario, seed), then mean and std over seeds (Section 5);
-- `selections` and `degradation_summary`: the algorithm each measure chooses (Eq. 3/5/7) and the
+- `choices` and `degradation_summary`: the algorithm each measure chooses (Eq. 3/5/7) and the
   selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1);
 - `seed_means`: each algorithm's measures averaged over seeds (the choice on the seed average);
 - `baseline_vs_best`: a baseline (ERM) against the ideal-best algorithm (Section 6.4).
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from oodeval.measures.meta.choice import select_algorithm
+from oodeval.measures.meta.choice import algorithm_choice
 from oodeval.measures.meta.columns import (
     SEED_MEAN,
     UNIT_KEYS,
@@ -36,7 +36,7 @@ __all__ = [
     "degradation_summary",
     "ideal_correlations",
     "seed_means",
-    "selections",
+    "choices",
 ]
 
 
@@ -137,11 +137,11 @@ def correlation_summary(correlations: Mapping[str, Any]) -> Columns:
     return records_to_columns(records, columns)
 
 
-def selections(units: Mapping[str, Any], measures: Sequence[str]) -> Columns:
-    """The algorithm each measure selects per (scenario, seed), and what that choice costs.
+def choices(units: Mapping[str, Any], measures: Sequence[str]) -> Columns:
+    """The algorithm each measure chooses per (scenario, seed), and what that choice costs.
 
     argmin of each measure over the algorithms of a (scenario, seed), ties to the first name in
-    sorted order (`oodeval.measures.meta.select_algorithm`, Eq. 3/5/7 of the worst+gap paper).
+    sorted order (`oodeval.measures.meta.algorithm_choice`, Eq. 3/5/7 of the worst+gap paper).
     With an ``ideal`` column, also the ideal measure of the selected algorithm, the selection
     degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1) and whether the choice
     is the ideal measure's.
@@ -165,10 +165,10 @@ def selections(units: Mapping[str, Any], measures: Sequence[str]) -> Columns:
     for idx in row_groups(cols["scenario"], cols["seed"]):
         names = [str(a) for a in cols["algorithm"][idx]]
         ideal = cols["ideal"][idx].astype(np.float64) if has_ideal else None
-        best = select_algorithm(ideal, names) if ideal is not None else None
+        best = algorithm_choice(ideal, names) if ideal is not None else None
         for measure in measures:
             scores = cols[measure][idx].astype(np.float64)
-            chosen = select_algorithm(scores, names)
+            chosen = algorithm_choice(scores, names)
             row = {
                 "scenario": python_value(cols["scenario"][idx[0]]),
                 "seed": python_value(cols["seed"][idx[0]]),
@@ -193,7 +193,7 @@ def degradation_summary(selected: Mapping[str, Any]) -> Columns:
 
     Parameters
     ----------
-    selected : table as `selections` returns it for units with an ideal measure
+    selected : table as `choices` returns it for units with an ideal measure
 
     Returns
     -------
@@ -221,7 +221,7 @@ def seed_means(units: Mapping[str, Any], measures: Sequence[str]) -> Columns:
     """Each algorithm's measures averaged over seeds, per scenario (seed label `SEED_MEAN`).
 
     Only algorithms with a unit for every seed of their scenario are averaged, so every mean is
-    over the same seeds. Feed the result to `selections` for the selection on the seed average.
+    over the same seeds. Feed the result to `choices` for the choice on the seed average.
 
     Returns
     -------
@@ -254,7 +254,7 @@ def baseline_vs_best(
 
     Section 6.4 / Figure 1 of the worst+gap paper. The ideal-best algorithm A*_IDEAL of a
     scenario is selected on the seed-averaged ideal measure, exactly as `seed_means` then
-    `selections` select it (so only algorithms that ran every seed compete); for it and for
+    `choices` choose it (so only algorithms that ran every seed compete); for it and for
     `baseline`, each measure's mean and std (ddof=1) over seeds. Scenarios without the baseline
     are left out.
 
@@ -276,7 +276,7 @@ def baseline_vs_best(
         if not mine.any():  # no algorithm ran every seed: no seed average to select on
             continue
         names = [str(a) for a in averaged["algorithm"][mine]]
-        best = select_algorithm(averaged["ideal"][mine], names).name
+        best = algorithm_choice(averaged["ideal"][mine], names).name
         of_baseline = rows[np.array(algorithms) == baseline]
         of_best = rows[np.array(algorithms) == best]
         for measure in measures:

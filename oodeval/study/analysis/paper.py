@@ -269,8 +269,8 @@ def selected_algorithms(
     algorithms finished for every seed of a scenario enter the seed-average.
     """
     by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
-    per_seed = pd.DataFrame(meta.selections(by_seed, list(measures)))
-    averaged = meta.selections(meta.seed_means(by_seed, measures), list(measures))
+    per_seed = pd.DataFrame(meta.choices(by_seed, list(measures)))
+    averaged = meta.choices(meta.seed_means(by_seed, measures), list(measures))
     table = pd.concat([per_seed, pd.DataFrame(averaged)], ignore_index=True)
     order = {s: k for k, s in enumerate(dict.fromkeys(by_seed["scenario"]))}
     table = table.sort_values("scenario", key=lambda s: s.map(order), kind="stable")
@@ -311,7 +311,7 @@ def degradation_by_scenario(
     Columns: scenario, family, ratio, scale, measure, degradation_mean, degradation_std, n_seeds.
     """
     by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
-    selected = meta.selections(by_seed, list(measures))
+    selected = meta.choices(by_seed, list(measures))
     table = pd.DataFrame(meta.degradation_summary(selected))
     table = table[["scenario", "measure", "degradation_mean", "degradation_std", "n_seeds"]]
     return _sort_scenarios(_with_meta(table, frame), ["measure"])
