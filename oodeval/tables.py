@@ -1,7 +1,9 @@
-"""The one table renderer: every command's output and the study's analysis.md go through it.
+"""The one table type and renderer: every command's output, the study's analysis.md and the
+HTML reports' tables go through it.
 
-A table is a header plus rows of cells. `render_frame` prints a pandas DataFrame in one of the
-four output formats every table-printing command accepts (``--format table|csv|json|markdown``):
+A table is a header plus rows of cells; a titled one with a caption is a `Table`. `render_frame`
+prints a pandas DataFrame in one of the four output formats every table-printing command accepts
+(``--format table|csv|json|markdown``):
 
 - ``table``: plain text, columns separated by two spaces, text left-aligned and numbers
   right-aligned (`text_table`);
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,12 +41,14 @@ import pandas as pd
 __all__ = [
     "FORMATS",
     "EMPTY",
+    "Table",
     "format_cell",
     "frame_cells",
     "frame_records",
     "heading",
     "markdown_table",
     "numeric_columns",
+    "plus_minus",
     "render_frame",
     "render_rows",
     "text_table",
@@ -57,6 +62,31 @@ FORMATS = ("table", "csv", "json", "markdown")
 EMPTY = "(no rows)"
 
 
+@dataclass
+class Table:
+    """The one table type: a titled DataFrame (its index is dropped; make it a column if needed)
+    with a caption, as the reports show it.
+
+    Attributes
+    ----------
+    title, caption : str
+        What the table shows, and how to read it.
+    frame : pandas.DataFrame
+        The rows.
+    digits : int
+        Decimals of the float cells.
+    widths : dict of str to int
+        Characters shown of a text cell per column, where the renderer shortens long text (the
+        HTML report: `oodeval.report.names.NAME_WIDTH` by default, the full text in a tooltip).
+    """
+
+    title: str
+    frame: pd.DataFrame
+    caption: str = ""
+    digits: int = 3
+    widths: dict[str, int] = field(default_factory=dict)
+
+
 def format_cell(value: object, digits: int = 4) -> str:
     """The text of one cell: floats with `digits` decimals, NaN as ``nan``, missing as ``""``.
 
@@ -68,6 +98,25 @@ def format_cell(value: object, digits: int = 4) -> str:
     if isinstance(value, float | np.floating):
         return "nan" if math.isnan(value) else f"{value:.{digits}f}"
     return str(value)
+
+
+def plus_minus(
+    means: Iterable[float], stds: Iterable[float], *, digits: int = 3, missing: str | None = None
+) -> list[str]:
+    """Cells ``mean ± std`` with `digits` decimals; ``mean`` alone where the std is missing (one
+    seed), and `missing` where the mean is (default: the mean as formatted, ``nan``).
+
+    >>> plus_minus([0.5, 0.25, float("nan")], [0.125, float("nan"), float("nan")])
+    ['0.500 ± 0.125', '0.250', 'nan']
+    >>> plus_minus([float("nan")], [float("nan")], missing="–")
+    ['–']
+    """
+    return [
+        missing
+        if missing is not None and pd.isna(m)
+        else (f"{m:.{digits}f}" if pd.isna(s) else f"{m:.{digits}f} ± {s:.{digits}f}")
+        for m, s in zip(means, stds, strict=True)
+    ]
 
 
 def numeric_columns(frame: pd.DataFrame) -> list[bool]:

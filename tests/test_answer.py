@@ -19,15 +19,15 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.measures.meta import spearman_critical_value
-from oodeval.measures.meta_tables import (
+from oodeval.measures.meta import (
     MIN_INTERVAL_ALGORITHMS,
     MIN_PICK_ENVIRONMENTS,
     answer_line,
+    choices,
     environment_warning,
     interval_warning,
     seed_means,
-    selections,
+    spearman_critical_value,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_seeds_are_aggregated_by_each_measures_mean_not_by_the_most_frequent_pic
         "average": [0.10, 0.11, 0.5, 0.10, 0.11, 0.5, 0.40, 0.11, 0.5],
         "worst_plus_gap": [0.3, 0.4, 0.2] * 3,
     }
-    per_seed = selections({**units, "scenario": [""] * 9}, ["average"])["selected"]
+    per_seed = choices({**units, "scenario": [""] * 9}, ["average"])["selected"]
     assert per_seed.tolist() == ["A", "A", "B"]
     means = seed_means({**units, "scenario": [""] * 9}, ["average"])
     assert dict(zip(means["algorithm"], means["average"].round(12), strict=True)) == {

@@ -101,7 +101,7 @@ def test_dataframe_path_and_rows_give_the_same_scores():
     from_rows = oodeval.score(frame.to_dict("records"))
     for other in (from_str, from_frame, from_rows):
         pd.testing.assert_frame_equal(other.measures, from_path.measures)
-        pd.testing.assert_frame_equal(other.selection, from_path.selection)
+        pd.testing.assert_frame_equal(other.choice, from_path.choice)
         assert other.answer == from_path.answer
 
 
@@ -123,13 +123,20 @@ def test_measures_rankings_correlation_selection_degradation_match_plain_referen
             rho = stats.spearmanr(group[m], group["ideal"]).statistic
             assert corr.spearman.item() == pytest.approx(rho, abs=1e-12)
             chosen = group.algorithm.iloc[int(np.argmin(group[m]))]
-            sel = s.selection[(s.selection.seed == seed) & (s.selection.measure == m)]
+            sel = s.choice[(s.choice.seed == seed) & (s.choice.measure == m)]
             assert sel.selected.item() == chosen
             best = group.ideal.min()
             deg = s.degradation[(s.degradation.seed == seed) & (s.degradation.measure == m)]
             ideal_of = group.set_index("algorithm").ideal[chosen]
             assert deg.degradation.item() == pytest.approx(abs(ideal_of - best), abs=1e-12)
     assert "ideal" not in set(s.degradation.measure)
+
+
+def test_selection_is_a_deprecated_name_of_choice():
+    s = oodeval.score(EXAMPLE)
+    with pytest.warns(DeprecationWarning, match="use Scores.choice"):
+        old = s.selection
+    pd.testing.assert_frame_equal(old, s.choice)
 
 
 def test_without_all_rows_correlation_and_degradation_are_empty_frames():

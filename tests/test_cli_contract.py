@@ -380,13 +380,12 @@ def test_render_frame_round_trips_csv_and_json_with_nan_and_mixed_columns():
 
 
 def test_analysis_markdown_is_the_one_renderer_with_three_digits():
-    from oodeval.study.analysis import markdown_table
-    from oodeval.tables import frame_cells
-    from oodeval.tables import markdown_table as one
+    from oodeval.study.analysis.output import _markdown
+    from oodeval.tables import frame_cells, markdown_table
 
     frame = pd.DataFrame({"rho": [0.12345, float("nan")], "scenario": ["s|1", "s2"]})
-    assert markdown_table(frame) == one(*frame_cells(frame, 3))
-    assert markdown_table(frame).splitlines()[2] == "| 0.123 | s\\|1 |"
+    assert _markdown(frame) == markdown_table(*frame_cells(frame, 3))
+    assert _markdown(frame).splitlines()[2] == "| 0.123 | s\\|1 |"
 
 
 @pytest.mark.parametrize(("fmt", "golden"), [("table", "txt"), ("markdown", "md")])

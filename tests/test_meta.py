@@ -8,6 +8,7 @@ import math
 import statistics
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,17 +16,18 @@ from scipy import stats
 
 from oodeval.errors import OodevalError
 from oodeval.measures import (
+    algorithm_choice,
     bootstrap_correlation_ci,
+    choice_degradation,
     mean_std,
     rank_correlation,
-    select_algorithm,
-    selection_degradation,
 )
-from oodeval.measures.meta import (
+from oodeval.measures.meta import TIE_DECIMALS, TIE_SEPARATOR, algorithm_ranks, tie_text
+from oodeval.measures.meta.correlation import (
     KENDALL_PAIRWISE_MAX,
-    _average_ranks,
-    _rowwise_kendall_b,
-    _rowwise_spearman,
+    average_ranks,
+    rowwise_kendall_b,
+    rowwise_spearman,
 )
 
 
@@ -91,25 +93,25 @@ def test_rank_correlation_needs_two_algorithms_and_is_nan_when_constant():
     assert math.isnan(r["spearman"]) and math.isnan(r["kendall"])
 
 
-def test_select_algorithm_is_argmin_with_sorted_name_tie_break():
-    sel = select_algorithm([0.5, 0.2, 0.9], ["ERM", "IRM", "VREx"])
+def test_algorithm_choice_is_argmin_with_sorted_name_tie_break():
+    sel = algorithm_choice([0.5, 0.2, 0.9], ["ERM", "IRM", "VREx"])
     assert sel == ("IRM", 1, ("IRM",))
-    tied = select_algorithm([0.2, 0.3, 0.2, 0.2], ["VREx", "ERM", "Mixup", "CORAL"])
+    tied = algorithm_choice([0.2, 0.3, 0.2, 0.2], ["VREx", "ERM", "Mixup", "CORAL"])
     assert tied.name == "CORAL" and tied.index == 3
     assert tied.tied == ("CORAL", "Mixup", "VREx")
     # order of the input does not change the choice
-    again = select_algorithm([0.2, 0.2, 0.3, 0.2], ["Mixup", "CORAL", "ERM", "VREx"])
+    again = algorithm_choice([0.2, 0.2, 0.3, 0.2], ["Mixup", "CORAL", "ERM", "VREx"])
     assert again.name == "CORAL" and again.tied == tied.tied
     # differences at floating-point noise level count as ties
-    noisy = select_algorithm([0.1 + 0.2, 0.3], ["b", "a"])
+    noisy = algorithm_choice([0.1 + 0.2, 0.3], ["b", "a"])
     assert noisy.name == "a" and noisy.tied == ("a", "b")
 
 
-def test_select_algorithm_rejects_bad_names():
+def test_algorithm_choice_rejects_bad_names():
     with pytest.raises(OodevalError, match="distinct"):
-        select_algorithm([0.1, 0.2], ["ERM", "ERM"])
+        algorithm_choice([0.1, 0.2], ["ERM", "ERM"])
     with pytest.raises(OodevalError, match="same length"):
-        select_algorithm([0.1, 0.2], ["ERM"])
+        algorithm_choice([0.1, 0.2], ["ERM"])
 
 
 def brute_degradation(measure, ideal, names):
@@ -128,16 +130,16 @@ def test_selection_degradation_matches_brute_force():
         # coarse values force frequent ties
         measure = list(rng.integers(0, 4, size=n) / 4)
         ideal = list(rng.integers(0, 4, size=n) / 4)
-        got = selection_degradation(measure, ideal, names)
+        got = choice_degradation(measure, ideal, names)
         assert got == pytest.approx(brute_degradation(measure, ideal, names), abs=1e-15)
 
 
 def test_selection_degradation_hand_worked():
     # average picks ERM (0.27) whose ideal is 0.94; the truly best is IRM (0.52)
-    assert selection_degradation(
+    assert choice_degradation(
         [0.27, 0.29, 0.28], [0.94, 0.52, 0.97], ["ERM", "IRM", "Mixup"]
     ) == pytest.approx(0.42)
-    assert selection_degradation([0.9, 0.6], [0.9, 0.6], ["ERM", "IRM"]) == 0.0
+    assert choice_degradation([0.9, 0.6], [0.9, 0.6], ["ERM", "IRM"]) == 0.0
 
 
 def test_mean_std_uses_ddof_one():
@@ -164,7 +166,7 @@ def test_mean_std_uses_ddof_one():
 def test_vectorised_bootstrap_statistics_match_scipy_per_row(pair):
     x = np.array([pair[0]], dtype=float)
     y = np.array([pair[1]], dtype=float)
-    rho, tau = _rowwise_spearman(x, y)[0], _rowwise_kendall_b(x, y)[0]
+    rho, tau = rowwise_spearman(x, y)[0], rowwise_kendall_b(x, y)[0]
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         assert math.isnan(rho) and math.isnan(tau)
     else:
@@ -186,7 +188,7 @@ def test_average_ranks_match_scipy_rankdata_with_ties_and_missing_values(rows):
     # scipy.stats stays the reference here; oodeval ranks in numpy so `measures` need not
     # import it (about a second of start-up)
     x = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float)
-    np.testing.assert_array_equal(_average_ranks(x), stats.rankdata(x, axis=1, nan_policy="omit"))
+    np.testing.assert_array_equal(average_ranks(x), stats.rankdata(x, axis=1, nan_policy="omit"))
 
 
 @settings(max_examples=60, deadline=None)
@@ -269,3 +271,55 @@ def test_bootstrap_seed_must_be_an_integer(seed):
     # A string or float seed would reach numpy as a TypeError, and None would be unseeded.
     with pytest.raises(OodevalError, match="seed must be an integer"):
         bootstrap_correlation_ci([0.1, 0.2, 0.3], [0.3, 0.1, 0.2], seed=seed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["s0", "s1", "s2"]),
+            st.one_of(st.sampled_from([0.1, 0.2, 0.3 - 0.1, 0.25]), st.just(math.nan)),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_algorithm_ranks_match_pandas_min_rank_within_groups(rows):
+    # pandas' groupby rank(method="min") on values rounded to TIE_DECIMALS is the reference; NaN
+    # gets no rank. 0.3 - 0.1 and 0.2 differ in the last bit and must tie.
+    frame = pd.DataFrame(rows, columns=["group", "score"])
+    want = frame["score"].round(TIE_DECIMALS).groupby(frame["group"]).rank(method="min")
+    got = algorithm_ranks(frame["score"], [frame["group"]])
+    np.testing.assert_array_equal(got, want.to_numpy())
+
+
+def test_algorithm_ranks_without_rounding_keep_last_bit_differences():
+    assert algorithm_ranks([0.3 - 0.1, 0.2]).tolist() == [1.0, 1.0]
+    assert algorithm_ranks([0.3 - 0.1, 0.2], decimals=None).tolist() == [1.0, 2.0]
+    assert algorithm_ranks([]).tolist() == []
+
+
+def test_tie_text_joins_with_the_one_separator():
+    assert TIE_SEPARATOR == "|"
+    assert tie_text(algorithm_choice([0.1, 0.3, 0.1], ["VREx", "ERM", "IRM"]).tied) == "IRM|VREx"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Selection", "Choice"),
+        ("select_algorithm", "algorithm_choice"),
+        ("selection_degradation", "choice_degradation"),
+        ("selections", "choices"),
+    ],
+)
+def test_last_releases_selection_names_still_work_and_warn(old, new):
+    import oodeval.measures
+    import oodeval.measures.meta
+
+    for module in (oodeval.measures, oodeval.measures.meta):
+        with pytest.warns(DeprecationWarning, match=f"use {new}"):
+            found = getattr(module, old)
+        assert found is getattr(module, new)
+    with pytest.raises(AttributeError):
+        oodeval.measures.no_such_name  # noqa: B018

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import importlib
+import pkgutil
 
 import numpy as np
 import pandas as pd
@@ -13,7 +15,7 @@ from scipy import stats
 
 from oodeval.errors import OodevalError
 from oodeval.measures import REGISTRY, measure_label, undefined_measures
-from oodeval.measures import meta_tables as mt
+from oodeval.measures import meta as mt
 from oodeval.study.config import DEFAULT_MEASURES, KNOWN_MEASURES, NEEDS_THREE_ENVS
 
 ALGOS = ["ERM", "IRM", "VREx", "GroupDRO", "Mixup"]
@@ -99,7 +101,7 @@ def test_without_scenario_seed_or_all_rows():
     assert "ideal" not in table
     # A: 0.4 + 0.3 / 1; B: 0.3 + 0
     assert table["worst_plus_gap"].round(12).tolist() == [0.7, 0.3]
-    sel = mt.selections(table, ["worst_plus_gap"])
+    sel = mt.choices(table, ["worst_plus_gap"])
     assert sel["selected"].tolist() == ["B"] and "degradation" not in sel
 
 
@@ -173,7 +175,7 @@ def brute_selection(scores: dict[str, float]) -> tuple[str, tuple[str, ...]]:
 
 def test_selections_and_degradation_by_brute_force(units):
     measures = ["ideal", "worst_plus_gap", "average"]
-    sel = pd.DataFrame(mt.selections(units, measures))
+    sel = pd.DataFrame(mt.choices(units, measures))
     for row in sel.itertuples(index=False):
         part = units[(units["scenario"] == row.scenario) & (units["seed"] == row.seed)]
         ideal = dict(zip(part["algorithm"], part["ideal"], strict=True))
@@ -202,7 +204,7 @@ def test_ties_go_to_the_first_sorted_name_and_are_all_listed():
         "average": [0.3 - 0.1, 0.5, 0.4 - 0.2],  # 0.2 both, up to floating-point noise
         "ideal": [0.5, 0.4, 0.6],
     }
-    row = mt.selections(units, ["average"])
+    row = mt.choices(units, ["average"])
     assert row["selected"][0] == "IRM" and row["tied"][0] == ("IRM", "VREx")
     assert row["degradation"][0] == pytest.approx(0.2, abs=1e-12)
 
@@ -264,7 +266,7 @@ def test_row_order_changes_no_number(rnd):
         )
         # seeds in the same order for both, so the means over seeds add in the same order
         summary = mt.correlation_summary(mt.ideal_correlations(units, measures))
-        chosen = mt.selections(units, ["ideal", *measures])
+        chosen = mt.choices(units, ["ideal", *measures])
         results.append((units, summary, chosen))
     (u1, c1, s1), (u2, c2, s2) = results
     pd.testing.assert_frame_equal(u1, u2, check_exact=True)
@@ -303,5 +305,11 @@ def test_every_registry_measure_is_lower_is_better_on_a_dominated_row():
 
 def test_docstring_examples_run():
     # Pinned here until doctests are collected by the default run, so they cannot rot.
-    result = doctest.testmod(mt, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
+    names = ["", *(f".{m.name}" for m in pkgutil.iter_modules(mt.__path__))]
+    attempted = 0
+    for name in names:
+        module = importlib.import_module(f"oodeval.measures.meta{name}")
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, name
+        attempted += result.attempted
+    assert attempted >= 20

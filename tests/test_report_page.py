@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from oodeval.report.figures import PALETTE, heatmap, scatter_with_identity
-from oodeval.report.page import Section, Table, render_page
+from oodeval.report.page import Section, render_page
+from oodeval.tables import Table
 
 EVIL = "<script>alert(1)</script> $x$"
 

@@ -267,7 +267,7 @@ def _shown_numbers(cell):
 
 @pytest.mark.browser
 def test_the_verdict_opens_the_report_of_a_complete_study(verdict_study, tmp_path):
-    from oodeval.measures.meta_tables import answer_line, verdict_sentence
+    from oodeval.measures.meta import answer_line, verdict_sentence
 
     seen, results = _verdict_page(verdict_study, tmp_path, "report-verdict-complete")
     verdicts, table1 = results["verdict"], results["table1"]
@@ -323,7 +323,7 @@ def test_study_analyze_prints_the_verdict_first_and_writes_it(partial_study):
     result = CliRunner().invoke(app, ["study", "analyze", str(partial_study)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    from oodeval.measures.meta_tables import verdict_sentence
+    from oodeval.measures.meta import verdict_sentence
 
     assert lines[0] == f"Verdict: {verdict_sentence(analyze(partial_study)['verdict'])}"
     assert lines[0].startswith("Verdict: worst+gap vs average over 2 scenarios: ")

@@ -16,12 +16,12 @@ from oodeval.study.analysis import (
     correlation_with_ideal,
     degradation_by_scenario,
     distance_to_ideal_by_scale,
-    markdown_table,
     selected_algorithms,
     unit_measures,
     write_analysis,
 )
 from oodeval.study.store import ResultStore, UnitRecord, load_study
+from oodeval.tables import render_frame
 
 ALGOS = ["A", "B", "C", "ERM"]
 SEEDS = [0, 1]
@@ -296,8 +296,9 @@ def test_empty_study_is_a_clear_error(tmp_path):
 
 
 def test_markdown_table_escapes_pipes_and_rounds():
-    text = markdown_table(pd.DataFrame({"name": ["a|b"], "x": [0.12345]}))
-    assert text.splitlines()[2] == "| a\\|b | 0.123 |"
+    frame = pd.DataFrame({"name": ["a|b"], "x": [0.12345]})
+    text = render_frame(frame, "markdown", digits=3, right=[False, False])  # as analysis.md
+    assert text.splitlines()[1:] == ["| --- | --- |", "| a\\|b | 0.123 |"]
 
 
 def test_markdown_warns_when_units_come_from_different_sources(tmp_path):

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from oodeval.errors import OodevalError
-from oodeval.measures.meta import paired_spearman_ci
-from oodeval.measures.meta_tables import (
+from oodeval.measures.meta import (
     VERDICTS,
     correlation_summary,
     correlation_verdicts,
     ideal_correlations,
+    paired_spearman_ci,
     verdict_sentence,
 )
 

@@ -4,7 +4,7 @@
 with ``--format csv`` or ``json`` that line goes to stderr as ``answer: ...`` instead, so stdout
 stays the long form `oodeval measures` reads. Cells with fewer than three trials get one
 ``warning: ...`` line (`trials_warning`), a dataset with fewer than four environments another
-(`oodeval.measures.meta_tables.environment_warning`).
+(`oodeval.measures.meta.environment_warning`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError, listing
-from oodeval.measures.meta_tables import environment_warning
+from oodeval.measures.meta import environment_warning
 from oodeval.results.domainbed import (
     domain_measures_table,
     environment_names,

@@ -1,6 +1,6 @@
 """`oodeval measures RESULTS`: score a long-form results file (CSV or JSON lines).
 
-Prints the answer first (`oodeval.measures.meta_tables.answer_line`: which algorithm each measure
+Prints the answer first (`oodeval.measures.meta.answer_line`: which algorithm each measure
 picks and whether they disagree), then every measure per algorithm (and seed); with `all` rows
 also the ideal measure, rank correlations with it, the algorithm each measure selects and the
 selection degradation. With ``--format csv`` or ``json`` the answer goes to stderr as
@@ -13,7 +13,6 @@ Bad input: one ``error: ...`` line, exit 2.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -29,10 +28,10 @@ from oodeval.cli._common import (
 )
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES
-from oodeval.measures.meta_tables import environment_warning, interval_warning
+from oodeval.measures.meta import environment_warning, interval_warning
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
-from oodeval.tables import render_frame
+from oodeval.tables import render_frame, to_json
 
 __all__ = ["register", "render", "measures_command"]
 
@@ -71,13 +70,13 @@ def _as_long_csv(tables: Scores) -> str:
     out = pd.DataFrame(
         rows, columns=["table", "seed", "measure", "algorithm", "statistic", "value"]
     )
-    return out.to_csv(index=False, lineterminator="\n")  # shortest round-trip floats
+    return render_frame(out, "csv")  # shortest round-trip floats
 
 
 def render(tables: Scores, fmt: str, source: str = "results") -> str:
     """The text `oodeval measures` prints for `tables` in format `fmt`."""
     if fmt == "json":
-        return json.dumps({"source": source, **tables.to_dict()}, indent=2, allow_nan=False)
+        return to_json({"source": source, **tables.to_dict()})
     if fmt == "csv":
         return _as_long_csv(tables)
     parts = [tables.answer]

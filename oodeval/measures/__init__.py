@@ -3,11 +3,11 @@
 - `oodeval.measures.domain`: worst+gap paper measures (average, worst, best, gap, worst+gap, the
   Table 5 ablations, ideal) and NICO++ Eq. 5 / WILDS-style per-domain summaries.
 - `oodeval.measures.meta`: meta-evaluation across algorithms (rank correlation with the ideal
-  measure, selection, degradation, seed statistics, bootstrap intervals).
-- `oodeval.measures.meta_tables`: the same meta-evaluation over long-form tables of errors
-  (per unit, per seed, over seeds), the one layer `oodeval measures`, `oodeval study analyze`
-  and the reports share; also the answer line (`answer_line`), the verdict's rules
-  (`tracks_ideal`, `verdict_sentence`) and the few-algorithm warning (`interval_warning`).
+  measure, algorithm choice and ranks, selection degradation, seed statistics, bootstrap
+  intervals), over arrays and over long-form tables of errors (per unit, per seed, over seeds):
+  the one layer `oodeval measures`, `oodeval study analyze` and the reports share; also the
+  answer line (`answer_line`), the verdict's rules (`tracks_ideal`, `verdict_sentence`) and the
+  few-algorithm warning (`interval_warning`).
 - `oodeval.measures.openworld`: the OpenworldAUC suite (OpenworldAUC, AUROC, the curve, scores
   from model outputs).
 """
@@ -36,30 +36,29 @@ from oodeval.measures.domain import (
     worst_plus_gap,
 )
 from oodeval.measures.meta import (
-    Selection,
-    bootstrap_correlation_ci,
-    mean_std,
-    paired_spearman_ci,
-    rank_correlation,
-    select_algorithm,
-    selection_degradation,
-    spearman_critical_value,
-)
-from oodeval.measures.meta_tables import (
+    Choice,
+    algorithm_choice,
     answer_line,
     baseline_vs_best,
+    bootstrap_correlation_ci,
+    choice_degradation,
+    choices,
     correlation_summary,
     correlation_verdicts,
     degradation_summary,
     distance_to_ideal,
     ideal_correlations,
     interval_warning,
+    mean_std,
+    paired_spearman_ci,
+    rank_correlation,
     seed_means,
-    selections,
+    spearman_critical_value,
     tracks_ideal,
     unit_measures,
     verdict_sentence,
 )
+from oodeval.measures.meta import __getattr__ as __getattr__  # deprecated names
 from oodeval.measures.openworld import auroc, openworld_auc, openworld_curve, openworld_scores
 
 __all__ = [
@@ -68,7 +67,7 @@ __all__ = [
     "register_measure",
     "unregister_measure",
     "MeasureSpec",
-    "Selection",
+    "Choice",
     "answer_line",
     "auroc",
     "average",
@@ -98,9 +97,9 @@ __all__ = [
     "per_domain_summary",
     "rank_correlation",
     "seed_means",
-    "select_algorithm",
-    "selection_degradation",
-    "selections",
+    "algorithm_choice",
+    "choice_degradation",
+    "choices",
     "spearman_critical_value",
     "tracks_ideal",
     "undefined_measures",

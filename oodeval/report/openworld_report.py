@@ -9,8 +9,9 @@ import pandas as pd
 
 from oodeval.measures.openworld import openworld_curve
 from oodeval.report.figures import Figure, curves, lines
-from oodeval.report.page import Section, Table
+from oodeval.report.page import Section
 from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
+from oodeval.tables import Table
 
 SWEEP_RATIOS = ("1:5", "1:3", "1:2", "1:1", "2:1", "3:1", "5:1")
 SWEEP_METRICS = ("overall_acc", "openworld_auc", "auroc", "hm")

@@ -1,4 +1,5 @@
-"""The self-contained HTML page: sections of text, tables and embedded figures.
+"""The self-contained HTML page: sections of text, tables (`oodeval.tables.Table`) and embedded
+figures.
 
 Every string that may come from a user's file (algorithm, environment and file names) reaches the
 page only escaped (Jinja2 with autoescaping on, or markupsafe), so `<script>` in a name is shown
@@ -21,19 +22,7 @@ from markupsafe import Markup, escape
 from oodeval import __version__
 from oodeval.report.figures import Figure
 from oodeval.report.names import NAME_WIDTH, TEXT_WIDTH, shorten
-
-
-@dataclass
-class Table:
-    """A table to show: a caption and a DataFrame (index is dropped; make it a column if needed)."""
-
-    title: str
-    frame: pd.DataFrame
-    caption: str = ""
-    digits: int = 3
-    widths: dict[str, int] = field(default_factory=dict)
-    """Characters shown of a text cell per column (default `NAME_WIDTH`); longer text is
-    shortened, the full text in its tooltip."""
+from oodeval.tables import Table
 
 
 @dataclass

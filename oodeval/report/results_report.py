@@ -9,12 +9,18 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.measures.domain import REGISTRY, measure_label, undefined_measures
-from oodeval.measures.meta_tables import answer_line, environment_warning, interval_warning
+from oodeval.measures.meta import (
+    algorithm_ranks,
+    answer_line,
+    environment_warning,
+    interval_warning,
+)
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
 from oodeval.report.names import NAME_WIDTH, short_labels
-from oodeval.report.page import Section, Table
+from oodeval.report.page import Section
 from oodeval.results.longform import LongResults, read_results
 from oodeval.results.scoring import score_results
+from oodeval.tables import Table
 
 RANKED = ("average", "worst_plus_gap", "worst", "gap")
 
@@ -22,7 +28,8 @@ RANKED = ("average", "worst_plus_gap", "worst", "gap")
 def measure_ranks(results: LongResults) -> pd.DataFrame:
     """Seed-averaged measures per algorithm and each algorithm's rank under each (1 = lowest).
 
-    Ranks use the 'min' method, so tied algorithms share the better rank.
+    Ranks come from `oodeval.measures.meta.algorithm_ranks`: tied algorithms (equal after
+    rounding to `TIE_DECIMALS` decimals) share the better rank.
     """
     names = _defined(results)
     tables = score_results(results, measures=names)
@@ -31,7 +38,7 @@ def measure_ranks(results: LongResults) -> pd.DataFrame:
     mean = mean.reindex(list(results.algorithms))
     out = mean.reset_index()
     for c in cols:
-        out[f"rank_{c}"] = mean[c].round(12).rank(method="min").astype(int).to_numpy()
+        out[f"rank_{c}"] = algorithm_ranks(mean[c].to_numpy(dtype=float)).astype(int)
     return out
 
 
@@ -58,7 +65,16 @@ def numeric_environment(name: str) -> float | None:
 def results_sections(path: str | Path, *, percent: bool = False) -> list[Section]:
     """All sections of the report on one results file."""
     results = read_results(path, percent=percent)
-    n_alg = len(results.algorithms)
+    return [
+        answer_section(results),
+        overview_section(results, path),
+        measures_section(results),
+        _environment_section(results),
+    ]
+
+
+def overview_section(results: LongResults, path: str | Path) -> Section:
+    """What the file holds (algorithms, seeds, environments), its notes and warnings."""
     overview = Section(
         "Overview",
         intro="Leave-one-environment-out (loo) errors of each algorithm on its held-out given "
@@ -78,7 +94,6 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
             ),
         ],
     )
-    sections = [answer_section(results), overview]
     overview.notes.extend(results.notes)
     few_envs = environment_warning(len(results.given_environments))
     if few_envs:
@@ -89,6 +104,12 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
             f"environments; this file has {len(results.given_environments)}, so only average, "
             "worst and gap are shown."
         )
+    return overview
+
+
+def measures_section(results: LongResults) -> Section:
+    """Each measure with each algorithm's rank, the bump chart from average to worst+gap, and,
+    with the ideal measure, the correlations with it and each measure's choice."""
     ranks = measure_ranks(results)
     measure_cols = [c for c in ranks.columns if c != "algorithm" and not c.startswith("rank_")]
     table = ranks[["algorithm"]].copy()
@@ -103,56 +124,61 @@ def results_sections(path: str | Path, *, percent: bool = False) -> list[Section
         "model trained on all given environments over E_all (Eq. 4).",
         tables=[Table("Measures per algorithm: value (rank, 1 = lowest error)", table)],
     )
-    sections.append(measures)
-    if n_alg < 2:
+    if len(results.algorithms) < 2:
         measures.notes.append(
             f"Only one algorithm ({results.algorithms[0]}): rankings, the bump chart and "
             "correlations need at least two algorithms."
         )
     elif "rank_worst_plus_gap" in ranks.columns:
-        bump = ranks[["algorithm", "rank_average", "rank_worst_plus_gap"]].rename(
-            columns={"rank_average": "average", "rank_worst_plus_gap": "worst_plus_gap"}
-        )
-        measures.figures.append(
-            bump_chart(
-                bump,
-                label="algorithm",
-                left="average",
-                right="worst_plus_gap",
-                key="bump",
-                title="How the ranking changes from average to worst+gap",
-                caption="Each line is one algorithm: its rank under the average of the LOO errors "
-                "(left) and under worst+gap (right); 1 is the lowest error. Crossing lines are "
-                "algorithms that the average measure orders differently.",
-            )
-        )
+        measures.figures.append(_bump(ranks))
         if "ideal" in ranks.columns:
-            tables = score_results(results, measures=["average", "worst_plus_gap"])
-            summary = tables.correlation_summary
-            corr = tables.correlations if summary is None else summary
-            measures.tables.append(
-                Table(
-                    "Rank correlation with the ideal measure",
-                    corr,
-                    "Spearman's rho and Kendall's tau-b across algorithms between "
-                    "each measure and the ideal measure; closer to 1 means the measure orders "
-                    "algorithms as the truth does. Over several seeds: mean and std (ddof=1).",
-                )
-            )
-            warning = interval_warning(n_alg)
-            if warning:
-                measures.notes.append(f"Warning: {warning}.")
-            measures.tables.append(
-                Table(
-                    "Algorithm selected by each measure",
-                    tables.selections,
-                    "The algorithm with the lowest value of each measure (ties go to the first "
-                    "name in sorted order) and its degradation "
-                    "|R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|.",
-                )
-            )
-    sections.append(_environment_section(results))
-    return sections
+            _add_ideal_tables(measures, results)
+    return measures
+
+
+def _bump(ranks: pd.DataFrame) -> Figure:
+    bump = ranks[["algorithm", "rank_average", "rank_worst_plus_gap"]].rename(
+        columns={"rank_average": "average", "rank_worst_plus_gap": "worst_plus_gap"}
+    )
+    return bump_chart(
+        bump,
+        label="algorithm",
+        left="average",
+        right="worst_plus_gap",
+        key="bump",
+        title="How the ranking changes from average to worst+gap",
+        caption="Each line is one algorithm: its rank under the average of the LOO errors "
+        "(left) and under worst+gap (right); 1 is the lowest error. Crossing lines are "
+        "algorithms that the average measure orders differently.",
+    )
+
+
+def _add_ideal_tables(measures: Section, results: LongResults) -> None:
+    """The correlations with the ideal measure and each measure's choice, into `measures`."""
+    tables = score_results(results, measures=["average", "worst_plus_gap"])
+    summary = tables.correlation_summary
+    corr = tables.correlations if summary is None else summary
+    measures.tables.append(
+        Table(
+            "Rank correlation with the ideal measure",
+            corr,
+            "Spearman's rho and Kendall's tau-b across algorithms between "
+            "each measure and the ideal measure; closer to 1 means the measure orders "
+            "algorithms as the truth does. Over several seeds: mean and std (ddof=1).",
+        )
+    )
+    warning = interval_warning(len(results.algorithms))
+    if warning:
+        measures.notes.append(f"Warning: {warning}.")
+    measures.tables.append(
+        Table(
+            "Algorithm selected by each measure",
+            tables.selections,
+            "The algorithm with the lowest value of each measure (ties go to the first "
+            "name in sorted order) and its degradation "
+            "|R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|.",
+        )
+    )
 
 
 def answer_section(results: LongResults) -> Section:
@@ -245,7 +271,9 @@ __all__ = [
     "answer_section",
     "environment_errors",
     "measure_ranks",
+    "measures_section",
     "numeric_environment",
+    "overview_section",
     "report_answer",
     "results_sections",
 ]

@@ -14,9 +14,9 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
-from oodeval.measures.meta_tables import verdict_sentence
+from oodeval.measures.meta import TIE_SEPARATOR, verdict_sentence
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
-from oodeval.report.page import Section, Table
+from oodeval.report.page import Section
 from oodeval.report.results_report import numeric_environment, report_answer
 from oodeval.study.analysis import (
     CORRELATION_MEASURES,
@@ -29,6 +29,7 @@ from oodeval.study.analysis import (
     verdict_warning,
 )
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
+from oodeval.tables import Table, plus_minus
 
 MAX_CURVE_PANELS = 12
 
@@ -85,7 +86,7 @@ def verdict_section(
 def answer_section(results: dict[str, pd.DataFrame]) -> Section:
     """The report's first block: per scenario, which algorithm worst+gap and average pick on
     their seed means, whether they disagree, and whether either picks the ideal measure's
-    choice (`oodeval.measures.meta_tables.answer_line`; Table 6's "mean" picks), names shortened
+    choice (`oodeval.measures.meta.answer_line`; Table 6's "mean" picks), names shortened
     as the page shows them (`report_answer`)."""
     units = results["units"]
     answer = report_answer(units, [m for m in CORRELATION_MEASURES if m in units])
@@ -155,14 +156,51 @@ def summary_section(study: Study) -> Section:
 
 
 def _pm(frame: pd.DataFrame, stem: str) -> list[str]:
-    return [
-        "–" if pd.isna(m) else (f"{m:.3f}" if pd.isna(s) else f"{m:.3f} ± {s:.3f}")
-        for m, s in zip(frame[f"{stem}_mean"], frame[f"{stem}_std"], strict=True)
-    ]
+    """``mean ± std`` of columns ``<stem>_mean`` and ``<stem>_std``; ``–`` for a missing mean."""
+    return plus_minus(frame[f"{stem}_mean"], frame[f"{stem}_std"], missing="–")
 
 
 def table_sections(results: dict[str, pd.DataFrame]) -> Section:
     """Tables 1, 5 and 6 of the worst+gap paper, computed on this study."""
+    t5 = results["table5"]
+    rename = {
+        f"{stat}_{m}": f"{stat} {measure_label(m)}"
+        for stat in ("rho", "tau")
+        for m in ("worst_only", "gap_only", "worst_plus_gap")
+    }
+    tables = _table1_tables(results)
+    tables.append(
+        Table(
+            f"{PAPER_REFERENCES['table5']}: worst only, gap only and worst+gap",
+            t5[["scenario", *rename]].rename(columns=rename),
+            "Seed-mean correlations with the ideal measure for the two terms of Eq. 6 and their "
+            "sum; the family rows average the scenarios.",
+        )
+    )
+    tables.append(
+        Table(
+            f"{PAPER_REFERENCES['table6']}: the algorithm each measure selects",
+            table6_view(results["table6"]),
+            "argmin of each measure per seed, and on the seed-averaged measure (seed 'mean'); "
+            "ties go to the first name in sorted order and are marked with *.",
+        )
+    )
+    tables.append(
+        Table(
+            "How often each measure picks the ideal measure's choice",
+            results["selection_agreement"],
+        )
+    )
+    return Section(
+        "Tables",
+        intro="The measures are computed per unit from the stored errors; all math goes through "
+        "oodeval.measures.",
+        tables=tables,
+    )
+
+
+def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
+    """Table 1 (mean ± std over seeds) and, for SR-CMNIST scenarios, the paper's numbers."""
     t1 = results["table1"]
     view1 = pd.DataFrame(
         {
@@ -195,45 +233,12 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
                 "paper's claim is that worst+gap correlates better than average in every scenario.",
             )
         )
-    t5 = results["table5"]
-    rename = {
-        f"{stat}_{m}": f"{stat} {measure_label(m)}"
-        for stat in ("rho", "tau")
-        for m in ("worst_only", "gap_only", "worst_plus_gap")
-    }
-    tables.append(
-        Table(
-            f"{PAPER_REFERENCES['table5']}: worst only, gap only and worst+gap",
-            t5[["scenario", *rename]].rename(columns=rename),
-            "Seed-mean correlations with the ideal measure for the two terms of Eq. 6 and their "
-            "sum; the family rows average the scenarios.",
-        )
-    )
-    tables.append(
-        Table(
-            f"{PAPER_REFERENCES['table6']}: the algorithm each measure selects",
-            table6_view(results["table6"]),
-            "argmin of each measure per seed, and on the seed-averaged measure (seed 'mean'); "
-            "ties go to the first name in sorted order and are marked with *.",
-        )
-    )
-    tables.append(
-        Table(
-            "How often each measure picks the ideal measure's choice",
-            results["selection_agreement"],
-        )
-    )
-    return Section(
-        "Tables",
-        intro="The measures are computed per unit from the stored errors; all math goes through "
-        "oodeval.measures.",
-        tables=tables,
-    )
+    return tables
 
 
 def table6_view(t6: pd.DataFrame) -> pd.DataFrame:
     """Table 6 as the paper prints it: one row per (scenario, seed), one column per measure."""
-    tied = t6["tied"].fillna("").str.count(r"\|") > 0  # `selected_algorithms` joins ties by |
+    tied = t6["tied"].fillna("").str.contains(TIE_SEPARATOR, regex=False)
     cell = t6["selected"].where(~tied, t6["selected"] + "*")
     wide = t6.assign(cell=cell).pivot_table(
         index=["scenario", "seed"], columns="measure", values="cell", aggfunc="first", sort=False
@@ -314,6 +319,15 @@ def environment_curves(study: Study) -> pd.DataFrame:
 def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
     """Figures 5, 6, 7, 1 and the per-environment error curves."""
     section = Section("Figures")
+    _add_figure5(section, results)
+    _add_figure6(section, results)
+    _add_figure7(section, results)
+    _add_figure1(section, results)
+    _add_environment_curves(section, study)
+    return section
+
+
+def _add_figure5(section: Section, results: dict[str, pd.DataFrame]) -> None:
     f5 = figure5_data(results)
     section.figures.append(
         scatter_with_identity(
@@ -332,6 +346,9 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
             ylabel="measure value",
         )
     )
+
+
+def _add_figure6(section: Section, results: dict[str, pd.DataFrame]) -> None:
     f6 = results["figure6"].copy()
     if not f6.empty:
         f6["scenario"] = f6["scenario"].map(_label)
@@ -351,6 +368,9 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
                 ylabel="degradation (error)",
             )
         )
+
+
+def _add_figure7(section: Section, results: dict[str, pd.DataFrame]) -> None:
     f7 = figure7_data(results)
     if f7["scale"].nunique() > 1 if not f7.empty else False:
         section.figures.append(
@@ -371,6 +391,9 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
         )
     else:
         section.notes.append("Figure 7 needs scenarios at two or more Scales; this study has one.")
+
+
+def _add_figure1(section: Section, results: dict[str, pd.DataFrame]) -> None:
     f1 = figure1_data(results)
     if f1.empty:
         section.notes.append("Figure 1 needs ERM among the algorithms.")
@@ -392,6 +415,9 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
                 ylabel="measure value (error)",
             )
         )
+
+
+def _add_environment_curves(section: Section, study: Study) -> None:
     curves = environment_curves(study)
     scenarios = list(dict.fromkeys(curves["scenario"]))
     if scenarios:
@@ -420,7 +446,6 @@ def figure_section(study: Study, results: dict[str, pd.DataFrame]) -> Section:
             section.notes.append(
                 f"Curves shown for the first {MAX_CURVE_PANELS} of {len(scenarios)} scenarios."
             )
-    return section
 
 
 def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> list[Section]:

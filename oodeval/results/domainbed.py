@@ -25,7 +25,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import REGISTRY
-from oodeval.measures.meta_tables import answer_line
+from oodeval.measures.meta import algorithm_ranks, answer_line
 from oodeval.results.selection import (
     LEAVE_ONE_DOMAIN_OUT,
     SELECTED_COLUMNS,
@@ -242,7 +242,8 @@ def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
     taken over the environments: average (Eq. 2), worst (max error), gap (max - min error) and
     worst+gap (Eq. 6: worst + gap / (N - 2); NaN when N <= 2). All in error percent, lower is
     better. Rows of an algorithm that lacks a test environment get NaN measures and no rank.
-    Ranks (1 = best, ties share the smaller rank) are within (selection, dataset).
+    Ranks (1 = best, ties share the smaller rank; `oodeval.measures.meta.algorithm_ranks` on the
+    values as they are) are within (selection, dataset).
     """
     rows = []
     for (method, dataset, algorithm), grp in table.groupby(
@@ -259,14 +260,16 @@ def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
         rows.append(row)
     cols = ["selection", "dataset", "algorithm", *DOMAINBED_MEASURES]
     out = pd.DataFrame(rows, columns=cols)
-    by = out.groupby(["selection", "dataset"], sort=False)
-    out["rank_average"] = by["average"].rank(method="min").astype("Int64")
-    out["rank_worst_plus_gap"] = by["worst_plus_gap"].rank(method="min").astype("Int64")
+    by = [out["selection"], out["dataset"]]
+    for name in ("average", "worst_plus_gap"):
+        # compared as computed (no rounding to TIE_DECIMALS): this table's rule, kept
+        ranks = algorithm_ranks(out[name].to_numpy(dtype=float), by, decimals=None)
+        out[f"rank_{name}"] = pd.Series(ranks, index=out.index).astype("Int64")
     return out
 
 
 def sweep_answer(table: pd.DataFrame, measures: pd.DataFrame, labels: dict[str, str]) -> str:
-    """The answer line (`oodeval.measures.meta_tables.answer_line`) for the tables `oodeval
+    """The answer line (`oodeval.measures.meta.answer_line`) for the tables `oodeval
     import domainbed` prints: per (dataset, selection), which algorithm worst+gap and average
     pick, on the same numbers as the table's rank columns (measures of each environment's
     trial-mean accuracy, as DomainBed aggregates trials).

@@ -73,7 +73,7 @@ class LongResults:
     notes: tuple[str, ...] = ()
 
     def errors_table(self) -> dict[str, np.ndarray]:
-        """The errors as the long-form table of `oodeval.measures.meta_tables`, labels coded.
+        """The errors as the long-form table of `oodeval.measures.meta`, labels coded.
 
         Columns seed, algorithm, split, environment, error; seed, algorithm and environment hold
         integer positions in `seeds`, `algorithms` and the split's environments (integer labels

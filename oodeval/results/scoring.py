@@ -10,6 +10,7 @@ JSON-ready records (NaN -> None). `score_results` does the work on already valid
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,17 +21,20 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES, check_measures, undefined_measures
-from oodeval.measures.meta import TIE_DECIMALS
-from oodeval.measures.meta_tables import (
-    Table,
+from oodeval.measures.meta import (
+    TIE_DECIMALS,
+    Columns,
+    algorithm_ranks,
     answer_line,
+    choices,
     correlation_summary,
     degradation_summary,
     ideal_correlations,
-    selections,
+    tie_text,
     unit_measures,
 )
 from oodeval.results.longform import LongResults, read_results, results_from_frame
+from oodeval.tables import frame_records
 
 __all__ = ["Scores", "score", "score_results"]
 
@@ -54,8 +58,8 @@ class Scores:
         (measure, n_seeds, spearman_mean, spearman_std, kendall_mean, kendall_std) over seeds,
         std with ddof=1; None unless correlations exist and there are several seeds.
     selections : pandas.DataFrame
-        (seed, measure, selected, tied, score[, ideal_of_selected, degradation]); also
-        available as `selection`.
+        (seed, measure, selected, tied, score[, ideal_of_selected, degradation]): the algorithm
+        each measure chooses; also available as `choice` (`selection` is its deprecated name).
     degradation_summary : pandas.DataFrame or None
         (measure, n_seeds, degradation_mean, degradation_std); None unless the ideal measure
         exists and there are several seeds.
@@ -93,11 +97,10 @@ class Scores:
         keys = [c for c in ("seed", "algorithm") if c in self.measures.columns]
         values = [c for c in self.measures.columns if c not in keys]
         ranked = self.measures[keys].copy()
-        rounded = self.measures[values].astype(float).round(TIE_DECIMALS)
-        groups = rounded.groupby(self.measures["seed"], sort=False) if "seed" in keys else rounded
-        ranks = groups.rank(method="min")
+        by = [self.measures["seed"]] if "seed" in keys else []
         for c in values:
-            ranked[c] = ranks[c].astype("Int64")
+            ranks = algorithm_ranks(self.measures[c].astype(float), by)
+            ranked[c] = pd.Series(ranks, index=ranked.index).astype("Int64")
         return ranked
 
     @property
@@ -110,10 +113,22 @@ class Scores:
         return pd.DataFrame(columns=columns)
 
     @property
-    def selection(self) -> pd.DataFrame:
-        """The algorithm each measure picks (argmin, ties to the first name in sorted order),
+    def choice(self) -> pd.DataFrame:
+        """The algorithm each measure chooses (argmin, ties to the first name in sorted order),
         per seed; the ``tied`` column names every algorithm tied at the minimum."""
         return self.selections
+
+    @property
+    def selection(self) -> pd.DataFrame:
+        """Deprecated name of `choice` (the algorithm each measure chooses); kept for one
+        release. *Selection* now means checkpoint selection only."""
+        warnings.warn(
+            "Scores.selection is deprecated, use Scores.choice (the algorithm each measure "
+            "chooses)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.choice
 
     @property
     def degradation(self) -> pd.DataFrame:
@@ -129,7 +144,7 @@ class Scores:
 
     @property
     def answer(self) -> str:
-        """The one-line answer (`oodeval.measures.meta_tables.answer_line`): which algorithm
+        """The one-line answer (`oodeval.measures.meta.answer_line`): which algorithm
         worst+gap and average pick (or the measures scored, without them), whether they
         disagree and, with the ideal measure, which picks its choice; over several seeds, by
         each measure's mean over the seeds."""
@@ -169,21 +184,9 @@ class Scores:
         """JSON-ready dict: info, one list of records per table, notes; NaN becomes None."""
         out: dict[str, Any] = {"info": self.info}
         for key, _, table in self.sections():
-            out[key] = [
-                {k: _json_value(v) for k, v in rec.items()} for rec in table.to_dict("records")
-            ]
+            out[key] = frame_records(table)
         out["notes"] = list(self.notes)
         return out
-
-
-def _json_value(v: Any) -> Any:
-    if isinstance(v, (list, tuple)):
-        return [_json_value(x) for x in v]
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return None if math.isnan(v) else float(v)
-    return v
 
 
 def score(
@@ -221,7 +224,7 @@ def score(
     Returns
     -------
     Scores
-        DataFrames ``measures``, ``rankings``, ``correlation``, ``selection``,
+        DataFrames ``measures``, ``rankings``, ``correlation``, ``choice``,
         ``degradation`` and the one-line ``answer``.
 
     Raises
@@ -283,8 +286,8 @@ def score_results(
 ) -> Scores:
     """Compute every table of `oodeval measures` from validated results.
 
-    All numbers come from `oodeval.measures.meta_tables` (the layer `oodeval study analyze`
-    uses too): `unit_measures`, `ideal_correlations`, `correlation_summary`, `selections` and
+    All numbers come from `oodeval.measures.meta` (the layer `oodeval study analyze`
+    uses too): `unit_measures`, `ideal_correlations`, `correlation_summary`, `choices` and
     `degradation_summary`; this function picks their columns and words the notes.
 
     Parameters
@@ -364,7 +367,7 @@ def _seed_text(results: LongResults, seed: str) -> str:
 
 def _correlations(
     results: LongResults,
-    units: Table,
+    units: Columns,
     names: list[str],
     notes: list[str],
     bootstrap: int,
@@ -397,11 +400,11 @@ def _correlations(
 
 
 def _selections(
-    results: LongResults, units: Table, selectors: list[str], notes: list[str]
+    results: LongResults, units: Columns, selectors: list[str], notes: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The selection per seed and measure, the degradation over seeds (None without the ideal
     or with one seed), and a note for every tie."""
-    table = selections(units, selectors)
+    table = choices(units, selectors)
     for seed, measure, name, tied in zip(
         table["seed"], table["measure"], table["selected"], table["tied"], strict=True
     ):
@@ -412,7 +415,7 @@ def _selections(
                 + f"; selected {name} (first in sorted order)"
             )
     frame = pd.DataFrame(table)
-    frame["tied"] = [", ".join(t) if len(t) > 1 else "" for t in table["tied"]]
+    frame["tied"] = [tie_text(t) if len(t) > 1 else "" for t in table["tied"]]
     columns = ["seed", "measure", "selected", "tied", "score"]
     summary = None
     if "degradation" in table:

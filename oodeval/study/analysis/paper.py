@@ -3,14 +3,14 @@
 Per unit (scenario, algorithm, seed) the measures come from the stored rows: the leave-one-out
 (LOO) errors are each LOO fold's error on its own held-out environment, and the ideal measure
 (Eq. 4) is the largest error of the model trained on all given environments (fold ``all``) over
-E_all. All numbers come from `oodeval.measures.meta_tables`, the layer `oodeval measures` uses too;
+E_all. All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses too;
 this module reads the store, adds each scenario's family, Ratio and Scale, and shapes the tables.
 
 - `correlation_with_ideal`: per scenario, mean and std over seeds of Spearman's rho and Kendall's
   tau between a measure and the ideal measure across algorithms (Table 1: worst+gap, average).
 - `ablation_correlations`: the same for worst only, gap only and worst+gap, per scenario and per
   family (Table 5's dataset row = mean over scenarios of the per-scenario seed means).
-- `selected_algorithms`: the algorithm each measure selects, per seed and on the seed-averaged
+- `selected_algorithms`: the algorithm each measure chooses, per seed and on the seed-averaged
   measure (Table 6); `selection_agreement` counts how often it is the ideal measure's choice.
 - `degradation_by_scenario`: selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)|
   (Section 6.1, Figure 6).
@@ -21,30 +21,26 @@ this module reads the store, adds each scenario's family, Ratio and Scale, and s
 - `ideal_measure_pairs`: the raw (ideal, measure) pairs of every unit (Figure 5).
 - `correlation_verdicts`: the answer the study is run for, beyond the paper: per scenario, rho of
   worst+gap and of average with the ideal measure with paired bootstrap intervals over
-  algorithms, and whether worst+gap is ahead; `verdict_markdown` puts it in words.
+  algorithms, and whether worst+gap is ahead (put in words by
+  `oodeval.study.analysis.output.verdict_markdown`).
 
 Partial studies (units pending or failed) are analysed on their finished units; a seed of a
 scenario with a single finished algorithm has no correlation and is left out of Tables 1 and 5.
-
 `analyze` returns them under the paper's numbers (``table1``, ``figure7``, ...; see
-`PAPER_REFERENCES`); `write_analysis(DIR)` writes each as CSV plus one ``analysis.md`` to
-``DIR/analysis/``.
+`PAPER_REFERENCES`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures import meta_tables
+from oodeval.measures import meta
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.store import ALL_FOLD, Study, load_study
-from oodeval.tables import frame_cells
-from oodeval.tables import markdown_table as tables_markdown
 
 #: The measures Table 1 compares, the ablation of Table 5, and the selections of Table 6.
 CORRELATION_MEASURES = ("worst_plus_gap", "average")
@@ -96,8 +92,8 @@ def unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.Dat
     done = study.units[study.units["status"] == "done"]
     if done.empty:
         raise OodevalError(f"{study.directory} has no finished units yet; run the study first")
-    units = pd.DataFrame(meta_tables.unit_measures(errors_table(study), names))
-    meta = pd.DataFrame(
+    units = pd.DataFrame(meta.unit_measures(errors_table(study), names))
+    scenarios = pd.DataFrame(
         {
             "scenario": done["scenario"],
             "family": done["family"],
@@ -105,13 +101,13 @@ def unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.Dat
             "scale": pd.array([_scale(p.get("scale")) for p in done["params"]], dtype="Int64"),
         }
     ).drop_duplicates("scenario")
-    frame = units.merge(meta, on="scenario", how="left", validate="many_to_one")
+    frame = units.merge(scenarios, on="scenario", how="left", validate="many_to_one")
     frame = frame[[*_META, "algorithm", "seed", "n_given", "ideal", *names]]
     return _sort_scenarios(frame, ["algorithm", "seed"])
 
 
 def errors_table(study: Study) -> pd.DataFrame:
-    """The errors of the study's finished units in the long form of `oodeval.measures.meta_tables`.
+    """The errors of the study's finished units in the long form of `oodeval.measures.meta`.
 
     Columns scenario, seed, algorithm, split, environment, error: split ``loo`` for each LOO
     fold's error on its own held-out environment (folds in sorted order), ``all`` for the errors
@@ -154,8 +150,8 @@ def correlation_with_ideal(
     for a single seed). `frame` is `unit_measures`' output; seeds of a scenario with a single
     finished algorithm (a partial study) are left out.
     """
-    correlations = meta_tables.ideal_correlations(correlatable(frame), list(measures))
-    summary = pd.DataFrame(meta_tables.correlation_summary(correlations))
+    correlations = meta.ideal_correlations(correlatable(frame), list(measures))
+    summary = pd.DataFrame(meta.correlation_summary(correlations))
     records = []
     for scenario, group in summary.groupby("scenario", sort=False):
         row = {"scenario": scenario, "n_seeds": int(group["n_seeds"].iloc[0])}
@@ -185,115 +181,17 @@ def correlation_verdicts(
     frame: pd.DataFrame, *, n_resamples: int = VERDICT_RESAMPLES, seed: int = 0
 ) -> pd.DataFrame:
     """The verdict: per scenario, does worst+gap order algorithms like the ideal measure better
-    than average does, and how sure are we (`oodeval.measures.meta_tables.correlation_verdicts`).
+    than average does, and how sure are we (`oodeval.measures.meta.correlation_verdicts`).
 
     rho is the mean over seeds of the per-seed Spearman's rho (Table 1's mean when every seed has
-    at least `meta_tables.MIN_VERDICT_ALGORITHMS` algorithms); intervals are 95% percentile
+    at least `meta.MIN_VERDICT_ALGORITHMS` algorithms); intervals are 95% percentile
     bootstrap intervals over algorithms, the same draw for every seed and both measures.
-    Columns: scenario, family, ratio, scale, then those of `meta_tables.correlation_verdicts`.
+    Columns: scenario, family, ratio, scale, then those of `meta.correlation_verdicts`.
     """
-    table = meta_tables.correlation_verdicts(
+    table = meta.correlation_verdicts(
         frame, *CORRELATION_MEASURES, n_resamples=n_resamples, bootstrap_seed=seed
     )
     return _sort_scenarios(_with_meta(pd.DataFrame(table), frame))
-
-
-def completeness_sentence(study: Study) -> str:
-    """How many of the study's units the analyses use, and how many are missing and why.
-
-    E.g. "18 of 24 units done; 6 missing (4 pending, 2 failed): the verdict uses the 18."
-    """
-    counts = study.counts()
-    done, planned = counts["done"], counts["planned"]
-    if done >= planned:
-        return f"All {planned} units done."
-    parts = [f"{counts[k]} {k}" for k in ("pending", "failed") if counts[k]]
-    if counts.get("damaged"):
-        parts.append(f"{counts['damaged']} damaged (excluded)")
-    missing = planned - done
-    return (
-        f"{done} of {planned} units done; {missing} missing ({', '.join(parts)}): the verdict "
-        f"uses the {done}."
-    )
-
-
-def verdict_view(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """The verdict table as printed: rho [low, high] per measure, the difference, the verdict."""
-
-    def interval(stem: str) -> list[str]:
-        return [
-            "–" if math.isnan(v) else f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
-            for v, lo, hi in zip(
-                verdicts[stem], verdicts[f"{stem}_low"], verdicts[f"{stem}_high"], strict=True
-            )
-        ]
-
-    seeds = [
-        f"{n} ({left} left out)" if left else f"{n}"
-        for n, left in zip(verdicts["n_seeds"], verdicts["n_seeds_left_out"], strict=True)
-    ]
-    verdict = [
-        f"undefined: {r}" if v == "undefined" else v
-        for v, r in zip(verdicts["verdict"], verdicts["reason"], strict=True)
-    ]
-    return pd.DataFrame(
-        {
-            "scenario": verdicts["scenario"],
-            "algorithms": verdicts["n_algorithms"],
-            "seeds": seeds,
-            "rho worst+gap [95% CI]": interval("rho_worst_plus_gap"),
-            "rho average [95% CI]": interval("rho_average"),
-            "difference [95% CI]": interval("difference"),
-            "worst+gap vs average": verdict,
-        }
-    )
-
-
-VERDICT_FOOTNOTE = (
-    "rho: Spearman's rho across algorithms between a measure and the ideal measure (Eq. 4, the "
-    "largest error over E_all of the model trained on all given environments), the mean over "
-    "seeds as in Table 1. [low, high]: 95% percentile bootstrap interval from "
-    f"{VERDICT_RESAMPLES} resamples of the algorithms with replacement; one draw serves every "
-    "seed (seeds are repeated runs of the same algorithms) and both measures, so the difference "
-    "(rho worst+gap - rho average) is paired. ahead / behind: the sign of the difference; "
-    "clearly: its interval excludes 0; tied: equal rho. A seed enters only with at least "
-    f"{meta_tables.MIN_VERDICT_ALGORITHMS} finished algorithms (with two, rho is +1 or -1 "
-    "whatever the scores)."
-)
-
-
-def verdict_warning(verdicts: pd.DataFrame) -> str:
-    """`meta_tables.interval_warning` for the fewest algorithms of a scenario with a verdict
-    ("" when every such scenario has enough, or none has a verdict)."""
-    defined = verdicts[verdicts["verdict"] != "undefined"]
-    if defined.empty:
-        return ""
-    return meta_tables.interval_warning(int(defined["n_algorithms"].min()))
-
-
-def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
-    """The verdict block: one sentence, the units it uses, the per-scenario table, the footnote.
-
-    Printed first by `oodeval study analyze` and at the top of ``analysis.md``; a note on the
-    data (`Study.data_note`) follows the count of units when there is one.
-    """
-    verdicts = results["verdict"]
-    note = study.data_note()
-    warning = verdict_warning(verdicts)
-    return "\n".join(
-        [
-            f"Verdict: {meta_tables.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
-            "",
-            completeness_sentence(study),
-            "",
-            *([f"Note: {note}.", ""] if note else []),
-            markdown_table(verdict_view(verdicts)),
-            "",
-            *([f"Warning: {warning}.", ""] if warning else []),
-            VERDICT_FOOTNOTE,
-            "",
-        ]
-    )
 
 
 def correlation_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
@@ -363,20 +261,20 @@ def ablation_correlations(
 def selected_algorithms(
     frame: pd.DataFrame, measures: Sequence[str] = SELECTION_MEASURES
 ) -> pd.DataFrame:
-    """Table 6: the algorithm each measure selects (argmin), per seed and on the seed average.
+    """Table 6: the algorithm each measure chooses (argmin), per seed and on the seed average.
 
-    Long format: scenario, family, ratio, scale, seed (an int, or ``"mean"`` for the selection on
-    each algorithm's measure averaged over seeds), measure, selected, tied (``|``-joined names
-    that tie at the minimum), matches_ideal. Only algorithms finished for every seed of a
-    scenario enter the seed-average.
+    Long format: scenario, family, ratio, scale, seed (an int, or ``"mean"`` for the choice on
+    each algorithm's measure averaged over seeds), measure, selected, tied (the names that tie
+    at the minimum, joined by `oodeval.measures.meta.TIE_SEPARATOR`), matches_ideal. Only
+    algorithms finished for every seed of a scenario enter the seed-average.
     """
     by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
-    per_seed = pd.DataFrame(meta_tables.selections(by_seed, list(measures)))
-    averaged = meta_tables.selections(meta_tables.seed_means(by_seed, measures), list(measures))
+    per_seed = pd.DataFrame(meta.choices(by_seed, list(measures)))
+    averaged = meta.choices(meta.seed_means(by_seed, measures), list(measures))
     table = pd.concat([per_seed, pd.DataFrame(averaged)], ignore_index=True)
     order = {s: k for k, s in enumerate(dict.fromkeys(by_seed["scenario"]))}
     table = table.sort_values("scenario", key=lambda s: s.map(order), kind="stable")
-    table["tied"] = ["|".join(t) for t in table["tied"]]
+    table["tied"] = [meta.tie_text(t) for t in table["tied"]]
     columns = ["seed", "measure", "selected", "tied", "matches_ideal"]
     return _with_meta(table[["scenario", *columns]].reset_index(drop=True), frame)
 
@@ -386,8 +284,8 @@ def selection_agreement(selections: pd.DataFrame) -> pd.DataFrame:
 
     Columns: measure, per_seed_matches, per_seed_total, seed_average_matches, seed_average_total.
     """
-    per_seed = selections[selections["seed"] != meta_tables.SEED_MEAN]
-    averaged = selections[selections["seed"] == meta_tables.SEED_MEAN]
+    per_seed = selections[selections["seed"] != meta.SEED_MEAN]
+    averaged = selections[selections["seed"] == meta.SEED_MEAN]
     records = []
     for measure in selections["measure"].unique():
         ps = per_seed[per_seed["measure"] == measure]
@@ -413,8 +311,8 @@ def degradation_by_scenario(
     Columns: scenario, family, ratio, scale, measure, degradation_mean, degradation_std, n_seeds.
     """
     by_seed = _sort_scenarios(frame, ["seed", "algorithm"])
-    selected = meta_tables.selections(by_seed, list(measures))
-    table = pd.DataFrame(meta_tables.degradation_summary(selected))
+    selected = meta.choices(by_seed, list(measures))
+    table = pd.DataFrame(meta.degradation_summary(selected))
     table = table[["scenario", "measure", "degradation_mean", "degradation_std", "n_seeds"]]
     return _sort_scenarios(_with_meta(table, frame), ["measure"])
 
@@ -432,9 +330,7 @@ def distance_to_ideal_by_scale(
     reference_scale.
     """
     scaled = frame[frame["scale"].notna()]
-    table = meta_tables.distance_to_ideal(
-        scaled, list(measures), size="scale", group=("family", "ratio")
-    )
+    table = meta.distance_to_ideal(scaled, list(measures), size="scale", group=("family", "ratio"))
     out = pd.DataFrame(table)
     return out.sort_values(
         ["family", "ratio", "measure", "algorithm", "scale"], kind="stable", ignore_index=True
@@ -454,7 +350,7 @@ def baseline_vs_ideal_best(
     seeds. Columns: scenario, family, ratio, scale, measure, baseline, baseline_mean, baseline_std,
     best_algorithm, best_mean, best_std. Scenarios without the baseline are left out.
     """
-    table = pd.DataFrame(meta_tables.baseline_vs_best(frame, list(measures), baseline=baseline))
+    table = pd.DataFrame(meta.baseline_vs_best(frame, list(measures), baseline=baseline))
     return _with_meta(table, frame)
 
 
@@ -494,162 +390,6 @@ def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
         "figure1": baseline_vs_ideal_best(frame),
         "figure5": ideal_measure_pairs(frame),
     }
-
-
-def write_analysis(
-    directory: Study | str | Path,
-    *,
-    exclude_damaged: bool = False,
-    results: dict[str, pd.DataFrame] | None = None,
-) -> dict[str, Path]:
-    """Compute `analyze` for the study in `directory`; write CSVs and ``analysis.md``.
-
-    Returns {name: path} of the written files (in ``directory/analysis/``; the verdict in
-    ``verdict.csv``). A damaged store is refused unless ``exclude_damaged`` (see `load_study`);
-    then every file starts with the study's integrity notes (``# `` comment lines in the CSVs:
-    read them with ``pd.read_csv(path, comment="#")``). `results`: `analyze`'s output for this
-    study when the caller has it already.
-    """
-    study = (
-        directory
-        if isinstance(directory, Study)
-        else load_study(directory, exclude_damaged=exclude_damaged)
-    )
-    results = analyze(study) if results is None else results
-    out_dir = Path(study.directory) / "analysis"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
-    written = {}
-    for name, frame in results.items():
-        path = out_dir / f"{name}.csv"
-        path.write_text(notes + frame.to_csv(index=False, float_format="%.6g"), encoding="utf-8")
-        written[name] = path
-    path = out_dir / "analysis.md"
-    path.write_text(analysis_markdown(study, results), encoding="utf-8")
-    written["markdown"] = path
-    return written
-
-
-def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
-    """One markdown document with every table of `analyze`, the verdict first."""
-    lines = _markdown_header(study)
-    lines[2:2] = [verdict_markdown(study, results)]
-    for key, title, table in _markdown_sections(results):
-        lines += [f"## {PAPER_REFERENCES[key]}: {title}", "", markdown_table(table), ""]
-        if key == "table1" and len(results["table1_vs_paper"]):
-            lines += [
-                f"### {PAPER_REFERENCES[key]} next to the paper's means",
-                "",
-                markdown_table(results["table1_vs_paper"]),
-                "",
-            ]
-        if key == "table6":
-            lines += [markdown_table(results["selection_agreement"]), ""]
-    lines += [
-        f"{PAPER_REFERENCES['figure5']}'s raw pairs are in `figure5.csv`; per-unit measures in "
-        "`units.csv`.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _markdown_header(study: Study) -> list[str]:
-    counts = study.counts()
-    lines = [
-        f"# Study analysis: {study.config.get('name', 'study')}",
-        "",
-        f"Units: {counts['done']} done, {counts['failed']} failed, "
-        + (f"{counts['damaged']} damaged (excluded), " if counts.get("damaged") else "")
-        + f"{counts['pending']} pending "
-        f"(of {counts['planned']}). Source: `{study.config.get('source')}`, steps "
-        f"{study.config.get('steps')}, model `{study.config.get('model')}`, precision "
-        f"{(study.config.get('trainer') or {}).get('precision', 'fp32')}.",
-        "",
-    ]
-    for note in study.integrity_notes():
-        lines += [f"**Warning:** {note}", ""]
-    lines += [x for note in study.code_notes() for x in (f"Warning: {note}.", "")]
-    if study.outside_note():
-        lines += [f"Note: {study.outside_note()}.", ""]
-    failed = study.units[study.units["status"] == "failed"]
-    if len(failed):
-        lines += ["Failed units (left out of every analysis):", ""]
-        lines += [f"- {u.unit_key}: {u.failure}" for u in failed.itertuples(index=False)]
-        lines.append("")
-    return lines
-
-
-def _markdown_sections(
-    results: dict[str, pd.DataFrame],
-) -> list[tuple[str, str, pd.DataFrame]]:
-    """(key, title, table) of each section of `analysis_markdown`, in order."""
-    t1 = results["table1"]
-    table1 = pd.DataFrame(
-        {
-            "scenario": t1["scenario"],
-            "seeds": t1["n_seeds"],
-            "algorithms": t1["n_algorithms"],
-            **{
-                f"{stat} {label}": _pm(t1[f"{stat}_{m}_mean"], t1[f"{stat}_{m}_std"])
-                for stat in ("rho", "tau")
-                for m, label in (("worst_plus_gap", "W+G"), ("average", "AVG"))
-            },
-        }
-    )
-    t6 = results["table6"]
-    column = t6["seed"].map(lambda s: f"seed {s}" if s != meta_tables.SEED_MEAN else "average")
-    table6 = (
-        t6.assign(column=column + ": " + t6["measure"])
-        .pivot_table(
-            index="scenario", columns="column", values="selected", aggfunc="first", sort=False
-        )
-        .reset_index()
-    )
-    f7 = results["figure7"]
-    return [
-        ("table1", "correlation with the ideal measure (mean ± std over seeds)", table1),
-        (
-            "table5",
-            "worst only, gap only, worst+gap (mean over seeds)",
-            _no_family(results["table5"]),
-        ),
-        ("table6", "selected algorithm per measure", table6),
-        (
-            "figure6",
-            "selection degradation (mean ± std over seeds)",
-            _no_family(results["figure6"]),
-        ),
-        (
-            "figure7",
-            "|ideal - measure| by Scale, normalised to the smallest Scale",
-            f7[f7["algorithm"] == "(all)"].drop(columns=["algorithm"], errors="ignore"),
-        ),
-        ("figure1", "ERM vs the ideal-best algorithm", _no_family(results["figure1"])),
-    ]
-
-
-def _no_family(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.drop(columns=["family"], errors="ignore")
-
-
-def markdown_table(frame: pd.DataFrame, *, digits: int = 3) -> str:
-    """A GitHub-flavoured markdown table of `frame` (floats rounded to `digits`), rendered by
-    the one table renderer `oodeval.tables`.
-
-    >>> print(markdown_table(pd.DataFrame({"a": [1.23456], "b": ["x"]})))
-    | a | b |
-    | --- | --- |
-    | 1.235 | x |
-    """
-    header, rows = frame_cells(frame, digits)
-    return tables_markdown(header, rows)
-
-
-def _pm(means: pd.Series, stds: pd.Series) -> list[str]:
-    return [
-        f"{m:.3f} ± {s:.3f}" if not math.isnan(s) else f"{m:.3f}"
-        for m, s in zip(means, stds, strict=True)
-    ]
 
 
 def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:

@@ -1,54 +1,44 @@
-"""Meta-evaluation of measures across algorithms: rank correlation with the ideal measure,
-algorithm selection, selection degradation (Sections 5 and 6.1 of the worst+gap paper), seed
-statistics and a bootstrap confidence interval for the correlations.
+"""Rank correlation of a measure with the ideal measure across algorithms (Section 5 of the
+worst+gap paper), seed statistics, and bootstrap confidence intervals for the correlations.
 
 Conventions: Spearman's rho is Pearson's correlation of average ranks (as
 `scipy.stats.spearmanr`); Kendall's tau is tau-b (as `scipy.stats.kendalltau`, variant "b",
 which corrects for ties). Both are computed here in numpy, exactly (the tests compare them with
 scipy's): importing scipy.stats costs about a second, more than a whole `oodeval measures` run.
-Scores are "lower is better".
+Scores are "lower is better" and rounded to `TIE_DECIMALS` decimals before ranking.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from oodeval.errors import OodevalError, listing, repeats
+from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_float_array, check_same_length
+from oodeval.measures.meta.choice import tie_rounded
 
 __all__ = [
-    "TIE_DECIMALS",
-    "Selection",
+    "KENDALL_PAIRWISE_MAX",
+    "average_ranks",
     "bootstrap_correlation_ci",
     "mean_std",
     "paired_spearman_ci",
     "rank_correlation",
-    "select_algorithm",
-    "selection_degradation",
+    "rowwise_kendall_b",
+    "rowwise_spearman",
     "spearman_critical_value",
 ]
-
-TIE_DECIMALS = 12
-"""Scores are compared after rounding to this many decimals, so floating-point noise such as
-0.3 - 0.1 != 0.4 - 0.2 neither breaks a tie in a selection nor orders tied values in a rank."""
-
 
 KENDALL_PAIRWISE_MAX = 200
 """Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
 
 
-def _tie_rounded(x: np.ndarray) -> np.ndarray:
-    return np.round(x, TIE_DECIMALS)
-
-
 def _paired_scores(measure_scores: Any, ideal_scores: Any) -> tuple[np.ndarray, np.ndarray]:
-    m = _tie_rounded(as_float_array(measure_scores, "measure_scores", ndim=1))
-    i = _tie_rounded(as_float_array(ideal_scores, "ideal_scores", ndim=1))
+    m = tie_rounded(as_float_array(measure_scores, "measure_scores", ndim=1))
+    i = tie_rounded(as_float_array(ideal_scores, "ideal_scores", ndim=1))
     n = check_same_length(measure_scores=m, ideal_scores=i)
     if n < 2:
         raise OodevalError(f"correlations need >= 2 algorithms, got {n}; add algorithms to compare")
@@ -82,78 +72,9 @@ def rank_correlation(measure_scores: Any, ideal_scores: Any) -> dict[str, float]
     m, i = _paired_scores(measure_scores, ideal_scores)
     if np.ptp(m) == 0 or np.ptp(i) == 0:
         return {"spearman": float("nan"), "kendall": float("nan")}
-    rho = _rowwise_spearman(m[None, :], i[None, :])[0]
-    tau = _rowwise_kendall_b(m[None, :], i[None, :])[0]
+    rho = rowwise_spearman(m[None, :], i[None, :])[0]
+    tau = rowwise_kendall_b(m[None, :], i[None, :])[0]
     return {"spearman": float(rho), "kendall": float(tau)}
-
-
-class Selection(NamedTuple):
-    """The algorithm a measure selects (argmin) and every algorithm tied with it."""
-
-    name: str
-    index: int
-    tied: tuple[str, ...]
-    """All algorithms whose score equals the minimum after rounding to TIE_DECIMALS, sorted by
-    name (so ``len(tied) > 1`` means the choice was a tie broken by name)."""
-
-
-def select_algorithm(scores: Any, names: Sequence[str]) -> Selection:
-    """The algorithm with the lowest score: argmin, Eq. 3/5/7 of the worst+gap paper.
-
-    Ties (scores equal to the minimum after rounding to TIE_DECIMALS) go to the first name in
-    sorted order, and are reported in `Selection.tied`, so the choice never depends on input
-    order.
-
-    Parameters
-    ----------
-    scores : array-like of shape (n_algorithms,)
-    names : sequence of str of length n_algorithms (distinct)
-
-    Returns
-    -------
-    Selection(name, index, tied)
-
-    >>> select_algorithm([0.3, 0.1, 0.1], ["ERM", "VREx", "IRM"])
-    Selection(name='IRM', index=2, tied=('IRM', 'VREx'))
-    """
-    s = as_float_array(scores, "scores", ndim=1)
-    names = [str(n) for n in names]
-    check_same_length(scores=s, names=np.asarray(names, dtype=object))
-    if s.size == 0:
-        raise OodevalError("scores is empty; selection needs at least one algorithm")
-    if len(set(names)) != len(names):
-        dup = repeats(names)
-        raise OodevalError(f"algorithm names must be distinct, repeated: {listing(dup)}")
-    r = _tie_rounded(s)
-    tied_idx = np.flatnonzero(r == r.min())
-    tied = tuple(sorted(names[k] for k in tied_idx))
-    return Selection(name=tied[0], index=names.index(tied[0]), tied=tied)
-
-
-def selection_degradation(measure_scores: Any, ideal_scores: Any, names: Sequence[str]) -> float:
-    """Performance degradation of selecting with a measure, Section 6.1 of the worst+gap paper.
-
-    |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| where A*_x = argmin_A of measure x (ties broken as
-    in `select_algorithm`). Zero when the measure selects a truly best algorithm.
-
-    Parameters
-    ----------
-    measure_scores, ideal_scores : array-like of shape (n_algorithms,)
-    names : sequence of str of length n_algorithms
-
-    Returns
-    -------
-    float (in the units of `ideal_scores`)
-
-    >>> round(selection_degradation([0.2, 0.3], [0.9, 0.4], ["ERM", "IRM"]), 12)
-    0.5
-    """
-    m = as_float_array(measure_scores, "measure_scores", ndim=1)
-    i = as_float_array(ideal_scores, "ideal_scores", ndim=1)
-    check_same_length(measure_scores=m, ideal_scores=i)
-    by_measure = select_algorithm(m, names)
-    by_ideal = select_algorithm(i, names)
-    return float(abs(i[by_ideal.index] - i[by_measure.index]))
 
 
 def mean_std(values: Any, *, ddof: int = 1) -> tuple[float, float]:
@@ -182,12 +103,12 @@ def mean_std(values: Any, *, ddof: int = 1) -> tuple[float, float]:
     return mean, std
 
 
-def _average_ranks(x: np.ndarray) -> np.ndarray:
+def average_ranks(x: np.ndarray) -> np.ndarray:
     """The rank of each entry within its row, 1-based; tied entries share the mean of their
     positions; NaN entries stay NaN and are not counted (scipy's ``rankdata(x, axis=1,
     nan_policy="omit")``).
 
-    >>> _average_ranks(np.array([[0.5, 0.1, 0.5, np.nan, 0.2]]))
+    >>> average_ranks(np.array([[0.5, 0.1, 0.5, np.nan, 0.2]]))
     array([[3.5, 1. , 3.5, nan, 2. ]])
     """
     n = x.shape[1]
@@ -245,14 +166,14 @@ def spearman_critical_value(n: int, alpha: float = 0.05) -> float:
     return float(values[ok[0]] / (n * (n * n - 1))) if ok.size else float("nan")
 
 
-def _rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Spearman's rho of each row pair (average ranks for ties); NaN for constant rows.
 
     NaN entries (missing values, NaN in x and y alike) are left out of their row, so a row's rho
     is that of its present pairs; a row with fewer than two distinct present values is NaN.
     """
-    rx = _average_ranks(x)
-    ry = _average_ranks(y)
+    rx = average_ranks(x)
+    ry = average_ranks(y)
     with warnings.catch_warnings():  # an all-NaN row has no mean; it is NaN below
         warnings.simplefilter("ignore", RuntimeWarning)
         rx -= np.nanmean(rx, axis=1, keepdims=True)
@@ -263,7 +184,7 @@ def _rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def _rowwise_kendall_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def rowwise_kendall_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Kendall's tau-b of each row pair by pairwise signs; NaN for constant rows.
 
     tau_b = (n_c - n_d) / sqrt((n_0 - n_x)(n_0 - n_y)), n_0 = n(n-1)/2 pairs, n_x / n_y the pairs
@@ -347,8 +268,8 @@ def bootstrap_correlation_ci(
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, m.size, size=(int(n_resamples), m.size))
     x, y = m[idx], i[idx]
-    rho = _rowwise_spearman(x, y)
-    tau = _rowwise_kendall_b(x, y)
+    rho = rowwise_spearman(x, y)
+    tau = rowwise_kendall_b(x, y)
     valid = np.isfinite(rho) & np.isfinite(tau)
     return {
         "spearman": _percentile_interval(rho, valid, confidence),
@@ -379,7 +300,7 @@ def _seed_matrices(
         arr = as_float_array(values, name, ndim=(1, 2), check_finite=False)
         if np.isinf(arr).any():
             raise OodevalError(f"{name} holds an infinite value; scores must be finite or NaN")
-        out[name] = _tie_rounded(arr.reshape(1, -1) if arr.ndim == 1 else arr)
+        out[name] = tie_rounded(arr.reshape(1, -1) if arr.ndim == 1 else arr)
     shapes = {a.shape for a in out.values()}
     if len(shapes) > 1:
         raise OodevalError(f"the three score arrays differ in shape: {sorted(shapes)}")
@@ -417,7 +338,7 @@ def paired_spearman_ci(
 
     - Point estimates: per seed, rho of each measure with the ideal measure over that seed's
       algorithms (`rank_correlation`), then the mean over seeds; ``difference`` = rho_first -
-      rho_second. These equal Table 1's seed means (`meta_tables.correlation_summary`).
+      rho_second. These equal Table 1's seed means (`oodeval.measures.meta.correlation_summary`).
     - Bootstrap: algorithms are the resampled unit. Each resample draws n_algorithms columns with
       replacement; the same draw serves every seed (seeds are repeated runs of the same
       algorithms) and both measures, so the difference is paired. Per seed, rho over the drawn
@@ -456,8 +377,8 @@ def paired_spearman_ci(
     draws = np.empty((2, n_seeds, int(n_resamples)))
     for k in range(n_seeds):
         ideal = i[k][idx]
-        draws[0, k] = _rowwise_spearman(f[k][idx], ideal)
-        draws[1, k] = _rowwise_spearman(s[k][idx], ideal)
+        draws[0, k] = rowwise_spearman(f[k][idx], ideal)
+        draws[1, k] = rowwise_spearman(s[k][idx], ideal)
     first, second = draws.mean(axis=1)  # NaN when any seed's rho is undefined
     valid = np.isfinite(first) & np.isfinite(second)
 

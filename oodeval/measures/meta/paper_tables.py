@@ -1,0 +1,298 @@
+"""The worst+gap paper's meta-evaluation tables over per-unit measures, as column tables:
+
+- `ideal_correlations` and `correlation_summary`: Spearman's rho and Kendall's tau-b with the ideal
+  measure across algorithms, per (scenario, seed), then mean and std over seeds (Section 5);
+- `choices` and `degradation_summary`: the algorithm each measure chooses (Eq. 3/5/7) and the
+  selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1);
+- `seed_means`: each algorithm's measures averaged over seeds (the choice on the seed average);
+- `baseline_vs_best`: a baseline (ERM) against the ideal-best algorithm (Section 6.4).
+
+Values are reduced in row order; ties are handled as in `oodeval.measures.meta.choice`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from oodeval.measures.meta.choice import algorithm_choice
+from oodeval.measures.meta.columns import (
+    SEED_MEAN,
+    UNIT_KEYS,
+    Columns,
+    column_array,
+    group_codes,
+    python_value,
+    records_to_columns,
+    row_groups,
+)
+from oodeval.measures.meta.correlation import bootstrap_correlation_ci, mean_std, rank_correlation
+
+__all__ = [
+    "baseline_vs_best",
+    "correlation_summary",
+    "degradation_summary",
+    "ideal_correlations",
+    "seed_means",
+    "choices",
+]
+
+
+def ideal_correlations(
+    units: Mapping[str, Any],
+    measures: Sequence[str],
+    *,
+    bootstrap: int = 0,
+    confidence: float = 0.95,
+    bootstrap_seed: int = 0,
+) -> Columns:
+    """Spearman's rho and Kendall's tau-b with the ideal measure, per (scenario, seed, measure).
+
+    Section 5 of the worst+gap paper, through `oodeval.measures.meta.rank_correlation` over the
+    algorithms of each (scenario, seed). With ``bootstrap > 0`` each row also gets percentile
+    bootstrap intervals (`bootstrap_correlation_ci`, the same resamples for every measure).
+
+    Parameters
+    ----------
+    units : table as `unit_measures` returns it (with ``ideal``)
+    measures : columns of `units` to correlate with ``ideal``
+    bootstrap, confidence, bootstrap_seed : resamples, level and seed of the intervals
+
+    Returns
+    -------
+    Columns: scenario, seed, measure, spearman, kendall, n_algorithms[, spearman_low,
+    spearman_high, kendall_low, kendall_high, n_valid]
+    """
+    cols = {k: column_array(units, k) for k in (*UNIT_KEYS, "ideal", *measures)}
+    records = []
+    for idx in row_groups(cols["scenario"], cols["seed"]):
+        ideal = cols["ideal"][idx].astype(np.float64)
+        for measure in measures:
+            scores = cols[measure][idx].astype(np.float64)
+            row = {
+                "scenario": python_value(cols["scenario"][idx[0]]),
+                "seed": python_value(cols["seed"][idx[0]]),
+                "measure": measure,
+                **rank_correlation(scores, ideal),
+                "n_algorithms": int(len(idx)),
+            }
+            if bootstrap > 0:
+                ci = bootstrap_correlation_ci(
+                    scores,
+                    ideal,
+                    n_resamples=bootstrap,
+                    confidence=confidence,
+                    seed=bootstrap_seed,
+                )
+                row.update(
+                    spearman_low=ci["spearman"][0],
+                    spearman_high=ci["spearman"][1],
+                    kendall_low=ci["kendall"][0],
+                    kendall_high=ci["kendall"][1],
+                    n_valid=ci["n_valid"],
+                )
+            records.append(row)
+    columns = ["scenario", "seed", "measure", "spearman", "kendall", "n_algorithms"]
+    if bootstrap > 0:
+        columns += ["spearman_low", "spearman_high", "kendall_low", "kendall_high", "n_valid"]
+    return records_to_columns(records, columns)
+
+
+def correlation_summary(correlations: Mapping[str, Any]) -> Columns:
+    """Mean and std (ddof=1) over seeds of each (scenario, measure)'s correlations.
+
+    Parameters
+    ----------
+    correlations : table as `ideal_correlations` returns it
+
+    Returns
+    -------
+    Columns: scenario, measure, n_seeds, n_algorithms (the fewest of any seed), spearman_mean,
+    spearman_std, kendall_mean, kendall_std (std NaN for one seed; NaN correlations propagate)
+    """
+    cols = {
+        k: column_array(correlations, k)
+        for k in ("scenario", "measure", "spearman", "kendall", "n_algorithms")
+    }
+    records = []
+    for idx in row_groups(cols["scenario"], cols["measure"]):
+        rho_mean, rho_std = mean_std(cols["spearman"][idx])
+        tau_mean, tau_std = mean_std(cols["kendall"][idx])
+        records.append(
+            {
+                "scenario": python_value(cols["scenario"][idx[0]]),
+                "measure": python_value(cols["measure"][idx[0]]),
+                "n_seeds": int(len(idx)),
+                "n_algorithms": int(cols["n_algorithms"][idx].min()),
+                "spearman_mean": rho_mean,
+                "spearman_std": rho_std,
+                "kendall_mean": tau_mean,
+                "kendall_std": tau_std,
+            }
+        )
+    columns = ["scenario", "measure", "n_seeds", "n_algorithms"]
+    columns += ["spearman_mean", "spearman_std", "kendall_mean", "kendall_std"]
+    return records_to_columns(records, columns)
+
+
+def choices(units: Mapping[str, Any], measures: Sequence[str]) -> Columns:
+    """The algorithm each measure chooses per (scenario, seed), and what that choice costs.
+
+    argmin of each measure over the algorithms of a (scenario, seed), ties to the first name in
+    sorted order (`oodeval.measures.meta.algorithm_choice`, Eq. 3/5/7 of the worst+gap paper).
+    With an ``ideal`` column, also the ideal measure of the selected algorithm, the selection
+    degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1) and whether the choice
+    is the ideal measure's.
+
+    Parameters
+    ----------
+    units : table with scenario, seed, algorithm and the measure columns (e.g. `unit_measures`
+        or `seed_means`); ``measures`` may include ``"ideal"``
+    measures : columns to select by
+
+    Returns
+    -------
+    Columns: scenario, seed, measure, selected, tied (tuple of every name tied at the minimum,
+    sorted), score (the selected algorithm's value)[, ideal_of_selected, degradation,
+    matches_ideal]
+    """
+    has_ideal = "ideal" in units
+    needed = [*UNIT_KEYS, *measures] + (["ideal"] if has_ideal else [])
+    cols = {k: column_array(units, k) for k in dict.fromkeys(needed)}
+    records = []
+    for idx in row_groups(cols["scenario"], cols["seed"]):
+        names = [str(a) for a in cols["algorithm"][idx]]
+        ideal = cols["ideal"][idx].astype(np.float64) if has_ideal else None
+        best = algorithm_choice(ideal, names) if ideal is not None else None
+        for measure in measures:
+            scores = cols[measure][idx].astype(np.float64)
+            chosen = algorithm_choice(scores, names)
+            row = {
+                "scenario": python_value(cols["scenario"][idx[0]]),
+                "seed": python_value(cols["seed"][idx[0]]),
+                "measure": measure,
+                "selected": chosen.name,
+                "tied": chosen.tied,
+                "score": float(scores[chosen.index]),
+            }
+            if ideal is not None and best is not None:
+                row["ideal_of_selected"] = float(ideal[chosen.index])
+                row["degradation"] = float(abs(ideal[best.index] - ideal[chosen.index]))
+                row["matches_ideal"] = chosen.name == best.name
+            records.append(row)
+    columns = ["scenario", "seed", "measure", "selected", "tied", "score"]
+    if has_ideal:
+        columns += ["ideal_of_selected", "degradation", "matches_ideal"]
+    return records_to_columns(records, columns)
+
+
+def degradation_summary(selected: Mapping[str, Any]) -> Columns:
+    """Mean and std (ddof=1) over seeds of each (scenario, measure)'s selection degradation.
+
+    Parameters
+    ----------
+    selected : table as `choices` returns it for units with an ideal measure
+
+    Returns
+    -------
+    Columns: scenario, measure, n_seeds, degradation_mean, degradation_std
+    """
+    cols = {k: column_array(selected, k) for k in ("scenario", "measure", "degradation")}
+    records = []
+    for idx in row_groups(cols["scenario"], cols["measure"]):
+        mean, std = mean_std(cols["degradation"][idx])
+        records.append(
+            {
+                "scenario": python_value(cols["scenario"][idx[0]]),
+                "measure": python_value(cols["measure"][idx[0]]),
+                "n_seeds": int(len(idx)),
+                "degradation_mean": mean,
+                "degradation_std": std,
+            }
+        )
+    return records_to_columns(
+        records, ["scenario", "measure", "n_seeds", "degradation_mean", "degradation_std"]
+    )
+
+
+def seed_means(units: Mapping[str, Any], measures: Sequence[str]) -> Columns:
+    """Each algorithm's measures averaged over seeds, per scenario (seed label `SEED_MEAN`).
+
+    Only algorithms with a unit for every seed of their scenario are averaged, so every mean is
+    over the same seeds. Feed the result to `choices` for the choice on the seed average.
+
+    Returns
+    -------
+    Columns: scenario, seed (``"mean"``), algorithm, and the mean of each measure (and of
+    ``ideal`` when `units` has it)
+    """
+    value_names = list(dict.fromkeys([*measures, *(["ideal"] if "ideal" in units else [])]))
+    cols = {k: column_array(units, k) for k in (*UNIT_KEYS, *value_names)}
+    records = []
+    for scenario_rows in row_groups(cols["scenario"]):
+        n_seeds = len(np.unique(group_codes(cols["seed"][scenario_rows])))
+        for idx in row_groups(cols["algorithm"][scenario_rows]):
+            rows = scenario_rows[idx]
+            if len(np.unique(group_codes(cols["seed"][rows]))) != n_seeds:
+                continue
+            record = {
+                "scenario": python_value(cols["scenario"][rows[0]]),
+                "seed": SEED_MEAN,
+                "algorithm": python_value(cols["algorithm"][rows[0]]),
+            }
+            record.update({m: float(cols[m][rows].astype(np.float64).mean()) for m in value_names})
+            records.append(record)
+    return records_to_columns(records, [*UNIT_KEYS, *value_names])
+
+
+def baseline_vs_best(
+    units: Mapping[str, Any], measures: Sequence[str], *, baseline: str = "ERM"
+) -> Columns:
+    """A baseline algorithm against the ideal-best algorithm under each measure, per scenario.
+
+    Section 6.4 / Figure 1 of the worst+gap paper. The ideal-best algorithm A*_IDEAL of a
+    scenario is selected on the seed-averaged ideal measure, exactly as `seed_means` then
+    `choices` choose it (so only algorithms that ran every seed compete); for it and for
+    `baseline`, each measure's mean and std (ddof=1) over seeds. Scenarios without the baseline
+    are left out.
+
+    Returns
+    -------
+    Columns: scenario, measure, baseline, baseline_mean, baseline_std, best_algorithm, best_mean,
+    best_std
+    """
+    value_names = list(dict.fromkeys(["ideal", *measures]))
+    cols = {k: column_array(units, k) for k in (*UNIT_KEYS, *value_names)}
+    averaged = seed_means({k: cols[k] for k in (*UNIT_KEYS, "ideal")}, ["ideal"])
+    records = []
+    for rows in row_groups(cols["scenario"]):
+        algorithms = [str(a) for a in cols["algorithm"][rows]]
+        if baseline not in algorithms:
+            continue
+        scenario = python_value(cols["scenario"][rows[0]])
+        mine = averaged["scenario"] == scenario
+        if not mine.any():  # no algorithm ran every seed: no seed average to select on
+            continue
+        names = [str(a) for a in averaged["algorithm"][mine]]
+        best = algorithm_choice(averaged["ideal"][mine], names).name
+        of_baseline = rows[np.array(algorithms) == baseline]
+        of_best = rows[np.array(algorithms) == best]
+        for measure in measures:
+            base_mean, base_std = mean_std(cols[measure][of_baseline].astype(np.float64))
+            best_mean, best_std = mean_std(cols[measure][of_best].astype(np.float64))
+            records.append(
+                {
+                    "scenario": scenario,
+                    "measure": measure,
+                    "baseline": baseline,
+                    "baseline_mean": base_mean,
+                    "baseline_std": base_std,
+                    "best_algorithm": best,
+                    "best_mean": best_mean,
+                    "best_std": best_std,
+                }
+            )
+    columns = ["scenario", "measure", "baseline", "baseline_mean", "baseline_std"]
+    return records_to_columns(records, [*columns, "best_algorithm", "best_mean", "best_std"])

@@ -1,0 +1,278 @@
+"""What `oodeval study analyze` writes and prints: the verdict block (the answer the study is run
+for, in words), ``analysis.md`` with every table of `oodeval.study.analysis.paper.analyze`, and
+one CSV per table (`write_analysis(DIR)` writes them to ``DIR/analysis/``). Tables are rendered by
+the one table renderer, `oodeval.tables`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from oodeval.measures import meta
+from oodeval.study.analysis.paper import (
+    CORRELATION_MEASURES,
+    PAPER_REFERENCES,
+    VERDICT_RESAMPLES,
+    analyze,
+)
+from oodeval.study.store import Study, load_study
+from oodeval.tables import plus_minus, render_frame
+
+__all__ = [
+    "VERDICT_FOOTNOTE",
+    "analysis_markdown",
+    "completeness_sentence",
+    "verdict_markdown",
+    "verdict_view",
+    "verdict_warning",
+    "write_analysis",
+]
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    """`frame` as a GitHub-flavoured markdown table, floats to 3 decimals, every column
+    left-aligned (``| --- |``), as ``analysis.md`` prints its tables.
+
+    >>> print(_markdown(pd.DataFrame({"a": [1.23456], "b": ["x"]})))
+    | a | b |
+    | --- | --- |
+    | 1.235 | x |
+    """
+    return render_frame(frame, "markdown", digits=3, right=[False] * len(frame.columns))
+
+
+def completeness_sentence(study: Study) -> str:
+    """How many of the study's units the analyses use, and how many are missing and why.
+
+    E.g. "18 of 24 units done; 6 missing (4 pending, 2 failed): the verdict uses the 18."
+    """
+    counts = study.counts()
+    done, planned = counts["done"], counts["planned"]
+    if done >= planned:
+        return f"All {planned} units done."
+    parts = [f"{counts[k]} {k}" for k in ("pending", "failed") if counts[k]]
+    if counts.get("damaged"):
+        parts.append(f"{counts['damaged']} damaged (excluded)")
+    missing = planned - done
+    return (
+        f"{done} of {planned} units done; {missing} missing ({', '.join(parts)}): the verdict "
+        f"uses the {done}."
+    )
+
+
+def verdict_view(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table as printed: rho [low, high] per measure, the difference, the verdict."""
+
+    def interval(stem: str) -> list[str]:
+        return [
+            "–" if math.isnan(v) else f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+            for v, lo, hi in zip(
+                verdicts[stem], verdicts[f"{stem}_low"], verdicts[f"{stem}_high"], strict=True
+            )
+        ]
+
+    seeds = [
+        f"{n} ({left} left out)" if left else f"{n}"
+        for n, left in zip(verdicts["n_seeds"], verdicts["n_seeds_left_out"], strict=True)
+    ]
+    verdict = [
+        f"undefined: {r}" if v == "undefined" else v
+        for v, r in zip(verdicts["verdict"], verdicts["reason"], strict=True)
+    ]
+    return pd.DataFrame(
+        {
+            "scenario": verdicts["scenario"],
+            "algorithms": verdicts["n_algorithms"],
+            "seeds": seeds,
+            "rho worst+gap [95% CI]": interval("rho_worst_plus_gap"),
+            "rho average [95% CI]": interval("rho_average"),
+            "difference [95% CI]": interval("difference"),
+            "worst+gap vs average": verdict,
+        }
+    )
+
+
+VERDICT_FOOTNOTE = (
+    "rho: Spearman's rho across algorithms between a measure and the ideal measure (Eq. 4, the "
+    "largest error over E_all of the model trained on all given environments), the mean over "
+    "seeds as in Table 1. [low, high]: 95% percentile bootstrap interval from "
+    f"{VERDICT_RESAMPLES} resamples of the algorithms with replacement; one draw serves every "
+    "seed (seeds are repeated runs of the same algorithms) and both measures, so the difference "
+    "(rho worst+gap - rho average) is paired. ahead / behind: the sign of the difference; "
+    "clearly: its interval excludes 0; tied: equal rho. A seed enters only with at least "
+    f"{meta.MIN_VERDICT_ALGORITHMS} finished algorithms (with two, rho is +1 or -1 "
+    "whatever the scores)."
+)
+
+
+def verdict_warning(verdicts: pd.DataFrame) -> str:
+    """`meta.interval_warning` for the fewest algorithms of a scenario with a verdict
+    ("" when every such scenario has enough, or none has a verdict)."""
+    defined = verdicts[verdicts["verdict"] != "undefined"]
+    if defined.empty:
+        return ""
+    return meta.interval_warning(int(defined["n_algorithms"].min()))
+
+
+def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
+    """The verdict block: one sentence, the units it uses, the per-scenario table, the footnote.
+
+    Printed first by `oodeval study analyze` and at the top of ``analysis.md``; a note on the
+    data (`Study.data_note`) follows the count of units when there is one.
+    """
+    verdicts = results["verdict"]
+    note = study.data_note()
+    warning = verdict_warning(verdicts)
+    return "\n".join(
+        [
+            f"Verdict: {meta.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
+            "",
+            completeness_sentence(study),
+            "",
+            *([f"Note: {note}.", ""] if note else []),
+            _markdown(verdict_view(verdicts)),
+            "",
+            *([f"Warning: {warning}.", ""] if warning else []),
+            VERDICT_FOOTNOTE,
+            "",
+        ]
+    )
+
+
+def write_analysis(
+    directory: Study | str | Path,
+    *,
+    exclude_damaged: bool = False,
+    results: dict[str, pd.DataFrame] | None = None,
+) -> dict[str, Path]:
+    """Compute `analyze` for the study in `directory`; write CSVs and ``analysis.md``.
+
+    Returns {name: path} of the written files (in ``directory/analysis/``; the verdict in
+    ``verdict.csv``). A damaged store is refused unless ``exclude_damaged`` (see `load_study`);
+    then every file starts with the study's integrity notes (``# `` comment lines in the CSVs:
+    read them with ``pd.read_csv(path, comment="#")``). `results`: `analyze`'s output for this
+    study when the caller has it already.
+    """
+    study = (
+        directory
+        if isinstance(directory, Study)
+        else load_study(directory, exclude_damaged=exclude_damaged)
+    )
+    results = analyze(study) if results is None else results
+    out_dir = Path(study.directory) / "analysis"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
+    written = {}
+    for name, frame in results.items():
+        path = out_dir / f"{name}.csv"
+        path.write_text(notes + frame.to_csv(index=False, float_format="%.6g"), encoding="utf-8")
+        written[name] = path
+    path = out_dir / "analysis.md"
+    path.write_text(analysis_markdown(study, results), encoding="utf-8")
+    written["markdown"] = path
+    return written
+
+
+def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
+    """One markdown document with every table of `analyze`, the verdict first."""
+    lines = _markdown_header(study)
+    lines[2:2] = [verdict_markdown(study, results)]
+    for key, title, table in _markdown_sections(results):
+        lines += [f"## {PAPER_REFERENCES[key]}: {title}", "", _markdown(table), ""]
+        if key == "table1" and len(results["table1_vs_paper"]):
+            lines += [
+                f"### {PAPER_REFERENCES[key]} next to the paper's means",
+                "",
+                _markdown(results["table1_vs_paper"]),
+                "",
+            ]
+        if key == "table6":
+            lines += [_markdown(results["selection_agreement"]), ""]
+    lines += [
+        f"{PAPER_REFERENCES['figure5']}'s raw pairs are in `figure5.csv`; per-unit measures in "
+        "`units.csv`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _markdown_header(study: Study) -> list[str]:
+    counts = study.counts()
+    lines = [
+        f"# Study analysis: {study.config.get('name', 'study')}",
+        "",
+        f"Units: {counts['done']} done, {counts['failed']} failed, "
+        + (f"{counts['damaged']} damaged (excluded), " if counts.get("damaged") else "")
+        + f"{counts['pending']} pending "
+        f"(of {counts['planned']}). Source: `{study.config.get('source')}`, steps "
+        f"{study.config.get('steps')}, model `{study.config.get('model')}`, precision "
+        f"{(study.config.get('trainer') or {}).get('precision', 'fp32')}.",
+        "",
+    ]
+    for note in study.integrity_notes():
+        lines += [f"**Warning:** {note}", ""]
+    lines += [x for note in study.code_notes() for x in (f"Warning: {note}.", "")]
+    if study.outside_note():
+        lines += [f"Note: {study.outside_note()}.", ""]
+    failed = study.units[study.units["status"] == "failed"]
+    if len(failed):
+        lines += ["Failed units (left out of every analysis):", ""]
+        lines += [f"- {u.unit_key}: {u.failure}" for u in failed.itertuples(index=False)]
+        lines.append("")
+    return lines
+
+
+def _markdown_sections(
+    results: dict[str, pd.DataFrame],
+) -> list[tuple[str, str, pd.DataFrame]]:
+    """(key, title, table) of each section of `analysis_markdown`, in order."""
+    t1 = results["table1"]
+    table1 = pd.DataFrame(
+        {
+            "scenario": t1["scenario"],
+            "seeds": t1["n_seeds"],
+            "algorithms": t1["n_algorithms"],
+            **{
+                f"{stat} {label}": plus_minus(t1[f"{stat}_{m}_mean"], t1[f"{stat}_{m}_std"])
+                for stat in ("rho", "tau")
+                for m, label in (("worst_plus_gap", "W+G"), ("average", "AVG"))
+            },
+        }
+    )
+    t6 = results["table6"]
+    column = t6["seed"].map(lambda s: f"seed {s}" if s != meta.SEED_MEAN else "average")
+    table6 = (
+        t6.assign(column=column + ": " + t6["measure"])
+        .pivot_table(
+            index="scenario", columns="column", values="selected", aggfunc="first", sort=False
+        )
+        .reset_index()
+    )
+    f7 = results["figure7"]
+    return [
+        ("table1", "correlation with the ideal measure (mean ± std over seeds)", table1),
+        (
+            "table5",
+            "worst only, gap only, worst+gap (mean over seeds)",
+            _no_family(results["table5"]),
+        ),
+        ("table6", "selected algorithm per measure", table6),
+        (
+            "figure6",
+            "selection degradation (mean ± std over seeds)",
+            _no_family(results["figure6"]),
+        ),
+        (
+            "figure7",
+            "|ideal - measure| by Scale, normalised to the smallest Scale",
+            f7[f7["algorithm"] == "(all)"].drop(columns=["algorithm"], errors="ignore"),
+        ),
+        ("figure1", "ERM vs the ideal-best algorithm", _no_family(results["figure1"])),
+    ]
+
+
+def _no_family(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=["family"], errors="ignore")
