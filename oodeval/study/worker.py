@@ -24,10 +24,10 @@ import traceback
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from oodeval._time import utc_timestamp as now
 from oodeval._torch import TF32_MODES
 from oodeval.pool import set_threads
 from oodeval.study.config import (
@@ -73,11 +73,6 @@ class WorkerSettings:
 
     threads: int = 1
     device: str | None = None
-
-
-def now() -> str:
-    """The current UTC time, ISO 8601 to the second (the store's time stamps)."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
