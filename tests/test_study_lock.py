@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
 from oodeval.study.lock import LOCK_NAME, StudyLock, StudyLockedError, read_holder
-from oodeval.study.store import ResultStore, load_study
+from oodeval.study.read_model import load_study
+from oodeval.study.store import ResultStore
 
 REPO = Path(__file__).resolve().parents[1]
 

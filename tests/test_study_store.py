@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
 from oodeval.study.integrity import unit_checksum
+from oodeval.study.read_model import load_study
 from oodeval.study.store import (
     UNIT_COLUMNS,
     ResultStore,
@@ -27,7 +28,6 @@ from oodeval.study.store import (
     StoreDamagedError,
     StoreIntegrityWarning,
     UnitRecord,
-    load_study,
     unit_key,
     verify_store,
 )

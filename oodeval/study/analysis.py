@@ -42,7 +42,8 @@ import pandas as pd
 from oodeval.errors import OodevalError
 from oodeval.measures import meta_tables
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
-from oodeval.study.store import ALL_FOLD, Study, load_study
+from oodeval.study.read_model import Study, load_study
+from oodeval.study.store import ALL_FOLD
 from oodeval.tables import frame_cells
 from oodeval.tables import markdown_table as tables_markdown
 
