@@ -118,8 +118,8 @@ def test_missing_or_foreign_store_is_a_clear_error(tmp_path):
 
 def test_wal_and_full_sync_are_on(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
-        assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert store.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 # -- integrity: counts and checksums --------------------------------------------------------
