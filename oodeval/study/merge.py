@@ -72,9 +72,9 @@ class MergeSummary:
     def line(self) -> str:
         """The one-line summary `oodeval study merge` prints."""
         total = sum(self.copied.values())
-        sources = ", ".join(f"{n} from {name}" for name, n in self.copied.items())
+        inputs = ", ".join(f"{n} from {name}" for name, n in self.copied.items())
         return (
-            f"{total} units copied ({sources}); {self.duplicates} identical duplicate(s) kept "
+            f"{total} units copied ({inputs}); {self.duplicates} identical duplicate(s) kept "
             f"once; {self.already} already in {self.directory}"
             + (
                 f"; {self.replaced_failed} failed unit(s) replaced by done ones"

@@ -231,8 +231,9 @@ class Study:
         )
 
     def code_notes(self) -> list[str]:
-        """Warnings for finished units computed by different code: different oodeval sources,
-        or, per algorithm, different versions of an imported module (``versions`` of each unit,
+        """Warnings for finished units computed by different code: different digests of
+        oodeval's code (``oodeval_source`` in ``versions``), or, per algorithm, different
+        versions of an imported module (``versions`` of each unit,
         `oodeval.study.worker.import_versions`)."""
         notes = []
         versions = list(self.units["versions"]) if "versions" in self.units else []

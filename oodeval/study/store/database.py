@@ -283,12 +283,12 @@ def fsync(path: Path) -> None:
         os.close(fd)
 
 
-def link_or_copy(source: Path, target: Path) -> None:
-    """Make `target` a hard link to `source`, or a copy where links are not possible."""
+def link_or_copy(original: Path, target: Path) -> None:
+    """Make `target` a hard link to `original`, or a copy where links are not possible."""
     try:
-        os.link(source, target)
+        os.link(original, target)
     except OSError:
-        shutil.copy2(source, target)
+        shutil.copy2(original, target)
 
 
 def unused_path(path: Path) -> Path:

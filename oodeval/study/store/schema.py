@@ -13,7 +13,9 @@ STORE_NAME = "results.sqlite"
 #: The schema this oodeval writes: 1 had no checksums, 2 no config history.
 SCHEMA_VERSION = "3"
 #: The fold of the model trained on every given environment (a leave-one-out model's fold is the
-#: environment it leaves out); ``fold`` in the ``results`` and ``checkpoints`` tables.
+#: environment it leaves out); ``fold`` in the ``results`` and ``checkpoints`` tables. The
+#: coarser *split* of the long-form results follows from it: fold ``all`` is split ``all``,
+#: any other fold split ``loo``.
 ALL_FOLD = "all"
 
 #: The tables of a store of this schema (``CREATE TABLE IF NOT EXISTS``: also adds missing ones).
