@@ -28,11 +28,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from oodeval.study.read_model import load_study
 from oodeval.study.store import (
+    SCHEMA_SQL,
     UNIT_COLUMNS,
     ResultStore,
     UnitRecord,
-    load_study,
+    unit_values,
     verify_store,
 )
 
@@ -68,16 +70,14 @@ def write_verified(directory: Path, units: list) -> float:
 
 def write_plain(path: Path, units: list) -> float:
     """The same rows, one transaction per unit, without counts or checksum."""
-    from oodeval.study.store import _SCHEMA, _unit_values
-
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.executescript(_SCHEMA)
+    conn.executescript(SCHEMA_SQL)
     start = time.perf_counter()
     for record, rows in units:
         conn.execute("BEGIN IMMEDIATE")
-        values = _unit_values(record, 1)
+        values = unit_values(record, 1)
         conn.execute(
             f"INSERT INTO units({', '.join(UNIT_COLUMNS)}) VALUES "
             f"({', '.join('?' * len(UNIT_COLUMNS))})",

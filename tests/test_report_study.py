@@ -13,8 +13,8 @@ from oodeval.report.build import build_report
 from oodeval.report.study_report import study_sections, table6_view
 from oodeval.study.analysis import analyze
 from oodeval.study.config import config_from_dict
+from oodeval.study.read_model import load_study
 from oodeval.study.runner import run_study
-from oodeval.study.store import load_study
 
 ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD"]
 

@@ -32,7 +32,8 @@ import pytest
 from typer.testing import CliRunner
 
 from oodeval.cli.main import app
-from oodeval.study.store import STORE_NAME, load_study
+from oodeval.study.read_model import load_study
+from oodeval.study.store import STORE_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -20,7 +20,8 @@ from oodeval.study.analysis import (
     unit_measures,
     write_analysis,
 )
-from oodeval.study.store import ResultStore, UnitRecord, load_study
+from oodeval.study.read_model import load_study
+from oodeval.study.store import ResultStore, UnitRecord
 from oodeval.tables import render_frame
 
 ALGOS = ["A", "B", "C", "ERM"]

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
 from oodeval.study.lock import LOCK_NAME, StudyLock, StudyLockedError, read_holder
-from oodeval.study.store import ResultStore, load_study
+from oodeval.study.read_model import load_study
+from oodeval.study.store import ResultStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,12 +88,12 @@ def test_two_writers_in_one_process_are_refused_too(tmp_path):
 def test_readers_do_not_wait_for_the_writer(tmp_path):
     with ResultStore(tmp_path, create=True) as writer:
         writer.bind_config({"name": "s", "algorithms": ["ERM"], "seeds": [0], "scenarios": [{}]})
-        writer._execute("BEGIN IMMEDIATE")  # the writer is in the middle of a transaction
+        writer.execute("BEGIN IMMEDIATE")  # the writer is in the middle of a transaction
         started = time.monotonic()
         study = load_study(tmp_path)
         status = CliRunner().invoke(app, ["study", "status", str(tmp_path)])
         waited = time.monotonic() - started
-        writer._execute("ROLLBACK")
+        writer.execute("ROLLBACK")
     assert study.counts()["done"] == 0
     assert status.exit_code == 0 and "0 done, 0 failed, 1 pending (of 1)" in status.output
     assert waited < 25  # SQLite's busy timeout (30 s) was never waited out

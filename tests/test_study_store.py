@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
 from oodeval.study.integrity import unit_checksum
+from oodeval.study.read_model import load_study
 from oodeval.study.store import (
     UNIT_COLUMNS,
     ResultStore,
@@ -27,7 +28,6 @@ from oodeval.study.store import (
     StoreDamagedError,
     StoreIntegrityWarning,
     UnitRecord,
-    load_study,
     unit_key,
     verify_store,
 )
@@ -118,8 +118,8 @@ def test_missing_or_foreign_store_is_a_clear_error(tmp_path):
 
 def test_wal_and_full_sync_are_on(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
-        assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert store.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 # -- integrity: counts and checksums --------------------------------------------------------

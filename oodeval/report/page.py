@@ -10,7 +10,6 @@ full text in a tooltip (``title``) and in the collapsed "Full names" list at the
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from oodeval import __version__
+from oodeval._time import utc_minute_stamp
 from oodeval.report.figures import Figure
 from oodeval.report.names import NAME_WIDTH, TEXT_WIDTH, shorten
 from oodeval.tables import Table
@@ -141,7 +141,7 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
         title=shorten(title, TEXT_WIDTH),
         heading=heading[0],
         subtitle=heading[1],
-        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        generated=utc_minute_stamp(),
         version=__version__,
         lead=[v for v in views if v["lead"]],
         sections=[v for v in views if not v["lead"]],

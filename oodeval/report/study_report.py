@@ -28,7 +28,8 @@ from oodeval.study.analysis import (
     verdict_view,
     verdict_warning,
 )
-from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, load_study
+from oodeval.study.read_model import Study, load_study
+from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning
 from oodeval.tables import Table, plus_minus
 
 MAX_CURVE_PANELS = 12

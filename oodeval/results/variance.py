@@ -219,10 +219,9 @@ def study_checkpoints(directory: str | Path) -> pd.DataFrame:
     accuracies of `oodeval.training.CheckpointRow`. Raises OodevalError when the study holds no
     checkpoint records (run before they were stored, or by a backend that does not record them).
     """
-    from oodeval.study.store import ResultStore
+    from oodeval.study.read_model import current_checkpoints
 
-    with ResultStore(directory) as store:
-        stored = store.checkpoints_frame(current_only=True)  # the current config's units
+    stored = current_checkpoints(directory)  # the current config's units
     if stored.empty:
         raise OodevalError(
             f"{directory} holds no per-checkpoint records (the study was run before they were "

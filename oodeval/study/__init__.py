@@ -8,8 +8,9 @@
 
 from oodeval.study.config import StudyConfig, config_from_dict, load_config, validate_config
 from oodeval.study.presets import preset, preset_names
+from oodeval.study.read_model import Study, load_study
 from oodeval.study.runner import RunSummary, StudyInterrupted, run_study
-from oodeval.study.store import ResultStore, Study, load_study, unit_key
+from oodeval.study.store import ResultStore, unit_key
 
 __all__ = [
     "ResultStore",

@@ -40,8 +40,8 @@ import pandas as pd
 from oodeval.errors import OodevalError, listing
 from oodeval.study.config import StudyConfig, import_backend, validate_config
 from oodeval.study.executors import config_device, gpu_count, local_devices
+from oodeval.study.read_model import load_study
 from oodeval.study.runner import prepare_config, run_study
-from oodeval.study.store import load_study
 from oodeval.tables import text_table
 
 #: Algorithms sampled by default when the study has them (cheap, typical and expensive ones).

@@ -25,9 +25,9 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
+from oodeval._time import utc_timestamp
 from oodeval.errors import OodevalError
 
 try:
@@ -128,7 +128,7 @@ class StudyLock:
         record = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started": utc_timestamp(),
             "command": " ".join(sys.argv),
         }
         os.ftruncate(fd, 0)

@@ -40,6 +40,7 @@ from oodeval.study.config import (
     stored_meaning,
 )
 from oodeval.study.integrity import named, printable, unit_checksum
+from oodeval.study.read_model import current_contents
 from oodeval.study.runner import StudyInterrupted, progress_bar
 from oodeval.study.store import (
     STORE_NAME,
@@ -71,9 +72,9 @@ class MergeSummary:
     def line(self) -> str:
         """The one-line summary `oodeval study merge` prints."""
         total = sum(self.copied.values())
-        sources = ", ".join(f"{n} from {name}" for name, n in self.copied.items())
+        inputs = ", ".join(f"{n} from {name}" for name, n in self.copied.items())
         return (
-            f"{total} units copied ({sources}); {self.duplicates} identical duplicate(s) kept "
+            f"{total} units copied ({inputs}); {self.duplicates} identical duplicate(s) kept "
             f"once; {self.already} already in {self.directory}"
             + (
                 f"; {self.replaced_failed} failed unit(s) replaced by done ones"
@@ -324,7 +325,7 @@ def _plan(read: Sequence[_Input], target: _Input | None) -> _Plan:
     candidates: dict[Any, list[tuple[str, StoredUnit]]] = {}
     left_out = {}
     for item in read:
-        current, outside = item.contents.in_config()
+        current, outside = current_contents(item.contents)
         left_out[item.label] = len(outside)
         for unit in current.usable:
             candidates.setdefault(unit.key, []).append((item.label, unit))

@@ -24,10 +24,10 @@ import traceback
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from oodeval._time import utc_timestamp as now
 from oodeval._torch import TF32_MODES
 from oodeval.pool import set_threads
 from oodeval.study.config import (
@@ -73,11 +73,6 @@ class WorkerSettings:
 
     threads: int = 1
     device: str | None = None
-
-
-def now() -> str:
-    """The current UTC time, ISO 8601 to the second (the store's time stamps)."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -272,7 +267,7 @@ def import_versions(config: StudyConfig) -> dict[str, str]:
     imported it: a ``.py`` file (name: its stem), or a module's file (a package: its folder).
 
     Stored in every unit's ``versions``, so units of one algorithm computed with different code
-    of a user's module are flagged by the analyses (`oodeval.study.store.Study.code_notes`).
+    of a user's module are flagged by the analyses (`oodeval.study.read_model.Study.code_notes`).
     """
     out = {}
     for entry in config.imports:

@@ -18,7 +18,7 @@ from oodeval.study.analysis.paper import (
     VERDICT_RESAMPLES,
     analyze,
 )
-from oodeval.study.store import Study, load_study
+from oodeval.study.read_model import Study, load_study
 from oodeval.tables import plus_minus, render_frame
 
 __all__ = [

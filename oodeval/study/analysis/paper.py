@@ -40,7 +40,8 @@ import pandas as pd
 from oodeval.errors import OodevalError
 from oodeval.measures import meta
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
-from oodeval.study.store import ALL_FOLD, Study, load_study
+from oodeval.study.read_model import Study, load_study
+from oodeval.study.store import ALL_FOLD
 
 #: The measures Table 1 compares, the ablation of Table 5, and the selections of Table 6.
 CORRELATION_MEASURES = ("worst_plus_gap", "average")

@@ -1,0 +1,116 @@
+"""The SQLite results store of a study: one file, one writer, crash-safe, verified on every read.
+
+Layout (``DIR/results.sqlite``, schema version 3):
+
+- ``study(key, value)``: the *current* study config as canonical JSON (``key = 'config'``), its
+  SHA-256 (``config_sha256``) and the schema version; ``migrated`` / ``rebuilt`` record upgrades
+  and repairs.
+- ``configs``: the history of the configs the study was run (or merged) with, one row each:
+  ``seq`` (1, 2, ...), the config JSON, the built scenario name of each of its scenario specs
+  (``scenario_names``, {`oodeval.study.config.scenario_key`: name}), when and by which oodeval
+  it was recorded, its ``origin`` (``run``, ``merge of ...``, ``migrated from schema N``) and a
+  SHA-256 of the row. The last row is the current config (the ``study`` table's copy). A config
+  may only grow the study (`oodeval.study.config.config_changes`): new algorithms, seeds,
+  scenarios and imports run, stored units are kept; a change that makes stored units
+  incomparable is refused. Readers (`oodeval.study.read_model.load_study`) use the units of the
+  current config only; units of removed values stay in the store and come back when the values
+  are added again.
+- ``units``: one row per finished unit (scenario, algorithm, seed) with its hyperparameters,
+  steps, model, ``status`` (``done`` or ``failed``), failure reason, timings, library versions,
+  start/finish times (UTC, ISO 8601), and its integrity record: ``n_results``,
+  ``n_checkpoints`` and ``checksum`` (`oodeval.study.integrity.unit_checksum` of the units row
+  and all its rows).
+- ``results``: one row per (unit, fold, environment) with the error rate and the sample count.
+  ``fold`` is the held-out given environment of a leave-one-out model, or ``all`` for the model
+  trained on every given environment (evaluated on every environment of E_all).
+- ``checkpoints``: one row per (unit, fold, step): every checkpoint of each leave-one-out model
+  with its training-domain validation accuracy, its accuracy on the held-out environment's "in"
+  part (``test_acc``) and "out" part (``oracle_val_acc``), as fractions (see
+  `oodeval.training.CheckpointRow`). Empty for backends that do not record checkpoints.
+- ``quarantine``: units (and stray rows) a writer moved aside because they failed verification,
+  with the reason, the time, and everything that could be read of them as JSON.
+
+A unit's rows, its checkpoints, its status and its checksum are written in ONE transaction (WAL
+journal, ``synchronous=FULL``), so a process killed at any moment leaves either the whole unit or
+none of it, and primary keys make a second copy of a row impossible. One process writes: a writer
+(``ResultStore(DIR, create=True)``) holds the folder's lock (`oodeval.study.lock`) while open.
+Readers open the file read-only and never wait for the writer.
+
+Every reader runs SQLite's quick check on open, the writer its full integrity check (which also
+compares every index with its table); every read counts and hashes each unit's rows again. A
+reader refuses to hand out numbers from a store with damaged units
+(`oodeval.study.read_model.load_study`), unless told to leave them out; a writer moves damaged
+units aside (`ResultStore.move_damaged_aside`) so they run again, and rebuilds a store that
+fails SQLite's check from the units that verify, keeping the damaged file beside it. An empty or
+unreadable file is refused, never started over.
+
+Stores of schema 1 (no checksums) are read as *unverified* (every output says so); the first
+writer to open one checks it with SQLite's full integrity check and then adds the checksums.
+Stores of schema 1 and 2 (no ``configs`` table) are read as a history of their one config; the
+first writer adds the table with that config as its first row.
+
+Modules, one responsibility each:
+
+- `schema`: the file name, schema version, tables and columns.
+- `records`: the record types (`UnitRecord`, `StoredUnit`, `ConfigRecord`, `StoreContents`)
+  and the errors.
+- `database`: the SQLite file (`StoreFile`): opening, checks, transactions, error messages.
+- `history`: the config history and the rule that a config may only grow the study.
+- `units`: the verified read of every unit, and writing one atomically.
+- `migrations`: bringing a schema 1 or 2 store up to date.
+- `repair`: quarantine and rebuilding a damaged file (`SetAside`).
+- `result_store`: `ResultStore`, the class callers open.
+- `verify`: `verify_store`, what ``oodeval study verify`` reports.
+
+The read model of a study (`Study`, `load_study`: the units of its current config, as frames)
+is `oodeval.study.read_model`.
+"""
+
+from oodeval.study.store.records import (
+    ConfigRecord,
+    StoreContents,
+    StoreDamagedError,
+    StoredUnit,
+    StoreIntegrityWarning,
+    UnitRecord,
+    unit_key,
+    unit_values,
+)
+from oodeval.study.store.repair import SetAside
+from oodeval.study.store.result_store import ResultStore
+from oodeval.study.store.schema import (
+    ALL_FOLD,
+    CHECKPOINT_COLUMNS,
+    CONFIG_COLUMNS,
+    INTEGRITY_COLUMNS,
+    RESULT_COLUMNS,
+    SCHEMA_SQL,
+    SCHEMA_VERSION,
+    STORE_NAME,
+    UNIT_COLUMNS,
+)
+from oodeval.study.store.verify import StoreVerification, verify_store
+
+__all__ = [
+    "ALL_FOLD",
+    "CHECKPOINT_COLUMNS",
+    "CONFIG_COLUMNS",
+    "INTEGRITY_COLUMNS",
+    "RESULT_COLUMNS",
+    "SCHEMA_SQL",
+    "SCHEMA_VERSION",
+    "STORE_NAME",
+    "UNIT_COLUMNS",
+    "ConfigRecord",
+    "ResultStore",
+    "SetAside",
+    "StoreContents",
+    "StoreDamagedError",
+    "StoreIntegrityWarning",
+    "StoreVerification",
+    "StoredUnit",
+    "UnitRecord",
+    "unit_key",
+    "unit_values",
+    "verify_store",
+]

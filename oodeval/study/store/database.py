@@ -1,0 +1,300 @@
+"""The SQLite file under a study store: opening it, its checks, statements, transactions, and
+SQLite's errors turned into one clear line.
+
+`StoreFile` is the connection every other module of `oodeval.study.store` works through, by its
+public methods only (`StoreFile.execute`, `StoreFile.transaction`, `StoreFile.guard`, ...);
+`oodeval.study.store.result_store.ResultStore` is a `StoreFile` with the study's operations on
+top. `create_store` makes a new, empty store; the file-system helpers here (`fsync`,
+`link_or_copy`, `unused_path`) are what a rebuild needs to swap files safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from oodeval.errors import OodevalError
+from oodeval.study.store.records import StoreDamagedError
+from oodeval.study.store.schema import (
+    INTEGRITY_COLUMNS,
+    RESTORE_HINT,
+    SCHEMA_SQL,
+    SCHEMA_VERSION,
+    STORE_NAME,
+    UNIT_COLUMNS,
+)
+
+
+class StoreFile:
+    """An open ``DIR/results.sqlite``: read-only (``writer=False``) or read-write.
+
+    Parameters
+    ----------
+    directory : the study folder.
+    writer : open read-write (WAL journal, ``synchronous=FULL``, foreign keys on); the caller
+        holds the folder's lock. Otherwise read-only.
+    full_check : run SQLite's full ``integrity_check`` instead of its ``quick_check`` on open
+        (a writer always does).
+
+    The file is opened by `open`; ``sqlite_check`` then holds SQLite's messages (empty when it
+    says ok), ``tables`` the names in its schema.
+    """
+
+    def __init__(self, directory: str | Path, *, writer: bool, full_check: bool) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / STORE_NAME
+        self.writer = writer
+        self.sqlite_check: list[str] = []
+        self.check_kind = "integrity check" if full_check or writer else "quick check"
+        self.tables: set[str] = set()
+        self._columns: list[str] = []
+        self._conn: sqlite3.Connection | None = None
+
+    def open(self) -> None:
+        """Connect, check the file is a study store, and run SQLite's check on it."""
+        if self.path.stat().st_size == 0:
+            raise StoreDamagedError(
+                f"{self.path} is empty (0 bytes): it holds no study and is never started over "
+                f"silently; restore it from a backup, or delete it to run the study again in "
+                f"{self.directory}"
+            )
+        mode = "rw" if self.writer else "ro"
+        try:
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode={mode}",
+                uri=True,
+                isolation_level=None,
+                timeout=30.0,
+            )
+        except sqlite3.Error as exc:
+            raise _unopenable(self.path, exc) from None
+        conn.text_factory = decode_text
+        self._conn = conn
+        try:
+            if self.writer:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute("PRAGMA foreign_keys=ON")
+            self.refresh_layout()
+        except sqlite3.DatabaseError as exc:
+            raise _unopenable(self.path, exc) from None
+        missing = {"study", "units", "results"} - self.tables
+        if missing:
+            raise StoreDamagedError(
+                f"{self.path} is not an oodeval study store (tables missing: "
+                f"{', '.join(sorted(missing))}); {RESTORE_HINT}"
+            )
+        pragma = "integrity_check" if self.check_kind == "integrity check" else "quick_check"
+        self.sqlite_check = sqlite_check(conn, pragma)
+
+    def refresh_layout(self) -> None:
+        """Read the names in the file's schema (``tables``) and the ``units`` columns again."""
+        self.tables = {r[0] for r in self.execute("SELECT name FROM sqlite_master")}
+        self._columns = [r[1] for r in self.execute("PRAGMA table_info(units)")]
+
+    @property
+    def has_checksums(self) -> bool:
+        """False for a schema 1 store (written before units carried checksums)."""
+        return "checksum" in self._columns
+
+    def unit_columns(self) -> tuple[str, ...]:
+        """The columns of the ``units`` table, in order (no integrity record in schema 1)."""
+        return UNIT_COLUMNS + (INTEGRITY_COLUMNS if self.has_checksums else ())
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run one statement (inside `transaction` when it writes)."""
+        if self._conn is None:
+            raise OodevalError(f"{self.path} is closed")
+        return self._conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for each of `rows`."""
+        if self._conn is None:
+            raise OodevalError(f"{self.path} is closed")
+        self._conn.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def strict_text(self) -> Iterator[None]:
+        """Decode text strictly (fast) inside the block: text that is not UTF-8 raises."""
+        assert self._conn is not None
+        self._conn.text_factory = str
+        try:
+            yield
+        finally:
+            self._conn.text_factory = decode_text
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """``BEGIN IMMEDIATE ... COMMIT``, rolled back on any exception."""
+        return _transaction(self._conn)
+
+    @contextlib.contextmanager
+    def guard(self, doing: str) -> Iterator[None]:
+        """Turn a SQLite exception into one clear OodevalError line."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path, doing) from None
+
+    def study_rows(self) -> dict[str, Any]:
+        """{key: value} of the ``study`` table (config, its checksum, schema, repairs)."""
+        try:
+            return dict(self.execute("SELECT key, value FROM study").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise StoreDamagedError(
+                f"{self.path}: the study table cannot be read ({exc}); {RESTORE_HINT}"
+            ) from None
+
+    def set_study(self, key: str, value: str) -> None:
+        """Write one row of the ``study`` table (inside the caller's transaction)."""
+        self.execute("INSERT OR REPLACE INTO study(key, value) VALUES (?, ?)", (key, value))
+
+    def require_writer(self) -> None:
+        """Refuse (OodevalError) when the file is open read-only."""
+        if not self.writer:
+            raise OodevalError(f"{self.path} is open read-only; open it with create=True to write")
+
+    def require_writable(self) -> None:
+        """Refuse unless open as the writer on a file that passes SQLite's check."""
+        self.require_writer()
+        if self.sqlite_check:
+            raise StoreDamagedError(
+                f"{self.path} fails SQLite's integrity check; call move_damaged_aside() (as "
+                "`oodeval study run` does) before writing to it"
+            )
+
+    def disconnect(self) -> None:
+        """Close the connection (`open` connects again)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection | None) -> Iterator[None]:
+    assert conn is not None
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def or_default(read: Callable[[], Any], default: Any) -> Any:
+    """What `read` returns, or `default` when the store cannot answer (damaged or closed)."""
+    try:
+        return read()
+    except (sqlite3.DatabaseError, OodevalError):
+        return default
+
+
+def key_match(key: Any) -> tuple[str, Any]:
+    """The SQL condition and parameter finding rows stored under `key` exactly as it was read
+    (text that is not UTF-8 was decoded with surrogates; it is matched byte for byte).
+
+    >>> key_match("a|ERM|seed=0")
+    ('unit_key = ?', 'a|ERM|seed=0')
+    >>> key_match(b"\\xff".decode("utf-8", "surrogateescape"))
+    ('unit_key = CAST(? AS TEXT)', b'\\xff')
+    """
+    if isinstance(key, str):
+        raw = key.encode("utf-8", "surrogateescape")
+        if raw.decode("utf-8", "replace") != key:
+            return "unit_key = CAST(? AS TEXT)", raw
+    return "unit_key = ?", key
+
+
+def decode_text(data: bytes) -> str:
+    """Text of the file as read: undecodable bytes are kept as surrogates.
+
+    Damaged text must stay data: the checksum (not a decoding error) tells the unit is damaged.
+    """
+    return data.decode("utf-8", "surrogateescape")
+
+
+def create_store(path: Path) -> None:
+    """Create an empty store with its tables under a temporary name and move it into place, so
+    `path` never exists without its schema (a 0-byte store is always damage)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.executescript(SCHEMA_SQL)
+        conn.execute("INSERT INTO study(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+    finally:
+        conn.close()
+    fsync(tmp)
+    os.replace(tmp, path)
+    fsync(path.parent)
+
+
+def sqlite_check(conn: sqlite3.Connection, pragma: str) -> list[str]:
+    """SQLite's ``quick_check`` / ``integrity_check`` messages; empty when it says ok."""
+    try:
+        rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
+    if rows == ["ok"]:
+        return []
+    # one row may hold several messages, one a line; '*** in database main ***' is a heading
+    lines = [line.strip() for row in rows for line in row.splitlines()]
+    return [line for line in lines if line and not line.startswith("***")]
+
+
+def _translate(exc: sqlite3.Error, path: Path, doing: str) -> OodevalError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+        return OodevalError(
+            f"{path} stayed locked by another program for 30 s while {doing} ({text}); close "
+            "other programs that have it open (an sqlite3 shell, a viewer) and run again"
+        )
+    if "full" in text or "I/O" in text or "readonly" in text:
+        return OodevalError(
+            f"cannot write {path} while {doing} ({text}); free disk space or fix the folder's "
+            "permissions, then run again (finished units are kept)"
+        )
+    return StoreDamagedError(
+        f"{path} failed while {doing} ({text}); run `oodeval study verify "
+        f"{path.parent}` to see the damage"
+    )
+
+
+def _unopenable(path: Path, exc: sqlite3.Error) -> OodevalError:
+    if "unable to open" in str(exc):  # permissions, not damage
+        return OodevalError(
+            f"cannot open {path} ({exc}); the folder must be readable, and writable for SQLite's "
+            f"{STORE_NAME}-shm file beside it: fix its permissions or copy the study elsewhere"
+        )
+    return StoreDamagedError(f"{path} is not a readable study store ({exc}); {RESTORE_HINT}")
+
+
+def fsync(path: Path) -> None:
+    """Flush a file (or a folder's entries) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def link_or_copy(original: Path, target: Path) -> None:
+    """Make `target` a hard link to `original`, or a copy where links are not possible."""
+    try:
+        os.link(original, target)
+    except OSError:
+        shutil.copy2(original, target)
+
+
+def unused_path(path: Path) -> Path:
+    """`path`, or ``path-2``, ``path-3``, ... the first that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
