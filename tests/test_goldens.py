@@ -35,4 +35,3 @@ def test_output_is_byte_identical(produced: dict[str, bytes], name: str) -> None
         requires_path(DOMAINBED_SWEEP, "the DomainBed VLCS sweep fixture")
     expected = (GOLDENS / name).read_bytes()
     assert produced[name] == expected, f"{name} changed; see tests/goldens/make_goldens.py"
-
