@@ -44,8 +44,6 @@ from oodeval.environments.spurious import (
 )
 from oodeval.errors import OodevalError
 
-RATIOS = ("3:1", "4:1", "5:1")
-SCALES = (1, 2, 3, 4)
 CMNIST_GIVEN = (0.1, 0.2, 0.9)
 
 
