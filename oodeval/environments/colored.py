@@ -20,12 +20,11 @@ import numpy as np
 
 from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.environments.spurious import (
-    E_ALL,
     SpuriousScenario,
-    binary_preliminary,
     flipped_by_e,
     parse_ratio,
     ratio_or_given_identity,
+    spurious_scenario,
     to_rgb,
 )
 
@@ -74,22 +73,17 @@ def build_colored(
     """
     src = as_image_source(source)
     name, values, params = ratio_or_given_identity("colored", ratio, given, colored_given_values)
-    params["source"] = src.name
-    base = to_rgb(src.images)
-    return SpuriousScenario(
+    return spurious_scenario(
+        src,
         name=name,
-        base=base,
-        preliminary=binary_preliminary(src.labels, src.num_classes),
-        num_classes=2,
+        params=params,
+        base=to_rgb(src.images),
         given_values=values,
-        all_values=E_ALL,
         render=tinted,
         spurious=flipped_by_e,
-        input_shape=(3, base.shape[2], base.shape[3]),
+        channels=3,
         seed=seed,
         eval_fraction=eval_fraction,
         n_per_given=n_per_given,
         n_eval=n_eval,
-        params=params,
-        source_name=src.name,
     )

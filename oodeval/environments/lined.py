@@ -21,11 +21,11 @@ import numpy as np
 
 from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.environments.spurious import (
-    E_ALL,
     SpuriousScenario,
     parse_ratio,
     ratio_or_given_identity,
     replaced_labels,
+    spurious_scenario,
     to_rgb,
 )
 from oodeval.errors import OodevalError
@@ -118,22 +118,19 @@ def build_lined(
     if k < 2:
         raise OodevalError(f"the lined family needs at least 2 classes, source has {k}")
     name, values, params = ratio_or_given_identity("lined", ratio, given, lined_given_values)
-    params["source"] = src.name
     base = to_rgb(src.images)
-    return SpuriousScenario(
+    return spurious_scenario(
+        src,
         name=name,
+        params=params,
         base=base,
-        preliminary=src.labels,
-        num_classes=k,
         given_values=values,
-        all_values=E_ALL,
         render=LineDrawer(k, base.shape[2]),
         spurious=KeptWithProbabilityE(k),
-        input_shape=(3, base.shape[2], base.shape[3]),
+        channels=3,
+        binary=False,
         seed=seed,
         eval_fraction=eval_fraction,
         n_per_given=n_per_given,
         n_eval=n_eval,
-        params=params,
-        source_name=src.name,
     )

@@ -35,11 +35,10 @@ import numpy as np
 
 from oodeval.environments.sources import ImageSource, as_image_source
 from oodeval.environments.spurious import (
-    E_ALL,
     SpuriousScenario,
-    binary_preliminary,
     flipped_by_e,
     parse_ratio,
+    spurious_scenario,
     to_gray,
 )
 from oodeval.errors import OodevalError
@@ -183,23 +182,20 @@ def build_srcmnist(
     side = int(base.shape[-1])
     if side != default_size(src.images.shape[-1]):
         name += f"/size={side}"
-    params.update(size=side, source=src.name)
-    return SpuriousScenario(
+    params["size"] = side
+    return spurious_scenario(
+        src,
         name=name,
+        params=params,
         base=base,
-        preliminary=binary_preliminary(src.labels, src.num_classes),
-        num_classes=2,
         given_values=values,
-        all_values=E_ALL,
         render=color_digits,
         spurious=flipped_by_e,
-        input_shape=(2, base.shape[1], base.shape[2]),
+        channels=2,
         seed=seed,
         eval_fraction=eval_fraction,
         n_per_given=n_per_given,
         n_eval=n_eval,
-        params=params,
-        source_name=src.name,
     )
 
 
