@@ -35,7 +35,8 @@ import numpy as np
 
 from oodeval._extras import require_extra
 from oodeval.environments.base import Environment, Scenario
-from oodeval.environments.sources import ImageSource, as_image_source
+from oodeval.environments.source_kinds import ImageSource
+from oodeval.environments.sources import as_image_source
 from oodeval.errors import OodevalError
 
 CORRUPTIONS = (
@@ -430,7 +431,7 @@ def build_corrupted(
     """PACS/VLCS-corrupted style environments over a multi-domain source (see module docstring).
 
     >>> import numpy as np
-    >>> from oodeval.environments.sources import ImageSource
+    >>> from oodeval.environments import ImageSource
     >>> imgs = np.zeros((8, 3, 32, 32), np.float32)
     >>> doms = np.repeat([0, 1], 4)
     >>> src = ImageSource("toy", imgs, np.zeros(8, np.int64), ("a",), doms, ("A", "B"))

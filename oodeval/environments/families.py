@@ -10,7 +10,7 @@ from oodeval.environments.base import Scenario
 from oodeval.environments.colored import build_colored
 from oodeval.environments.corrupted import build_corrupted
 from oodeval.environments.lined import build_lined
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.srcmnist import build_cmnist, build_srcmnist
 from oodeval.errors import OodevalError
 

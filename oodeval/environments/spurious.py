@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.source_kinds import ImageSource
 from oodeval.errors import OodevalError, listing, repeats
 
 LABEL_NOISE = 0.25

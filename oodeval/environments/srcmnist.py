@@ -33,7 +33,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource, as_image_source
+from oodeval.environments.source_kinds import ImageSource
+from oodeval.environments.sources import as_image_source
 from oodeval.environments.spurious import (
     SpuriousScenario,
     flipped_by_e,
