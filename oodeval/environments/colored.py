@@ -68,6 +68,23 @@ def build_colored(
 ) -> SpuriousScenario:
     """Colored environments over any source (binary labels: lower half of classes -> 0).
 
+    Parameters
+    ----------
+    source : spec or ImageSource
+        The images to tint; labels below num_classes // 2 map to class 0.
+    seed : int
+        Seed of the pool split, the label noise and the tints.
+    ratio : str
+        N_major:N_minor, e.g. "4:1" (the paper's), "3:2" or "5:0" (`colored_given_values`).
+    given : sequence of float, optional
+        Explicit E_given, overriding the ratio.
+    eval_fraction : float
+        Share of the source held out for the evaluation environments E_all (default 0.2).
+    n_per_given : int, optional
+        Images per given environment (default: the given pool split evenly).
+    n_eval : int, optional
+        Images per evaluation environment (default: the whole held-out pool).
+
     >>> sc = build_colored(source="digits")
     >>> sc.given_names, sc.input_shape
     (['e=0.05', 'e=0.10', 'e=0.15', 'e=0.20', 'e=0.50'], (3, 8, 8))

@@ -110,6 +110,23 @@ def build_lined(
 ) -> SpuriousScenario:
     """Lined environments over any source with K >= 2 classes (the source labels are the task).
 
+    Parameters
+    ----------
+    source : spec or ImageSource
+        The images to draw a line on; its K classes are the task.
+    seed : int
+        Seed of the pool split, the label noise and the line colors.
+    ratio : str
+        N_major:N_minor, e.g. "4:1" (the paper's), "3:2" or "5:0" (`lined_given_values`).
+    given : sequence of float, optional
+        Explicit E_given, overriding the ratio.
+    eval_fraction : float
+        Share of the source held out for the evaluation environments E_all (default 0.2).
+    n_per_given : int, optional
+        Images per given environment (default: the given pool split evenly).
+    n_eval : int, optional
+        Images per evaluation environment (default: the whole held-out pool).
+
     >>> sc = build_lined(source="digits")
     >>> sc.num_classes, sc.given_names
     (10, ['e=0.50', 'e=0.80', 'e=0.85', 'e=0.90', 'e=0.95'])
