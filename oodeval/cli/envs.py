@@ -34,9 +34,7 @@ from oodeval.environments.sources import source_forms
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, to_json
 
-SOURCE_OPT = typer.Option(
-    "auto", "--source", help=f"Images: {source_forms(summaries=True)}.", show_default=True
-)
+SOURCE_OPT = typer.Option("auto", "--source", help=f"Images: {source_forms(summaries=True)}.")
 SEED_OPT = typer.Option(0, "--seed", help="Seed for splits, label noise and spurious features.")
 FAMILY_ARG = typer.Argument(..., help="Family (see `oodeval envs list`).")
 #: Types a family parameter may take on the command line (a sequence of them: a repeated option).
@@ -44,20 +42,22 @@ CLI_SCALARS = (bool, int, float, str)
 
 
 def cli_type(hint: Any) -> Any:
-    """The command-line type of a family parameter's type hint: the first of its union members
-    that is a `CLI_SCALARS` type (``Path`` read as ``str``) or a sequence of one (``list[X]``, a
-    repeated option); None when there is none (the parameter is left to Python and configs).
+    """The command-line type of a family parameter's type hint: ``Path`` when it allows one,
+    else the first of its union members that is a `CLI_SCALARS` type or a sequence of one
+    (``list[X]``, a repeated option); None when there is none (the parameter is left to Python
+    and configs).
 
     >>> from collections.abc import Sequence
     >>> cli_type(int | None), cli_type(str | Path | None), cli_type(Sequence[float] | None)
-    (<class 'int'>, <class 'str'>, list[float])
+    (<class 'int'>, <class 'pathlib.Path'>, list[float])
     """
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    for member in typing.get_args(hint) if union else (hint,):
+    members = typing.get_args(hint) if union else (hint,)
+    if Path in members:
+        return Path
+    for member in members:
         if member in CLI_SCALARS:
             return member
-        if member is Path:
-            return str
         items = typing.get_args(member)
         origin = typing.get_origin(member)
         if origin in (list, tuple, Sequence) and items and items[0] in CLI_SCALARS:
@@ -95,6 +95,8 @@ def _family_option(name: str, kind: Any, doc: str, families: list[str]) -> inspe
     decls, metavar, text = [flag], None, doc.replace("`", "")
     if kind is bool:
         decls = [f"{flag}/--no-{flag[2:]}"]
+    elif kind is Path:
+        metavar = "DIR" if name.endswith("_dir") else "FILE"
     elif typing.get_origin(kind) is list:
         metavar = f"<{typing.get_args(kind)[0].__name__}>"
         text += " Repeat the option for several values."
