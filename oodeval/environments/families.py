@@ -1,4 +1,10 @@
-"""The registry of environment families and `build_scenario`, the one way to build a scenario."""
+"""The registry of environment families and `build_scenario`, the one way to build a scenario.
+
+A new family is one module with a builder (keyword-only parameters ``source``, ``seed`` and its
+own, each with a default and a numpy ``Parameters`` entry) and one `Family` entry in `FAMILIES`
+below: `build_scenario`, study configs, ``oodeval envs`` (one option per parameter) and
+``oodeval shift`` SPECs take it from there.
+"""
 
 from __future__ import annotations
 
