@@ -150,9 +150,7 @@ def test_download_offline_gives_clear_error_and_leaves_no_partial_file(tmp_path,
 
 
 def test_download_rejects_wrong_checksum(tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        urllib.request, "urlopen", lambda url, timeout: _FakeResponse(b"evil")
-    )
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: _FakeResponse(b"evil"))
     monkeypatch.setattr(mnist_module.time, "sleep", lambda s: None)
     with pytest.raises(OodevalError, match="checksum mismatch"):
         download_mnist(tmp_path, splits=("t10k",), retries=1, mirrors=("http://m.invalid/",))
