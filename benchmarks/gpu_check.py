@@ -101,20 +101,21 @@ SCALE_OF_N = {4: 1, 12: 3}  # N given environments -> the SR-CMNIST Ratio 3:1 Sc
 
 
 def paper_grid() -> dict:
-    """The ``paper`` preset's grid constants, read from oodeval/study/presets.py's source (its
-    module imports the study machinery, which needs pandas; its constants are literals)."""
+    """The ``paper`` preset's grid constants: the algorithms, Ratios and Scales from
+    `oodeval.paper_grid` (which imports nothing), the rest read from oodeval/study/presets.py's
+    source (its module imports the study machinery, which needs pandas; its constants are
+    literals)."""
+    from oodeval.paper_grid import PAPER_ALGORITHMS, RATIOS, SCALES
+
     tree = ast.parse((REPO / "oodeval" / "study" / "presets.py").read_text(encoding="utf-8"))
     wanted = {
-        "PAPER_ALGORITHMS",
-        "RATIOS",
-        "SCALES",
         "SEEDS",
         "PAPER_STEPS",
         "PAPER_EVAL_EVERY",
         "PAPER_BATCH_SIZE",
         "PAPER_SIZE",
     }
-    out = {}
+    out: dict = {"PAPER_ALGORITHMS": PAPER_ALGORITHMS, "RATIOS": RATIOS, "SCALES": SCALES}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             name = getattr(node.targets[0], "id", None)

@@ -174,4 +174,4 @@ def test_the_digits_source_names_the_train_extra(monkeypatch):
 
     hide(monkeypatch, "sklearn")
     with pytest.raises(OodevalError, match=r"^the digits source needs the 'train' extra \(sklearn"):
-        sources._digits_file()
+        sources.source_identity("digits")

@@ -8,6 +8,7 @@ import io
 import os
 import pickle
 import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +129,7 @@ def test_download_retries_then_verifies_checksum(tmp_path, monkeypatch):
     sums = dict(mnist_module.KNOWN_SHA256)
     sums["t10k-labels-idx1-ubyte.gz"] = hashlib.sha256(payload).hexdigest()
     monkeypatch.setattr(mnist_module, "KNOWN_SHA256", sums)
-    monkeypatch.setattr(mnist_module.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     monkeypatch.setattr(mnist_module.time, "sleep", lambda s: None)
     monkeypatch.setattr(mnist_module, "FILES", {"t10k": ("t10k-labels-idx1-ubyte",)})
     download_mnist(tmp_path, splits=("t10k",), mirrors=("http://mirror.invalid/",))
@@ -141,7 +142,7 @@ def test_download_offline_gives_clear_error_and_leaves_no_partial_file(tmp_path,
     def offline(url, timeout):
         raise urllib.error.URLError("Name or service not known")
 
-    monkeypatch.setattr(mnist_module.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
     monkeypatch.setattr(mnist_module.time, "sleep", lambda s: None)
     with pytest.raises(OodevalError, match="could not download .*check the network"):
         download_mnist(tmp_path, splits=("t10k",), retries=2)
@@ -149,9 +150,7 @@ def test_download_offline_gives_clear_error_and_leaves_no_partial_file(tmp_path,
 
 
 def test_download_rejects_wrong_checksum(tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        mnist_module.urllib.request, "urlopen", lambda url, timeout: _FakeResponse(b"evil")
-    )
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: _FakeResponse(b"evil"))
     monkeypatch.setattr(mnist_module.time, "sleep", lambda s: None)
     with pytest.raises(OodevalError, match="checksum mismatch"):
         download_mnist(tmp_path, splits=("t10k",), retries=1, mirrors=("http://m.invalid/",))

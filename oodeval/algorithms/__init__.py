@@ -34,12 +34,7 @@ from oodeval.algorithms.registry import (
     resolve_hparams,
     sample_hparams,
 )
-
-#: The 14 algorithms of the worst+gap paper (Section 5), in DomainBed's order.
-PAPER_ALGORITHMS = (
-    "ERM", "IRM", "GroupDRO", "Mixup", "MLDG", "CORAL", "MMD",
-    "DANN", "CDANN", "MTL", "SagNet", "ARM", "VREx", "RSC",
-)  # fmt: skip
+from oodeval.paper_grid import PAPER_ALGORITHMS
 
 __all__ = [
     "PAPER_ALGORITHMS",

@@ -1,8 +1,21 @@
-"""`oodeval envs`: list the environment families, describe a scenario, preview its images."""
+"""`oodeval envs`: list the environment families, describe a scenario, preview its images.
+
+The options of ``show`` and ``preview`` after ``--seed`` are the families' parameters: one option
+per parameter of any family in `oodeval.environments.FAMILIES` (`family_options`), typed and
+described from its builder (`Family.parameter_hints`, `Family.parameter_docs`), so a new family's
+parameters need no edit here. `envs_app` builds the command group from the families registered
+when it is called.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import typer
@@ -15,55 +28,117 @@ from oodeval.cli._common import (
     echo_output,
     reports_errors,
 )
+from oodeval.environments import FAMILIES, build_scenario
+from oodeval.environments.base import Scenario
+from oodeval.environments.sources import source_forms
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, to_json
 
-app = typer.Typer(help="Many-environment datasets: SR-CMNIST, CMNIST, colored, lined, corrupted.")
-
-FAMILY_ARG = typer.Argument(..., help="Family: sr-cmnist, cmnist, colored, lined or corrupted.")
-SOURCE_OPT = typer.Option(
-    "auto",
-    "--source",
-    help="Images: auto (real MNIST: $OODEVAL_MNIST, ../shared/data/mnist or the bundled test set), "
-    "digits (scikit-learn's 8x8), mnist:DIR, folder:DIR, classfolder:DIR, cifar10:DIR.",
-)
+SOURCE_OPT = typer.Option("auto", "--source", help=f"Images: {source_forms(summaries=True)}.")
 SEED_OPT = typer.Option(0, "--seed", help="Seed for splits, label noise and spurious features.")
-RATIO_OPT = typer.Option(
-    None, "--ratio", help="N_major:N_minor, e.g. 4:1 (sr-cmnist, colored, lined)."
-)
-SCALE_OPT = typer.Option(None, "--scale", help="Scale >= 1 (sr-cmnist).")
-SIZE_OPT = typer.Option(
-    None,
-    "--size",
-    help="Image side for sr-cmnist/cmnist: 14 (default on MNIST, IRM's) or 28 (DomainBed's; needs "
-    "a 28x28 source such as mnist:DIR, never upsampled).",
-)
-PATTERN_OPT = typer.Option(None, "--pattern", help="Corrupted sampling pattern, e.g. 1-1-1-1.")
-SEVERITY_OPT = typer.Option(None, "--severity", help="Corruption severity 1..5 (corrupted).")
-IMAGE_SIZE_OPT = typer.Option(None, "--image-size", help="Resize folder images (corrupted).")
-CACHE_OPT = typer.Option(
-    None, "--cache-dir", metavar="DIR", help="Cache folder for corrupted images."
-)
+FAMILY_ARG = typer.Argument(..., help="Family (see `oodeval envs list`).")
+#: Types a family parameter may take on the command line (a sequence of them: a repeated option).
+CLI_SCALARS = (bool, int, float, str)
 
 
-def _scenario(family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir):
-    from oodeval.environments import build_scenario
+def cli_type(hint: Any) -> Any:
+    """The command-line type of a family parameter's type hint: ``Path`` when it allows one,
+    else the first of its union members that is a `CLI_SCALARS` type or a sequence of one
+    (``list[X]``, a repeated option); None when there is none (the parameter is left to Python
+    and configs).
 
-    given = {
-        "ratio": ratio,
-        "scale": scale,
-        "size": size,
-        "pattern": pattern,
-        "severity": severity,
-        "image_size": image_size,
-        "cache_dir": cache_dir,
-    }
-    params = {k: v for k, v in given.items() if v is not None}
-    return build_scenario(family, source=source, seed=seed, **params)
+    >>> from collections.abc import Sequence
+    >>> cli_type(int | None), cli_type(str | Path | None), cli_type(Sequence[float] | None)
+    (<class 'int'>, <class 'pathlib.Path'>, list[float])
+    """
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    members = typing.get_args(hint) if union else (hint,)
+    if Path in members:
+        return Path
+    for member in members:
+        if member in CLI_SCALARS:
+            return member
+        items = typing.get_args(member)
+        origin = typing.get_origin(member)
+        if origin in (list, tuple, Sequence) and items and items[0] in CLI_SCALARS:
+            return list[items[0]]  # type: ignore[valid-type]
+    return None
 
 
-@app.command("list")
-@reports_errors
+def family_options(taken: Sequence[str] = ()) -> list[inspect.Parameter]:
+    """One keyword parameter per family parameter of a type `cli_type` can read (the union over
+    `FAMILIES`, in their order): a Typer option ``--name-with-dashes``, default None (the
+    family's own default), described by the first family documenting it, naming the families
+    that take it. A parameter called like one of `taken` (the command's own) is a TypeError.
+    """
+    found: dict[str, tuple[Any, str, list[str]]] = {}
+    for fam in FAMILIES.values():
+        hints, docs = fam.parameter_hints(), fam.parameter_docs()
+        for name in fam.parameters():
+            kind, doc, names = found.setdefault(name, (cli_type(hints[name]), "", []))
+            if not doc and docs[name]:
+                found[name] = (kind, docs[name], names)
+            names.append(fam.name)
+    out = []
+    for name, (kind, doc, names) in found.items():
+        if kind is None:
+            continue
+        if name in taken:
+            raise TypeError(f"family parameter {name!r} of {names[0]} clashes with an option")
+        out.append(_family_option(name, kind, doc, names))
+    return out
+
+
+def _family_option(name: str, kind: Any, doc: str, families: list[str]) -> inspect.Parameter:
+    """The keyword parameter of `family_options` for the family parameter `name`."""
+    flag = "--" + name.replace("_", "-")
+    decls, metavar, text = [flag], None, doc.replace("`", "")
+    if kind is bool:
+        decls = [f"{flag}/--no-{flag[2:]}"]
+    elif kind is Path:
+        metavar = "DIR" if name.endswith("_dir") else "FILE"
+    elif typing.get_origin(kind) is list:
+        metavar = f"<{typing.get_args(kind)[0].__name__}>"
+        text += " Repeat the option for several values."
+    text = f"{text} ({', '.join(families)})".strip()
+    option = typer.Option(None, *decls, metavar=metavar, help=text, show_default=False)
+    annotation = typing.Optional[kind]  # noqa: UP045 (typer reads Optional of a list alias)
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
+    )
+
+
+def with_family_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` (whose ``**params`` receive the family parameters) with `family_options` in its
+    signature after ``--seed``, the family argument's help listing the families."""
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        command(**kwargs)
+
+    own = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in inspect.signature(command, eval_str=True).parameters.values()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    names = [p.name for p in own]
+    extra = family_options(names)
+    cut = names.index("seed") + 1
+    family = own[names.index("family")]
+    own[names.index("family")] = family.replace(
+        default=typer.Argument(..., help=f"Family: {', '.join(FAMILIES)}.")
+    )
+    wrapper.__signature__ = inspect.Signature([*own[:cut], *extra, *own[cut:]])  # type: ignore[attr-defined]
+    return wrapper
+
+
+def scenario_of(family: str, source: str, seed: int, params: dict[str, Any]) -> Scenario:
+    """The scenario the command line names: the family parameters given (not None, not an empty
+    list) passed to `build_scenario`."""
+    given = {k: v for k, v in params.items() if v is not None and v != []}
+    return build_scenario(family, source=source, seed=seed, **given)
+
+
 def list_families(
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
@@ -71,8 +146,6 @@ def list_families(
     """List the environment families and their parameters (table: two lines per family; csv,
     json and markdown: one row per family with columns family, summary, parameters)."""
     import pandas as pd
-
-    from oodeval.environments import FAMILIES
 
     check_output_path(output)
     rows = []
@@ -97,21 +170,13 @@ def _short(value: object) -> str:
     return repr(value)
 
 
-@app.command("show")
-@reports_errors
 def show(
     family: str = FAMILY_ARG,
     source: str = SOURCE_OPT,
     seed: int = SEED_OPT,
-    ratio: str | None = RATIO_OPT,
-    scale: int | None = SCALE_OPT,
-    size: int | None = SIZE_OPT,
-    pattern: str | None = PATTERN_OPT,
-    severity: int | None = SEVERITY_OPT,
-    image_size: int | None = IMAGE_SIZE_OPT,
-    cache_dir: str | None = CACHE_OPT,
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
+    **params: Any,
 ) -> None:
     """Print a scenario's E_given, the size of E_all and the image counts.
 
@@ -121,9 +186,7 @@ def show(
     import pandas as pd
 
     check_output_path(output)
-    sc = _scenario(
-        family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir
-    )
+    sc = scenario_of(family, source, seed, params)
     sizes = sc.sizes()
     eval_counts = sorted(set(sizes["evaluation"].values()))
     given = pd.DataFrame(
@@ -165,31 +228,21 @@ def show(
     echo_output(text, output)
 
 
-@app.command("preview")
-@reports_errors
 def preview(
     family: str = FAMILY_ARG,
     out: Path = typer.Option(..., "--out", metavar="FILE", help="PNG file to write the grid to."),
     source: str = SOURCE_OPT,
     seed: int = SEED_OPT,
-    ratio: str | None = RATIO_OPT,
-    scale: int | None = SCALE_OPT,
-    size: int | None = SIZE_OPT,
-    pattern: str | None = PATTERN_OPT,
-    severity: int | None = SEVERITY_OPT,
-    image_size: int | None = IMAGE_SIZE_OPT,
-    cache_dir: str | None = CACHE_OPT,
     per_env: int = typer.Option(8, "--per-env", help="Samples shown per environment."),
     max_eval: int = typer.Option(5, "--max-eval", help="Evaluation environments shown (spread)."),
+    **params: Any,
 ) -> None:
     """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
     if per_env < 1 or max_eval < 0:
         raise OodevalError("--per-env must be >= 1 and --max-eval >= 0")
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")
-    sc = _scenario(
-        family, source, seed, ratio, scale, size, pattern, severity, image_size, cache_dir
-    )
+    sc = scenario_of(family, source, seed, params)
     rows = [(f"given {env.name}", env) for env in sc.given()]
     n_all = len(sc.all_names)
     picks = (
@@ -243,3 +296,19 @@ def save_grid(rows, per_env: int, out: Path, *, title: str) -> None:
         raise OodevalError(f"cannot write {out}: {exc.strerror}; check the folder") from None
     finally:
         plt.close(fig)
+
+
+def envs_app() -> typer.Typer:
+    """The ``oodeval envs`` command group, with an option per parameter of the families
+    registered now (`with_family_options`)."""
+    group = typer.Typer(
+        help=f"Many-environment datasets: {', '.join(FAMILIES)}.",
+        rich_markup_mode=None,  # plain help, as `oodeval` itself (cli/main.py says why)
+    )
+    group.command("list")(reports_errors(list_families))
+    group.command("show")(reports_errors(with_family_options(show)))
+    group.command("preview")(reports_errors(with_family_options(preview)))
+    return group
+
+
+app = envs_app()

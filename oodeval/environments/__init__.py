@@ -7,6 +7,7 @@ reads the images they are generated from.
 
 from oodeval.environments.base import Environment, Scenario
 from oodeval.environments.families import FAMILIES, build_scenario
-from oodeval.environments.sources import ImageSource, load_source
+from oodeval.environments.source_kinds import ImageSource
+from oodeval.environments.sources import load_source
 
 __all__ = ["FAMILIES", "Environment", "ImageSource", "Scenario", "build_scenario", "load_source"]

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.source_kinds import ImageSource, SourceKind, register_source_kind
 from oodeval.errors import OodevalError
 
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -221,6 +222,37 @@ def load_cifar10(root: str | Path, *, split: str | None = None) -> ImageSource:
         raise OodevalError(f"CIFAR-10 labels in {root} exceed the {len(class_names)} class names")
     x = np.concatenate(images)
     return ImageSource(f"cifar10:{root}", x, y, class_names)
+
+
+@register_source_kind
+class Cifar10Kind(SourceKind):
+    """``cifar10:DIR``: `load_cifar10`, identified by the batches present and ``batches.meta``."""
+
+    name = "cifar10"
+    summary = "CIFAR-10's python batches"
+
+    def load(self, root: Path | None, *, size: int | None) -> ImageSource:
+        return load_cifar10(_folder(root))
+
+    def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
+        base = _folder(root)
+        if (base / "cifar-10-batches-py").is_dir():
+            base = base / "cifar-10-batches-py"
+        names = [n for n in (*TRAIN_BATCHES, TEST_BATCH) if (base / n).is_file()]
+        if not names:
+            raise OodevalError(
+                f"no CIFAR-10 batches in {base}; expected data_batch_1..5 and/or test_batch"
+            )
+        if (base / META_FILE).is_file():
+            names.append(META_FILE)
+        for name in names:
+            yield name, base / name, False
+
+
+def _folder(root: Path | None) -> Path:
+    if root is None:
+        raise OodevalError("the cifar10 source needs a folder: use 'cifar10:DIR'")
+    return root
 
 
 def _get(batch: dict, key: str) -> Any:

@@ -18,14 +18,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource, as_image_source
+from oodeval.environments.source_kinds import ImageSource
+from oodeval.environments.sources import as_image_source
 from oodeval.environments.spurious import (
-    E_ALL,
     SpuriousScenario,
-    binary_preliminary,
     flipped_by_e,
     parse_ratio,
     ratio_or_given_identity,
+    spurious_scenario,
     to_rgb,
 )
 
@@ -68,28 +68,40 @@ def build_colored(
 ) -> SpuriousScenario:
     """Colored environments over any source (binary labels: lower half of classes -> 0).
 
+    Parameters
+    ----------
+    source : spec or ImageSource
+        The images to tint; labels below num_classes // 2 map to class 0.
+    seed : int
+        Seed of the pool split, the label noise and the tints.
+    ratio : str
+        N_major:N_minor, e.g. "4:1" (the paper's), "3:2" or "5:0" (`colored_given_values`).
+    given : sequence of float, optional
+        Explicit E_given, overriding the ratio.
+    eval_fraction : float
+        Share of the source held out for the evaluation environments E_all (default 0.2).
+    n_per_given : int, optional
+        Images per given environment (default: the given pool split evenly).
+    n_eval : int, optional
+        Images per evaluation environment (default: the whole held-out pool).
+
     >>> sc = build_colored(source="digits")
     >>> sc.given_names, sc.input_shape
     (['e=0.05', 'e=0.10', 'e=0.15', 'e=0.20', 'e=0.50'], (3, 8, 8))
     """
     src = as_image_source(source)
     name, values, params = ratio_or_given_identity("colored", ratio, given, colored_given_values)
-    params["source"] = src.name
-    base = to_rgb(src.images)
-    return SpuriousScenario(
+    return spurious_scenario(
+        src,
         name=name,
-        base=base,
-        preliminary=binary_preliminary(src.labels, src.num_classes),
-        num_classes=2,
+        params=params,
+        base=to_rgb(src.images),
         given_values=values,
-        all_values=E_ALL,
         render=tinted,
         spurious=flipped_by_e,
-        input_shape=(3, base.shape[2], base.shape[3]),
+        channels=3,
         seed=seed,
         eval_fraction=eval_fraction,
         n_per_given=n_per_given,
         n_eval=n_eval,
-        params=params,
-        source_name=src.name,
     )

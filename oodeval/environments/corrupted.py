@@ -35,7 +35,8 @@ import numpy as np
 
 from oodeval._extras import require_extra
 from oodeval.environments.base import Environment, Scenario
-from oodeval.environments.sources import ImageSource, as_image_source
+from oodeval.environments.source_kinds import ImageSource
+from oodeval.environments.sources import as_image_source
 from oodeval.errors import OodevalError
 
 CORRUPTIONS = (
@@ -429,8 +430,33 @@ def build_corrupted(
 ) -> CorruptedScenario:
     """PACS/VLCS-corrupted style environments over a multi-domain source (see module docstring).
 
+    Parameters
+    ----------
+    source : spec or ImageSource
+        RGB images of at least 32x32 with domains (a ``folder:DIR`` source); a source without
+        domains counts as one domain named ``"all"``.
+    seed : int
+        Seed of the pool split and of the corruptions drawn for E_given.
+    pattern : str
+        Corruptions drawn per domain for E_given, e.g. 1-1-1-1 or 2-0-2-2.
+    severity : int
+        Corruption severity 1..5.
+    corruptions : sequence of str
+        Which corruptions make up E_all (default: the 15 common ones, `CORRUPTIONS`).
+    cache_dir : str or Path, optional
+        Cache folder for corrupted images (default ``$OODEVAL_CACHE/corrupted``, else
+        ``~/.cache/oodeval/corrupted``).
+    workers : int
+        Processes used to fill the cache (1 runs in this process).
+    eval_fraction : float
+        Share of each domain's images held out for the evaluation environments E_all.
+    image_size : int, optional
+        Side the source's images are resized to (folder sources: default 64).
+    progress : bool
+        Show a progress bar while corrupting images.
+
     >>> import numpy as np
-    >>> from oodeval.environments.sources import ImageSource
+    >>> from oodeval.environments import ImageSource
     >>> imgs = np.zeros((8, 3, 32, 32), np.float32)
     >>> doms = np.repeat([0, 1], 4)
     >>> src = ImageSource("toy", imgs, np.zeros(8, np.int64), ("a",), doms, ("A", "B"))

@@ -1,36 +1,107 @@
-"""The registry of environment families and `build_scenario`, the one way to build a scenario."""
+"""The registry of environment families and `build_scenario`, the one way to build a scenario.
+
+A new family is one module with a builder (keyword-only parameters ``source``, ``seed`` and its
+own, each with a default and a numpy ``Parameters`` entry) and one `Family` entry in `FAMILIES`
+below: `build_scenario`, study configs, ``oodeval envs`` (one option per parameter) and
+``oodeval shift`` SPECs take it from there.
+"""
 
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from oodeval.environments.base import Scenario
 from oodeval.environments.colored import build_colored
 from oodeval.environments.corrupted import build_corrupted
 from oodeval.environments.lined import build_lined
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.srcmnist import build_cmnist, build_srcmnist
 from oodeval.errors import OodevalError
 
 
 @dataclass(frozen=True)
 class Family:
-    """A family of scenarios: its builder and a one-line description for `oodeval envs list`."""
+    """A family of scenarios: its builder and a one-line description for `oodeval envs list`.
+
+    The family's parameters are the builder's keyword-only arguments other than ``source`` and
+    ``seed``: their defaults (`parameters`), type hints (`parameter_hints`) and the texts of the
+    builder's numpy ``Parameters`` section (`parameter_docs`) are all that `build_scenario`, the
+    study config and ``oodeval envs`` (one option per parameter) know of them.
+    """
 
     name: str
     builder: Callable[..., Scenario]
     summary: str
 
     def parameters(self) -> dict[str, object]:
-        """The builder's keyword parameters (other than source and seed) with their defaults."""
+        """The builder's keyword parameters (other than source and seed) with their defaults.
+
+        >>> FAMILIES["lined"].parameters()["ratio"]
+        '4:1'
+        """
         sig = inspect.signature(self.builder)
         return {
             n: p.default
             for n, p in sig.parameters.items()
             if n not in ("source", "seed") and p.kind is inspect.Parameter.KEYWORD_ONLY
         }
+
+    def parameter_hints(self) -> dict[str, Any]:
+        """The type hint of each of `parameters`, resolved (``int | None``, ``Sequence[float]``).
+
+        >>> FAMILIES["sr-cmnist"].parameter_hints()["scale"]
+        <class 'int'>
+        """
+        hints = typing.get_type_hints(self.builder)
+        return {name: hints.get(name, Any) for name in self.parameters()}
+
+    def parameter_docs(self) -> dict[str, str]:
+        """The description of each of `parameters` in the builder's numpy ``Parameters``
+        section, on one line ("" when it has none).
+
+        >>> FAMILIES["sr-cmnist"].parameter_docs()["scale"]
+        'Scale >= 1 multiplying both counts.'
+        """
+        docs = numpy_parameter_docs(inspect.getdoc(self.builder) or "")
+        return {name: docs.get(name, "") for name in self.parameters()}
+
+
+def numpy_parameter_docs(doc: str) -> dict[str, str]:
+    """{name: description} of the ``Parameters`` section of a numpy docstring, each description
+    on one line; ``a, b : type`` documents both names.
+
+    >>> numpy_parameter_docs("Parameters\\n----------\\na, b : int\\n    Two\\n    counts.\\n")
+    {'a': 'Two counts.', 'b': 'Two counts.'}
+    """
+    lines = doc.splitlines()
+    heads = [i for i, line in enumerate(lines[:-1]) if _is_heading(lines, i)]
+    start = next((i + 2 for i in heads if lines[i].strip() == "Parameters"), None)
+    if start is None:
+        return {}
+    end = next((i for i in heads if i >= start), len(lines))
+    out: dict[str, list[str]] = {}
+    names: list[str] = []
+    for line in lines[start:end]:
+        if line.strip().startswith(">>>"):
+            break
+        if line and not line[0].isspace():
+            names = [n.strip() for n in line.split(" : ")[0].split(",") if n.strip()]
+            for name in names:
+                out[name] = []
+        elif line.strip():
+            for name in names:
+                out[name].append(line.strip())
+    return {name: " ".join(words) for name, words in out.items()}
+
+
+def _is_heading(lines: list[str], i: int) -> bool:
+    """Whether line `i` is a numpy section heading: a word underlined by dashes."""
+    under = lines[i + 1].strip()
+    return bool(lines[i].strip()) and len(under) >= 3 and set(under) == {"-"}
 
 
 FAMILIES: dict[str, Family] = {

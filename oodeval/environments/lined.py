@@ -19,13 +19,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource, as_image_source
+from oodeval.environments.source_kinds import ImageSource
+from oodeval.environments.sources import as_image_source
 from oodeval.environments.spurious import (
-    E_ALL,
     SpuriousScenario,
     parse_ratio,
     ratio_or_given_identity,
     replaced_labels,
+    spurious_scenario,
     to_rgb,
 )
 from oodeval.errors import OodevalError
@@ -109,6 +110,23 @@ def build_lined(
 ) -> SpuriousScenario:
     """Lined environments over any source with K >= 2 classes (the source labels are the task).
 
+    Parameters
+    ----------
+    source : spec or ImageSource
+        The images to draw a line on; its K classes are the task.
+    seed : int
+        Seed of the pool split, the label noise and the line colors.
+    ratio : str
+        N_major:N_minor, e.g. "4:1" (the paper's), "3:2" or "5:0" (`lined_given_values`).
+    given : sequence of float, optional
+        Explicit E_given, overriding the ratio.
+    eval_fraction : float
+        Share of the source held out for the evaluation environments E_all (default 0.2).
+    n_per_given : int, optional
+        Images per given environment (default: the given pool split evenly).
+    n_eval : int, optional
+        Images per evaluation environment (default: the whole held-out pool).
+
     >>> sc = build_lined(source="digits")
     >>> sc.num_classes, sc.given_names
     (10, ['e=0.50', 'e=0.80', 'e=0.85', 'e=0.90', 'e=0.95'])
@@ -118,22 +136,19 @@ def build_lined(
     if k < 2:
         raise OodevalError(f"the lined family needs at least 2 classes, source has {k}")
     name, values, params = ratio_or_given_identity("lined", ratio, given, lined_given_values)
-    params["source"] = src.name
     base = to_rgb(src.images)
-    return SpuriousScenario(
+    return spurious_scenario(
+        src,
         name=name,
+        params=params,
         base=base,
-        preliminary=src.labels,
-        num_classes=k,
         given_values=values,
-        all_values=E_ALL,
         render=LineDrawer(k, base.shape[2]),
         spurious=KeptWithProbabilityE(k),
-        input_shape=(3, base.shape[2], base.shape[3]),
+        channels=3,
+        binary=False,
         seed=seed,
         eval_fraction=eval_fraction,
         n_per_given=n_per_given,
         n_eval=n_eval,
-        params=params,
-        source_name=src.name,
     )

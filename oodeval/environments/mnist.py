@@ -17,15 +17,18 @@ import gzip
 import hashlib
 import os
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from oodeval._text import read_text
-from oodeval.environments.sources import ImageSource
+from oodeval.environments.source_kinds import (
+    ImageSource,
+    SourceKind,
+    manifest_digest,
+    register_source_kind,
+)
 from oodeval.errors import OodevalError
 
 #: Environment variable naming an MNIST folder for the source ``"auto"``.
@@ -147,8 +150,6 @@ def is_test_set_only(identity: Mapping[str, str] | None) -> bool:
     >>> is_test_set_only({"kind": "digits", "digest": "sha256:0"}), is_test_set_only(None)
     (False, False)
     """
-    from oodeval.environments.sources import manifest_digest
-
     if not identity or identity.get("kind") != "mnist":
         return False
     return identity.get("digest") == manifest_digest(TEST_SET_SHA256)
@@ -254,6 +255,9 @@ def download_mnist(
 
 
 def _fetch(name: str, target: Path, mirrors: tuple[str, ...], retries: int, timeout: float) -> None:
+    import urllib.error  # imported here: urllib.request costs every command ~20 ms (ssl)
+    import urllib.request
+
     last = "no mirror given"
     for attempt in range(max(1, retries)):
         for mirror in mirrors:
@@ -276,6 +280,39 @@ def _fetch(name: str, target: Path, mirrors: tuple[str, ...], retries: int, time
         f"could not download {name} ({last}); check the network or copy the IDX files into "
         f"{target.parent} by hand"
     )
+
+
+@register_source_kind
+class MnistKind(SourceKind):
+    """``mnist:DIR``: `load_mnist`, identified by the IDX files of each split present (named
+    without ``.gz`` and hashed decompressed, so a gzip and a plain copy agree)."""
+
+    name = "mnist"
+    summary = "MNIST's IDX files"
+
+    def load(self, root: Path | None, *, size: int | None) -> ImageSource:
+        return load_mnist(_folder(root))
+
+    def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
+        base = _folder(root)
+        found = False
+        for stem in (stem for pair in FILES.values() for stem in pair):
+            # the loader's order: the plain file first, then the gzip copy
+            path = _find(base, stem)
+            if path is not None:
+                found = True
+                yield stem, path, path.suffix == ".gz"
+        if not found:
+            raise OodevalError(
+                f"no MNIST IDX files in {base}; expected e.g. t10k-images-idx3-ubyte.gz and "
+                "t10k-labels-idx1-ubyte.gz"
+            )
+
+
+def _folder(root: Path | None) -> Path:
+    if root is None:
+        raise OodevalError("the mnist source needs a folder: use 'mnist:DIR'")
+    return root
 
 
 def _find(root: Path, stem: str) -> Path | None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
+from oodeval.environments.source_kinds import ImageSource
 from oodeval.errors import OodevalError, listing, repeats
 
 LABEL_NOISE = 0.25
@@ -327,6 +328,62 @@ class SpuriousScenario(Scenario):
     ) -> Environment:
         meta = {"e": e, "role": role, "preliminary": prelim, "spurious": spur, "indices": idx}
         return Environment(environment_name(e), images, final, meta)
+
+
+def spurious_scenario(
+    source: ImageSource,
+    *,
+    name: str,
+    params: dict,
+    base: np.ndarray,
+    given_values: Sequence[float],
+    render: Renderer,
+    spurious: SpuriousLabels,
+    channels: int,
+    binary: bool = True,
+    seed: int = 0,
+    eval_fraction: float = 0.2,
+    n_per_given: int | None = None,
+    n_eval: int | None = None,
+) -> SpuriousScenario:
+    """The scenario of a spurious family over `source`: E_given `given_values`, E_all the
+    101-grid `E_ALL`, images `base` rendered by `render` into `channels` x H x W.
+
+    The one builder of the SR-CMNIST, Colored and Lined families. The task is binary
+    (`binary_preliminary`: lower half of the source's classes -> 0) when `binary`, else the
+    source's own K classes; ``params`` (the family's parameters) gains ``source``, the source's
+    name. `seed`, `eval_fraction`, `n_per_given` and `n_eval` are `SpuriousScenario`'s.
+
+    >>> from oodeval.environments.sources import load_source
+    >>> src = load_source("digits")
+    >>> sc = spurious_scenario(
+    ...     src, name="toy", params={}, base=to_rgb(src.images), given_values=(0.1, 0.9),
+    ...     render=lambda images, spur: images, spurious=flipped_by_e, channels=3,
+    ... )
+    >>> sc.num_classes, sc.input_shape, len(sc.all_names), sc.params
+    (2, (3, 8, 8), 101, {'source': 'digits'})
+    """
+    if binary:
+        preliminary, num_classes = binary_preliminary(source.labels, source.num_classes), 2
+    else:
+        preliminary, num_classes = source.labels, source.num_classes
+    return SpuriousScenario(
+        name=name,
+        base=base,
+        preliminary=preliminary,
+        num_classes=num_classes,
+        given_values=given_values,
+        all_values=E_ALL,
+        render=render,
+        spurious=spurious,
+        input_shape=(channels, base.shape[-2], base.shape[-1]),
+        seed=seed,
+        eval_fraction=eval_fraction,
+        n_per_given=n_per_given,
+        n_eval=n_eval,
+        params={**params, "source": source.name},
+        source_name=source.name,
+    )
 
 
 def compact_pixels(images: np.ndarray, *, block: int = 1024) -> np.ndarray:

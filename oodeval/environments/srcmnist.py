@@ -33,19 +33,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oodeval.environments.sources import ImageSource, as_image_source
+from oodeval.environments.source_kinds import ImageSource
+from oodeval.environments.sources import as_image_source
 from oodeval.environments.spurious import (
-    E_ALL,
     SpuriousScenario,
-    binary_preliminary,
     flipped_by_e,
     parse_ratio,
+    spurious_scenario,
     to_gray,
 )
 from oodeval.errors import OodevalError
 
-RATIOS = ("3:1", "4:1", "5:1")
-SCALES = (1, 2, 3, 4)
 CMNIST_GIVEN = (0.1, 0.2, 0.9)
 
 
@@ -159,12 +157,21 @@ def build_srcmnist(
     ----------
     source : spec or ImageSource
         Digits to color ("digits", "mnist:DIR"); labels below num_classes // 2 map to class 0.
+    seed : int
+        Seed of the pool split, the label noise and the colors.
     ratio : str
-        N_major:N_minor base ratio ("3:1", "4:1", "5:1" in the paper).
+        N_major:N_minor base ratio, e.g. 4:1 ("3:1", "4:1", "5:1" in the paper).
     scale : int
         Scale >= 1 multiplying both counts.
     size : int, optional
-        Image side: 28 is DomainBed's resolution; default 14 for MNIST (IRM's), 8 for digits.
+        Image side: 14 (default on MNIST, IRM's) or 28 (DomainBed's; needs a 28x28 source such
+        as mnist:DIR, never upsampled); 8 for digits.
+    eval_fraction : float
+        Share of the source held out for the evaluation environments E_all (default 0.2).
+    n_per_given : int, optional
+        Images per given environment (default: the given pool split evenly).
+    n_eval : int, optional
+        Images per evaluation environment (default: the whole held-out pool).
     given : sequence of float, optional
         Explicit E_given, overriding ratio/scale (used for CMNIST).
 
@@ -185,23 +192,20 @@ def build_srcmnist(
     side = int(base.shape[-1])
     if side != default_size(src.images.shape[-1]):
         name += f"/size={side}"
-    params.update(size=side, source=src.name)
-    return SpuriousScenario(
+    params["size"] = side
+    return spurious_scenario(
+        src,
         name=name,
+        params=params,
         base=base,
-        preliminary=binary_preliminary(src.labels, src.num_classes),
-        num_classes=2,
         given_values=values,
-        all_values=E_ALL,
         render=color_digits,
         spurious=flipped_by_e,
-        input_shape=(2, base.shape[1], base.shape[2]),
+        channels=2,
         seed=seed,
         eval_fraction=eval_fraction,
         n_per_given=n_per_given,
         n_eval=n_eval,
-        params=params,
-        source_name=src.name,
     )
 
 
@@ -218,6 +222,11 @@ def build_cmnist(
 
     The IRM / DomainBed environments are {0.1, 0.2, 0.9}; the worst+gap paper's prose lists
     {0.9, 0.8, 0.1}, which is SR-CMNIST Ratio 2:1 Scale 1 (build that with ratio="2:1").
+
+    Parameters
+    ----------
+    source, seed, size, eval_fraction, n_per_given, n_eval
+        As in `build_srcmnist`.
     """
     return build_srcmnist(
         source=source,

@@ -277,7 +277,7 @@ def mnist_in_digits_format(images: np.ndarray) -> np.ndarray:
 def load_digit_images(source: str) -> tuple[np.ndarray, np.ndarray]:
     """``"digits"`` (scikit-learn's 8x8 digits) or ``"mnist:DIR"`` -> (flat images, labels)."""
     if source == "digits":
-        from oodeval.environments.sources import load_digits
+        from oodeval.environments.digits import load_digits
 
         digits = load_digits()
         return digits.images.reshape(len(digits), -1), digits.labels

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from oodeval._text import read_text
-from oodeval.environments.sources import IMAGE_SUFFIXES
+from oodeval.environments.folders import IMAGE_SUFFIXES
 from oodeval.errors import OodevalError, listing, repeats
 
 ROLES: tuple[str, ...] = ("train", "val", "test")

@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from oodeval._npz import read_npz
+from oodeval.environments.sources import SOURCE_KINDS
 from oodeval.errors import OodevalError, listing
 
-SOURCE_KINDS: tuple[str, ...] = ("digits", "mnist", "folder", "classfolder", "cifar10")
 SCENARIO_KEYS: tuple[str, ...] = ("e", "env", "images", "seed", "role")
 ROLES: tuple[str, ...] = ("eval", "given")
 
@@ -99,7 +99,7 @@ def parse_spec(text: str) -> Spec:
         raise OodevalError(f"SPEC {text!r} has no kind before the first ':'; e.g. 'mnist:DIR'")
     rest = pieces[1:]
     location = ""
-    takes_location = (kind in SOURCE_KINDS and kind != "digits") or kind == "npz"
+    takes_location = (kind in SOURCE_KINDS and SOURCE_KINDS[kind].takes_folder) or kind == "npz"
     if takes_location and rest and "=" not in rest[0]:
         location, rest = rest[0], rest[1:]
     params: dict[str, str] = {}
