@@ -47,11 +47,15 @@ def _commands(*, leaves_only: bool = True) -> dict[str, object]:
 
 
 def _shift_source_option() -> str:
-    """The option naming shift's first data set (whatever it is called): the required option
-    that is not --target."""
+    """The option naming shift's first data set (whatever it is called): the visible SPEC
+    option that is not --test."""
     cmd = _commands()["shift"]
-    names = [p.opts[0] for p in cmd.params if p.required and p.opts[0].startswith("--")]  # type: ignore[attr-defined]
-    (source,) = [n for n in names if n != "--target"]
+    names = [
+        p.opts[0]  # type: ignore[attr-defined]
+        for p in cmd.params
+        if p.metavar == "SPEC" and not getattr(p, "hidden", False)
+    ]
+    (source,) = [n for n in names if n != "--test"]
     return source
 
 
@@ -187,20 +191,20 @@ CASES = [
     C("variance", "unknown name", lambda f: [f.results, "--oracle", "psychic"]),
     C("variance", "folder as output file", lambda f: [f.results, "--output", f.folder]),
     # --- shift (its data-set option is looked up: another change renames it) ------------------
-    C("shift", "missing file", lambda f: [SRC, f"npz:{f.missing}", "--target", "digits"]),
-    C("shift", "binary file", lambda f: [SRC, f"npz:{f.binary_npz}", "--target", "digits"]),
-    C("shift", "folder instead of file", lambda f: [SRC, f"npz:{f.folder}", "--target", "digits"]),
-    C("shift", "unknown name", lambda f: [SRC, "nosuch:x", "--target", "digits"]),
-    C("shift", "unknown name", lambda f: [SRC, "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.123"]),
+    C("shift", "missing file", lambda f: [SRC, f"npz:{f.missing}", "--test", "digits"]),
+    C("shift", "binary file", lambda f: [SRC, f"npz:{f.binary_npz}", "--test", "digits"]),
+    C("shift", "folder instead of file", lambda f: [SRC, f"npz:{f.folder}", "--test", "digits"]),
+    C("shift", "unknown name", lambda f: [SRC, "nosuch:x", "--test", "digits"]),
+    C("shift", "unknown name", lambda f: [SRC, "sr-cmnist:e=0.1", "--test", "sr-cmnist:e=0.123"]),
     C(
         "shift",
         "out-of-range number",
-        lambda f: [SRC, "digits", "--target", "digits", "--n-steps", "0"],
+        lambda f: [SRC, "digits", "--test", "digits", "--n-steps", "0"],
     ),
     C(
         "shift",
         "folder as output file",
-        lambda f: [SRC, "digits", "--target", "digits", "-o", f.folder],
+        lambda f: [SRC, "digits", "--test", "digits", "-o", f.folder],
     ),
     # --- report ------------------------------------------------------------------------------
     C("report", "missing file", lambda f: [f.missing, "--out", f.root / "r.html"]),
