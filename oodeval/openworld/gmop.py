@@ -523,7 +523,7 @@ def evaluate_model(model: GMoP | SingleContext, test: FeatureSet) -> dict[str, f
     if tuple(test.base_classes) != model.base_classes:
         raise OodevalError(
             f"test base classes {list(test.base_classes)} differ from the model's "
-            f"{list(model.base_classes)}; use the same base/new split"
+            f"{list(model.base_classes)}; use the same base and new classes"
         )
     if test.text_features.shape[0] != model.text.shape[0]:
         raise OodevalError(
