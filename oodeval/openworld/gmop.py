@@ -441,10 +441,7 @@ def _fit_steps(
 
 
 def check_config(config: GMoPConfig) -> None:
-    """Raise OodevalError naming the first out-of-range hyper-parameter of `config`.
-
-    >>> check_config(GMoPConfig())
-    """
+    """Raise OodevalError naming the first out-of-range hyper-parameter of `config`."""
     if config.steps < 0 or config.lr <= 0 or config.weight_decay < 0:
         raise OodevalError("need steps >= 0, lr > 0 and weight_decay >= 0")
     if config.auc_weight < 0 or config.detector_weight < 0:
