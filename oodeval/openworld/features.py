@@ -336,7 +336,7 @@ def digit_features(
     images of that class (new classes included).
 
     * ``encoder_source=None``: the encoder is trained on the base-class rows of a seeded half of
-      `source`; the other half is split into prototype images, the few-shot training set (`shots`
+      `source`; the other half is divided into prototype images, the few-shot training set (`shots`
       per base class) and the test set (the rest, all classes).
     * ``encoder_source="digits"`` with ``source="mnist:DIR"``: the encoder is trained on the
       base-class images of scikit-learn's digits (a different dataset, as CLIP's pre-training data
