@@ -70,6 +70,7 @@ OTHER_COMMANDS = {"openworld make-features"}
 # Options that hold a count but are not --n-THINGS: bounds (--max-*) and resources.
 COUNT_NAMES_ALLOWED = {"--max-samples", "--ray-max-retries", "--workers", "--slurm-cpus"}
 RETIRED = {"--seeds", "--steps", "--json", "--repeats", "--shots", "--partitions", "--images"}
+RETIRED |= {"--scenario", "--target"}  # shift's sets are --train and --test
 
 
 def _walk(command, path: tuple[str, ...] = ()):
