@@ -40,18 +40,23 @@ def _commands(*, leaves_only: bool = True) -> dict[str, object]:
         if not subs or not leaves_only:
             found[" ".join(path)] = cmd
         for name, sub in (subs or {}).items():
-            walk(sub, [*path, name])
+            if not sub.hidden:  # a deprecated name (`splits`) is not a command of its own
+                walk(sub, [*path, name])
 
     walk(typer.main.get_command(app), [])
     return found
 
 
 def _shift_source_option() -> str:
-    """The option naming shift's first data set (whatever it is called): the required option
-    that is not --target."""
+    """The option naming shift's first data set (whatever it is called): the visible SPEC
+    option that is not --test."""
     cmd = _commands()["shift"]
-    names = [p.opts[0] for p in cmd.params if p.required and p.opts[0].startswith("--")]  # type: ignore[attr-defined]
-    (source,) = [n for n in names if n != "--target"]
+    names = [
+        p.opts[0]  # type: ignore[attr-defined]
+        for p in cmd.params
+        if p.metavar == "SPEC" and not getattr(p, "hidden", False)
+    ]
+    (source,) = [n for n in names if n != "--test"]
     return source
 
 
@@ -187,20 +192,20 @@ CASES = [
     C("variance", "unknown name", lambda f: [f.results, "--oracle", "psychic"]),
     C("variance", "folder as output file", lambda f: [f.results, "--output", f.folder]),
     # --- shift (its data-set option is looked up: another change renames it) ------------------
-    C("shift", "missing file", lambda f: [SRC, f"npz:{f.missing}", "--target", "digits"]),
-    C("shift", "binary file", lambda f: [SRC, f"npz:{f.binary_npz}", "--target", "digits"]),
-    C("shift", "folder instead of file", lambda f: [SRC, f"npz:{f.folder}", "--target", "digits"]),
-    C("shift", "unknown name", lambda f: [SRC, "nosuch:x", "--target", "digits"]),
-    C("shift", "unknown name", lambda f: [SRC, "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.123"]),
+    C("shift", "missing file", lambda f: [SRC, f"npz:{f.missing}", "--test", "digits"]),
+    C("shift", "binary file", lambda f: [SRC, f"npz:{f.binary_npz}", "--test", "digits"]),
+    C("shift", "folder instead of file", lambda f: [SRC, f"npz:{f.folder}", "--test", "digits"]),
+    C("shift", "unknown name", lambda f: [SRC, "nosuch:x", "--test", "digits"]),
+    C("shift", "unknown name", lambda f: [SRC, "sr-cmnist:e=0.1", "--test", "sr-cmnist:e=0.123"]),
     C(
         "shift",
         "out-of-range number",
-        lambda f: [SRC, "digits", "--target", "digits", "--n-steps", "0"],
+        lambda f: [SRC, "digits", "--test", "digits", "--n-steps", "0"],
     ),
     C(
         "shift",
         "folder as output file",
-        lambda f: [SRC, "digits", "--target", "digits", "-o", f.folder],
+        lambda f: [SRC, "digits", "--test", "digits", "-o", f.folder],
     ),
     # --- report ------------------------------------------------------------------------------
     C("report", "missing file", lambda f: [f.missing, "--out", f.root / "r.html"]),
@@ -364,55 +369,63 @@ CASES = [
         "out-of-range number",
         lambda f: ["sr-cmnist", "--out", f.root / "p.png", "--per-env", "0"],
     ),
-    # --- splits --------------------------------------------------------------------------------
-    C("splits classic", "missing file", lambda f: [f.missing_dir, "--out", f.root / "sp.csv"]),
-    C("splits classic", "file instead of folder", lambda f: [f.afile, "--out", f.root / "sp.csv"]),
-    C("splits classic", "empty folder", lambda f: [f.folder, "--out", f.root / "sp.csv"]),
+    # --- protocols ----------------------------------------------------------------------------
+    C("protocols classic", "missing file", lambda f: [f.missing_dir, "--out", f.root / "sp.csv"]),
     C(
-        "splits classic",
+        "protocols classic",
+        "file instead of folder",
+        lambda f: [f.afile, "--out", f.root / "sp.csv"],
+    ),
+    C("protocols classic", "empty folder", lambda f: [f.folder, "--out", f.root / "sp.csv"]),
+    C(
+        "protocols classic",
         "unknown name",
         lambda f: [f.tree, "--test", "moon", "--out", f.root / "sp.csv"],
     ),
     C(
-        "splits classic",
+        "protocols classic",
         "out-of-range number",
         lambda f: [f.tree, "--test", "dim", "--val-fraction", "2", "--out", f.root / "sp.csv"],
     ),
     C(
-        "splits classic",
+        "protocols classic",
         "folder as output file",
         lambda f: [f.tree, "--test", "dim", "--out", f.folder],
     ),
-    C("splits flexible-random", "empty folder", lambda f: [f.folder, "--out", f.root / "sp.csv"]),
     C(
-        "splits flexible-random",
-        "missing file",
-        lambda f: [f.missing_dir, "--out", f.root / "s.csv"],
-    ),
-    C(
-        "splits flexible-random",
-        "out-of-range number",
-        lambda f: [f.tree, "--n-dominant", "50", "--out", f.root / "sp.csv"],
-    ),
-    C(
-        "splits flexible-compositional",
+        "protocols flexible-random",
         "empty folder",
         lambda f: [f.folder, "--out", f.root / "sp.csv"],
     ),
     C(
-        "splits flexible-compositional",
+        "protocols flexible-random",
+        "missing file",
+        lambda f: [f.missing_dir, "--out", f.root / "s.csv"],
+    ),
+    C(
+        "protocols flexible-random",
+        "out-of-range number",
+        lambda f: [f.tree, "--n-dominant", "50", "--out", f.root / "sp.csv"],
+    ),
+    C(
+        "protocols flexible-compositional",
+        "empty folder",
+        lambda f: [f.folder, "--out", f.root / "sp.csv"],
+    ),
+    C(
+        "protocols flexible-compositional",
         "out-of-range number",
         lambda f: [f.tree, "--n-exclusive", "50", "--out", f.root / "sp.csv"],
     ),
-    C("splits evaluate", "missing file", lambda f: [f.missing, f.split_preds_wrong]),
-    C("splits evaluate", "folder instead of file", lambda f: [f.folder, f.split_preds_wrong]),
-    C("splits evaluate", "binary file", lambda f: [f.binary, f.split_preds_wrong]),
-    C("splits evaluate", "UTF-16 file", lambda f: [f.utf16, f.split_preds_wrong]),
-    C("splits evaluate", "binary file", lambda f: [f.split, f.binary]),
-    C("splits evaluate", "UTF-16 file", lambda f: [f.split, f.utf16]),
-    C("splits evaluate", "empty file", lambda f: [f.empty, f.split_preds_wrong]),
-    C("splits evaluate", "wrong columns", lambda f: [f.results, f.split_preds_wrong]),
-    C("splits evaluate", "wrong columns", lambda f: [f.split, f.split_preds_wrong]),
+    C("protocols evaluate", "missing file", lambda f: [f.missing, f.split_preds_wrong]),
+    C("protocols evaluate", "folder instead of file", lambda f: [f.folder, f.split_preds_wrong]),
+    C("protocols evaluate", "binary file", lambda f: [f.binary, f.split_preds_wrong]),
+    C("protocols evaluate", "UTF-16 file", lambda f: [f.utf16, f.split_preds_wrong]),
+    C("protocols evaluate", "binary file", lambda f: [f.split, f.binary]),
+    C("protocols evaluate", "UTF-16 file", lambda f: [f.split, f.utf16]),
+    C("protocols evaluate", "empty file", lambda f: [f.empty, f.split_preds_wrong]),
+    C("protocols evaluate", "wrong columns", lambda f: [f.results, f.split_preds_wrong]),
+    C("protocols evaluate", "wrong columns", lambda f: [f.split, f.split_preds_wrong]),
 ]
 SRC = _shift_source_option()
 
@@ -454,7 +467,7 @@ def test_every_command_has_a_case() -> None:
 
 # Through a real process: what reaches the terminal is exactly the one line.
 SUBPROCESS_CASES = [
-    ("splits evaluate", "binary file"),
+    ("protocols evaluate", "binary file"),
     ("measures", "UTF-16 file"),
     ("study run", "existing file as --out folder"),
     ("study estimate", "folder instead of file"),
@@ -482,7 +495,7 @@ def test_bad_input_through_a_real_process(command: str, category: str, f: Simple
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["splits", "evaluate", "{binary}", "{split}"], "is not UTF-8 text (a binary file"),
+        (["protocols", "evaluate", "{binary}", "{split}"], "is not UTF-8 text (a binary file"),
         (["measures", "{utf16}"], "is not UTF-8 text (UTF-16 text with a byte-order mark)"),
         (["study", "run", "{folder}", "--out", "{root}/s"], "is a folder, not a file"),
         (["study", "run", "--preset", "quick", "--out", "{afile}"], "is a file, not a folder"),

@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from oodeval.cli._common import FORMAT_OPT, OUTPUT_OPT
 from oodeval.cli.main import app
-from oodeval.protocols import SplitRow, write_split_csv
+from oodeval.protocols import AssignmentRow, write_assignment_csv
 from oodeval.tables import FORMATS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ TABLE_COMMANDS = {
     "study estimate",
     "envs list",
     "envs show",
-    "splits evaluate",
+    "protocols evaluate",
 }
 ARTEFACT_COMMANDS = {
     "report",
@@ -60,9 +60,9 @@ ARTEFACT_COMMANDS = {
     "study run",
     "study merge",
     "envs preview",
-    "splits classic",
-    "splits flexible-random",
-    "splits flexible-compositional",
+    "protocols classic",
+    "protocols flexible-random",
+    "protocols flexible-compositional",
 }
 # Writes two files named by --train-out and --test-out (neither is "the" output folder).
 OTHER_COMMANDS = {"openworld make-features"}
@@ -70,12 +70,14 @@ OTHER_COMMANDS = {"openworld make-features"}
 # Options that hold a count but are not --n-THINGS: bounds (--max-*) and resources.
 COUNT_NAMES_ALLOWED = {"--max-samples", "--ray-max-retries", "--workers", "--slurm-cpus"}
 RETIRED = {"--seeds", "--steps", "--json", "--repeats", "--shots", "--partitions", "--images"}
+RETIRED |= {"--scenario", "--target"}  # shift's sets are --train and --test
 
 
 def _walk(command, path: tuple[str, ...] = ()):
-    if hasattr(command, "commands"):  # a group
+    if hasattr(command, "commands"):  # a group; hidden ones are deprecated names, not the contract
         for name, sub in sorted(command.commands.items()):
-            yield from _walk(sub, (*path, name))
+            if not sub.hidden:
+                yield from _walk(sub, (*path, name))
     else:
         yield " ".join(path), command
 
@@ -205,15 +207,15 @@ def test_envs_show_formats_give_one_table():
 @pytest.fixture()
 def split_files(tmp_path):
     split, preds = tmp_path / "s.csv", tmp_path / "p.csv"
-    rows = [SplitRow("a/x/0", "x", "a", "test"), SplitRow("b/x/0", "x", "b", "test")]
-    rows += [SplitRow("b/x/1", "x", "b", "test"), SplitRow("c/x/0", "x", "c", "train")]
-    write_split_csv(rows, split)
+    rows = [AssignmentRow("a/x/0", "x", "a", "test"), AssignmentRow("b/x/0", "x", "b", "test")]
+    rows += [AssignmentRow("b/x/1", "x", "b", "test"), AssignmentRow("c/x/0", "x", "c", "train")]
+    write_assignment_csv(rows, split)
     preds.write_text("path,prediction\na/x/0,x\nb/x/0,x\nb/x/1,y\n", encoding="utf-8")
     return split, preds
 
 
-def test_splits_evaluate_formats_give_one_table(split_files):
-    args = ["splits", "evaluate", *map(str, split_files)]
+def test_protocols_evaluate_formats_give_one_table(split_files):
+    args = ["protocols", "evaluate", *map(str, split_files)]
     as_csv = list(csv.DictReader(io.StringIO(_invoke([*args, "-f", "csv"]))))
     assert as_csv == [
         {"domain": "a", "images": "1", "accuracy": "1.0"},
@@ -229,7 +231,7 @@ def test_splits_evaluate_formats_give_one_table(split_files):
 
 
 def test_deprecated_json_flag_still_works_with_a_note(split_files):
-    args = ["splits", "evaluate", *map(str, split_files)]
+    args = ["protocols", "evaluate", *map(str, split_files)]
     old = runner.invoke(app, [*args, "--json"])
     assert old.exit_code == 0
     assert old.stdout == _invoke([*args, "--format", "json"])
@@ -313,8 +315,7 @@ def test_ctrl_c_in_train_gmop_is_one_line_and_exit_130(tmp_path):
     code, rest = _interrupt(proc)
     assert code == 130, rest
     assert rest.splitlines() == [
-        f"interrupted: nothing was written to {model} (the model is saved at the end); "
-        "run it again"
+        f"interrupted: nothing was written to {model} (the model is saved at the end); run it again"
     ]
     assert not model.exists()
 

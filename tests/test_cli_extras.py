@@ -74,7 +74,7 @@ def assert_one_line(done: subprocess.CompletedProcess, line: str, tmp_path: Path
     [
         ("study", "run", "--preset", "quick", "--out", "{tmp}/study"),
         ("study", "estimate", "--preset", "quick"),
-        ("shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9"),
+        ("shift", "--train", "sr-cmnist:e=0.1", "--test", "sr-cmnist:e=0.9"),
     ],
     ids=lambda args: " ".join(args[:2]),
 )

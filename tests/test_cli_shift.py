@@ -1,4 +1,4 @@
-"""`oodeval shift --scenario SPEC --target SPEC` (CliRunner and one real subprocess)."""
+"""`oodeval shift --train SPEC --test SPEC` (CliRunner and one real subprocess)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ FAST = ["--n-seeds", "2", "--n-steps", "30", "--max-samples", "400", "--source",
 
 
 def test_shift_prints_all_metrics_and_the_theorem_line():
-    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
+    args = ["shift", "--train", "sr-cmnist:e=0.1", "--test", "sr-cmnist:e=0.9", *FAST]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     for name in ("m_cov", "m_cpt_min", "m_cpt_max", "cpt_minus_cov", "Theorem 3.3"):
@@ -33,7 +33,7 @@ def test_shift_prints_all_metrics_and_the_theorem_line():
 
 
 def test_shift_json_matches_the_library_call():
-    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.15", *FAST]
+    args = ["shift", "--train", "sr-cmnist:e=0.1", "--test", "sr-cmnist:e=0.15", *FAST]
     res = runner.invoke(app, [*args, "--format", "json"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
@@ -45,18 +45,18 @@ def test_shift_json_matches_the_library_call():
     )
     assert payload["per_seed"] == [dict(row) for row in ref.per_seed]
     assert payload["summary"]["m_cov"]["mean"] == pytest.approx(ref.mean("m_cov"))
-    assert payload["n_source"] + payload["n_target"] == len(src) + len(tgt)
+    assert payload["n_train"] + payload["n_test"] == len(src) + len(tgt)
     assert payload["explanation"] == explanation(ref.mean("cpt_minus_cov"))
 
 
 def test_same_spec_twice_is_an_iid_split_and_single_seed_has_no_std(tmp_path):
     out = tmp_path / "r.json"
-    args = ["shift", "--scenario", "digits", "--target", "digits"]
+    args = ["shift", "--train", "digits", "--test", "digits"]
     args += ["--n-seeds", "1", "--n-steps", "20"]
     res = runner.invoke(app, [*args, "--format", "json", "--output", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
-    assert payload["n_source"] + payload["n_target"] == 1797  # every digit on one side only
+    assert payload["n_train"] + payload["n_test"] == 1797  # every digit on one side only
     assert payload["summary"]["m_cov"]["std"] is None
 
 
@@ -73,7 +73,7 @@ def test_explanation_reads_the_sign_without_claiming_the_bound_as_fact():
 
 
 def test_fit_errors_are_printed_next_to_m_cpt():
-    args = ["shift", "--scenario", "sr-cmnist:e=0.1", "--target", "sr-cmnist:e=0.9", *FAST]
+    args = ["shift", "--train", "sr-cmnist:e=0.1", "--test", "sr-cmnist:e=0.9", *FAST]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     names = [ln.split()[0] for ln in res.stdout.splitlines() if ln[:1].isalpha()]
@@ -88,16 +88,16 @@ def test_fit_errors_are_printed_next_to_m_cpt():
 
 def test_given_role_in_a_spec_reaches_the_cli(tmp_path):
     out = tmp_path / "r.json"
-    args = ["shift", "--scenario", "sr-cmnist:e=0.1:role=given", "--target", "sr-cmnist:e=0.1"]
+    args = ["shift", "--train", "sr-cmnist:e=0.1:role=given", "--test", "sr-cmnist:e=0.1"]
     res = runner.invoke(app, [*args, *FAST, "--format", "json", "-o", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
-    assert payload["n_source"] == payload["n_target"] == 359  # distinct digits, no split
+    assert payload["n_train"] == payload["n_test"] == 359  # distinct digits, no split
 
 
 def test_bad_output_path_fails_before_training(tmp_path):
     bad = str(tmp_path / "missing" / "r.json")
-    res = runner.invoke(app, ["shift", "--scenario", "digits", "--target", "digits", "-o", bad])
+    res = runner.invoke(app, ["shift", "--train", "digits", "--test", "digits", "-o", bad])
     assert res.exit_code == 2
     assert res.stderr.startswith("error: --output") and res.stderr.count("\n") == 1
 
@@ -111,14 +111,14 @@ def test_bad_output_path_fails_before_training(tmp_path):
     ],
 )
 def test_shift_bad_spec_exits_2_with_one_line(source, message):
-    res = runner.invoke(app, ["shift", "--scenario", source, "--target", "digits"])
+    res = runner.invoke(app, ["shift", "--train", source, "--test", "digits"])
     assert res.exit_code == 2
     assert message in res.output
 
 
 def test_shift_subprocess_bad_input_has_no_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "oodeval.cli.main", "shift", "--scenario", "sr-cmnist"],
+        [sys.executable, "-m", "oodeval.cli.main", "shift", "--train", "sr-cmnist"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -131,9 +131,9 @@ def test_shift_subprocess_bad_input_has_no_traceback():
             "-m",
             "oodeval.cli.main",
             "shift",
-            "--scenario",
+            "--train",
             "sr-cmnist:ratio=3:1",
-            "--target",
+            "--test",
             "digits",
         ],
         capture_output=True,
@@ -154,7 +154,7 @@ def test_shift_subprocess_bad_input_has_no_traceback():
     ],
 )
 def test_out_of_range_options_are_one_error_line(option, value, message):
-    res = runner.invoke(app, ["shift", "--scenario", "digits", "--target", "digits", option, value])
+    res = runner.invoke(app, ["shift", "--train", "digits", "--test", "digits", option, value])
     assert res.exit_code == 2
     assert res.output == f"error: {message}\n"
 
@@ -163,8 +163,48 @@ def test_the_default_source_is_real_mnist(tmp_path):
     """No --source: `auto`. The role=given set of sr-cmnist on MNIST's 10,000 test images holds
     2,000 (more than the 400 kept), on the digits only 359."""
     out = tmp_path / "r.json"
-    args = ["shift", "--scenario", "sr-cmnist:e=0.1:role=given", "--target", "sr-cmnist:e=0.1"]
+    args = ["shift", "--train", "sr-cmnist:e=0.1:role=given", "--test", "sr-cmnist:e=0.1"]
     res = runner.invoke(app, [*args, *FAST[:-2], "--format", "json", "-o", str(out)])
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
-    assert payload["n_source"] == payload["n_target"] == 400
+    assert payload["n_train"] == payload["n_test"] == 400
+
+
+def test_old_spellings_still_work_with_one_note_each(tmp_path):
+    """--scenario / --target (before --train / --test) run the same command for one release,
+    each with one `note:` line on stderr, and are hidden from the help."""
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    common = ["--n-seeds", "1", "--n-steps", "20", "--max-samples", "200", "--format", "json"]
+    res = runner.invoke(
+        app, ["shift", "--train", "digits", "--test", "digits", *common, "-o", str(new)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "note:" not in res.stderr
+    args = ["shift", "--scenario", "digits", "--target", "digits", *common, "-o", str(old)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("note:")] == [
+        "note: --scenario is deprecated, use --train",
+        "note: --target is deprecated, use --test",
+    ]
+    assert json.loads(old.read_text()) == json.loads(new.read_text())
+    help_text = runner.invoke(app, ["shift", "--help"]).stdout
+    assert "--train" in help_text and "--test" in help_text
+    assert "--scenario" not in help_text and "--target" not in help_text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--test", "digits"], "error: missing option --train SPEC"),
+        (["--train", "digits"], "error: missing option --test SPEC"),
+        (
+            ["--train", "digits", "--scenario", "digits", "--test", "digits"],
+            "error: --scenario is the deprecated spelling of --train; give only --train",
+        ),
+    ],
+)
+def test_missing_or_doubled_sets_are_one_error_line(args, message):
+    res = runner.invoke(app, ["shift", *args])
+    assert res.exit_code == 2
+    assert res.stderr.startswith(message) and res.stderr.count("\n") == 1

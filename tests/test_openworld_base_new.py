@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
 from oodeval.openworld.base_new import (
-    BaseNewSplit,
-    base_new_split,
+    BaseNewClasses,
+    base_new_classes,
     few_shot_indices,
     parse_ratio,
     ratio_sweep,
@@ -23,16 +23,16 @@ from oodeval.openworld.ratio_study import format_ratio_table, ratio_spread, rati
 
 
 def test_default_split_takes_the_sorted_first_half_rounding_up_like_coop():
-    assert base_new_split(range(10)) == BaseNewSplit((0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
-    assert base_new_split([6, 2, 4, 0, 2, 9, 7]) == BaseNewSplit((0, 2, 4), (6, 7, 9))
-    assert base_new_split(range(7)) == BaseNewSplit((0, 1, 2, 3), (4, 5, 6))
-    assert base_new_split(range(4), n_base=1) == BaseNewSplit((0,), (1, 2, 3))
+    assert base_new_classes(range(10)) == BaseNewClasses((0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
+    assert base_new_classes([6, 2, 4, 0, 2, 9, 7]) == BaseNewClasses((0, 2, 4), (6, 7, 9))
+    assert base_new_classes(range(7)) == BaseNewClasses((0, 1, 2, 3), (4, 5, 6))
+    assert base_new_classes(range(4), n_base=1) == BaseNewClasses((0,), (1, 2, 3))
 
 
 def test_seeded_split_is_reproducible_disjoint_and_complete():
-    a = base_new_split(range(20), seed=3)
-    assert a == base_new_split(range(20), seed=3)
-    assert a != base_new_split(range(20), seed=4)
+    a = base_new_classes(range(20), seed=3)
+    assert a == base_new_classes(range(20), seed=3)
+    assert a != base_new_classes(range(20), seed=4)
     assert set(a.base) | set(a.new) == set(range(20)) and not set(a.base) & set(a.new)
     assert len(a.base) == 10 and list(a.base) == sorted(a.base)
 
@@ -42,7 +42,7 @@ def test_seeded_split_is_reproducible_disjoint_and_complete():
 )
 def test_split_rejects_degenerate_requests(classes, kwargs):
     with pytest.raises(OodevalError):
-        base_new_split(classes, **kwargs)
+        base_new_classes(classes, **kwargs)
 
 
 def test_few_shot_draws_exactly_k_per_class_reproducibly():

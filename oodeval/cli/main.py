@@ -12,9 +12,9 @@ from oodeval.cli import (
     importers,
     measures,
     openworld,
+    protocols,
     report,
     shift,
-    splits,
     study,
     variance,
 )
@@ -58,7 +58,7 @@ app.add_typer(openworld.app, name="openworld")
 app.add_typer(study.app, name="study")
 app.add_typer(envs.app, name="envs")
 shift.register(app)
-app.add_typer(splits.app, name="splits")
+protocols.register(app)
 report.register(app)
 # --- end registrations ---
 

@@ -126,7 +126,9 @@ def make_features_command(
     overlap: float = typer.Option(
         0.5, "--overlap", help="synthetic only: move new-class centres towards base ones (0..1)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of splits, encoder and draws."),
+    seed: int = typer.Option(
+        0, "--seed", help="Seed of every draw (features, encoder images, shots) and of the encoder."
+    ),
 ) -> None:
     """Write few-shot training and test feature files for train-gmop / evaluate."""
     from oodeval.openworld.base_new import few_shot_indices

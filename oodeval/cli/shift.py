@@ -1,4 +1,4 @@
-"""`oodeval shift --scenario SPEC --target SPEC`: covariate and concept shift of a dataset pair.
+"""`oodeval shift --train SPEC --test SPEC`: covariate and concept shift of a dataset pair.
 
 Prints M_cov, M_cpt^min, M_cpt^max (next to the two classifiers' held-out fit errors, the noise
 floor M_cpt is read against) and M_cpt^max - M_cov (NICO++ Section 3, Theorem 3.3) as
@@ -60,6 +60,21 @@ def explanation(gap: float) -> str:
     )
 
 
+def renamed_option(value: str | None, old_value: str | None, flag: str, old_flag: str) -> str:
+    """The value of the required option `flag`, also accepted under its deprecated `old_flag`.
+
+    The old spelling prints one ``note:`` line on stderr; neither or both given is bad input.
+    """
+    if old_value is not None:
+        if value is not None:
+            raise OodevalError(f"{old_flag} is the deprecated spelling of {flag}; give only {flag}")
+        typer.echo(f"note: {old_flag} is deprecated, use {flag}", err=True)
+        return old_value
+    if value is None:
+        raise OodevalError(f"missing option {flag} SPEC; see 'oodeval shift --help'")
+    return value
+
+
 def _finite_or_none(value: float) -> float | None:
     return None if math.isnan(value) else value
 
@@ -83,8 +98,8 @@ def render_report(names: tuple[str, str], result: object, counts: tuple[int, int
     opts = result.options  # type: ignore[attr-defined]
     seeds = result.seeds  # type: ignore[attr-defined]
     lines = [
-        f"source set: {names[0]} ({counts[0]} images)",
-        f"target set: {names[1]} ({counts[1]} images)",
+        f"train set: {names[0]} ({counts[0]} images)",
+        f"test set: {names[1]} ({counts[1]} images)",
         f"hypothesis {opts['hypothesis']}, {opts['steps']} steps, {len(seeds)} seed(s) "
         f"{list(seeds)}; held-out halves, 0-1 disagreement; mean and std (ddof=1) over seeds",
     ]
@@ -103,11 +118,17 @@ def render_report(names: tuple[str, str], result: object, counts: tuple[int, int
 
 @reports_errors
 def shift_command(
-    scenario: str = typer.Option(
-        ..., "--scenario", help="SPEC of the source (training) set, e.g. sr-cmnist:e=0.1."
+    train: str | None = typer.Option(
+        None,
+        "--train",
+        metavar="SPEC",
+        help="SPEC of the training set (required), e.g. sr-cmnist:e=0.1.",
     ),
-    target: str = typer.Option(
-        ..., "--target", help="SPEC of the target (test) set, e.g. sr-cmnist:e=0.9."
+    test: str | None = typer.Option(
+        None,
+        "--test",
+        metavar="SPEC",
+        help="SPEC of the test set (required), e.g. sr-cmnist:e=0.9.",
     ),
     source: str = typer.Option(
         "auto",
@@ -127,10 +148,17 @@ def shift_command(
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
+    old_train: str | None = typer.Option(
+        None, "--scenario", hidden=True, help="Deprecated: use --train."
+    ),
+    old_test: str | None = typer.Option(
+        None, "--target", hidden=True, help="Deprecated: use --test."
+    ),
 ) -> None:
     """Estimate covariate shift M_cov and concept shift M_cpt between two sets (NICO++ Sec. 3).
 
-    SPEC: an image source (digits, mnist:DIR, cifar10:DIR, classfolder:DIR, npz:FEATURES.npz,
+    The training set (--train) and the test set (--test) are each a dataset SPEC: an image source
+    (digits, mnist:DIR, cifar10:DIR, classfolder:DIR, npz:FEATURES.npz,
     folder:DIR:domain=NAME[+NAME]) or one environment of a scenario family
     (sr-cmnist:e=0.1, cmnist:e=0.9:images=mnist:DIR); a scenario SPEC takes the evaluation
     environment of that name unless role=given asks for the given (training) one
@@ -142,6 +170,8 @@ def shift_command(
     from oodeval.shift.metrics import REPORTED, shift_metrics
     from oodeval.shift.specs import disjoint_pair, load_spec
 
+    train = renamed_option(train, old_train, "--train", "--scenario")
+    test = renamed_option(test, old_test, "--test", "--target")
     # Checked here rather than with typer's min=, whose usage errors span several lines.
     for flag, value, low in (
         ("--n-seeds", n_seeds, 1),
@@ -152,12 +182,12 @@ def shift_command(
         if value < low:
             raise OodevalError(f"{flag} must be at least {low}, got {value}")
     check_output_path(output)  # before minutes of training, not after
-    src = load_spec(scenario, images=source, max_samples=max_samples)
-    tgt = load_spec(target, images=source, max_samples=max_samples)
+    src = load_spec(train, images=source, max_samples=max_samples)
+    tgt = load_spec(test, images=source, max_samples=max_samples)
     src, tgt = disjoint_pair(src, tgt, seed=0)
     if src.images.shape[1:] != tgt.images.shape[1:]:
         raise OodevalError(
-            f"--scenario images {src.images.shape[1:]} and --target images {tgt.images.shape[1:]} "
+            f"--train images {src.images.shape[1:]} and --test images {tgt.images.shape[1:]} "
             "differ in shape; add size=N to both SPECs"
         )
     with stops_on_ctrl_c("nothing is kept (the networks train in memory); run it again"):
@@ -175,11 +205,11 @@ def shift_command(
         )
     if fmt is OutputFormat.json:
         payload = {
-            "scenario": scenario,
-            "target": target,
+            "train": train,
+            "test": test,
             "source": source,
-            "n_source": len(src),
-            "n_target": len(tgt),
+            "n_train": len(src),
+            "n_test": len(tgt),
             "options": result.options,
             "seeds": list(result.seeds),
             "per_seed": list(result.per_seed),
@@ -192,7 +222,7 @@ def shift_command(
     elif fmt is OutputFormat.csv:
         text = render_frame(metrics_frame(result), "csv")
     else:
-        text = render_report((scenario, target), result, (len(src), len(tgt)), fmt.value)
+        text = render_report((train, test), result, (len(src), len(tgt)), fmt.value)
     echo_output(text, output)
 
 

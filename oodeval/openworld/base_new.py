@@ -1,4 +1,4 @@
-"""Base/new open-world test sets: base/new class splits, few-shot sets and base:new resampling.
+"""Base/new open-world test sets: base and new classes, few-shot sets and base:new resampling.
 
 The open-world prompt-tuning setting of the OpenworldAUC paper (Sections 3-4) trains on a few shots
 of the *base* classes and tests on a mixture of base and *new* classes whose base:new sample ratio
@@ -27,17 +27,17 @@ DEFAULT_RATIOS: tuple[str, ...] = ("1:10", "1:5", "1:2", "1:1", "2:1", "5:1", "1
 
 
 @dataclass(frozen=True)
-class BaseNewSplit:
+class BaseNewClasses:
     """Sorted base and new class ids (disjoint; together they are every class)."""
 
     base: tuple[int, ...]
     new: tuple[int, ...]
 
 
-def base_new_split(
+def base_new_classes(
     classes: Iterable[int], *, n_base: int | None = None, seed: int | None = None
-) -> BaseNewSplit:
-    """Split class ids into base and new classes.
+) -> BaseNewClasses:
+    """Return the base and the new classes among `classes`.
 
     Default (``seed=None``): sort the ids and take the first ``ceil(C / 2)`` as base, the rest as
     new -- the base-to-new setting of CoOp/CoCoOp that DeCoOp and the OpenworldAUC paper use.
@@ -50,18 +50,18 @@ def base_new_split(
     n_base : int, optional
         Number of base classes; default ``ceil(C / 2)``. Must leave at least one new class.
     seed : int, optional
-        ``None`` for the sorted split; an int for a reproducible random split.
+        ``None`` for the sorted choice; an int for a reproducible random choice of base classes.
 
     Examples
     --------
-    >>> base_new_split(range(10))
-    BaseNewSplit(base=(0, 1, 2, 3, 4), new=(5, 6, 7, 8, 9))
-    >>> base_new_split([3, 1, 2])
-    BaseNewSplit(base=(1, 2), new=(3,))
+    >>> base_new_classes(range(10))
+    BaseNewClasses(base=(0, 1, 2, 3, 4), new=(5, 6, 7, 8, 9))
+    >>> base_new_classes([3, 1, 2])
+    BaseNewClasses(base=(1, 2), new=(3,))
     """
     ids = np.unique(as_class_ids(np.fromiter(classes, dtype=np.int64), "classes"))
     if ids.size < 2:
-        raise OodevalError(f"need at least 2 classes to split into base and new, got {ids.size}")
+        raise OodevalError(f"need at least 2 classes to divide into base and new, got {ids.size}")
     k = math.ceil(ids.size / 2) if n_base is None else int(n_base)
     if not 1 <= k < ids.size:
         raise OodevalError(
@@ -72,7 +72,7 @@ def base_new_split(
     else:
         base = np.sort(np.random.default_rng(seed).permutation(ids)[:k])
     new = np.setdiff1d(ids, base)
-    return BaseNewSplit(tuple(int(c) for c in base), tuple(int(c) for c in new))
+    return BaseNewClasses(tuple(int(c) for c in base), tuple(int(c) for c in new))
 
 
 def few_shot_indices(

@@ -32,12 +32,13 @@ from oodeval._extras import MissingExtra, missing_extra_message
 from oodeval.errors import OodevalError
 from oodeval.openworld.features import FeatureSet, make_feature_set
 from oodeval.openworld.gmop import (
+    ContextClassifier,
     GMoP,
     GMoPConfig,
-    _check_config,
-    _ContextClassifier,
-    _fit,
+    check_config,
+    fit_contexts,
     pseudo_partitions,
+    training_logit_scale,
 )
 
 DEFAULT_TEMPLATE = "a photo of a {}."
@@ -160,7 +161,7 @@ class ClipGMoP(GMoP):
         seed: int = 0,
     ) -> None:
         # Skip GMoP.__init__ (its feature-space contexts): only the shared class set-up is needed.
-        _ContextClassifier.__init__(self, text_features, base_classes, logit_scale)
+        ContextClassifier.__init__(self, text_features, base_classes, logit_scale)
         self.partitions = pseudo_partitions(self.base_classes, n_partitions)
         self.text_encoder = text_encoder
         gen = torch.Generator().manual_seed(seed)
@@ -199,16 +200,15 @@ def train_clip_gmop(
 ) -> ClipGMoP:
     """Train `ClipGMoP` on frozen image features: only the prompt contexts receive gradients."""
     config = config or GMoPConfig()
-    _check_config(config)
-    scale = config.logit_scale if config.logit_scale is not None else train.logit_scale
+    check_config(config)
     model = ClipGMoP(
         text_encoder,
         train.text_features,
         train.base_classes,
         n_partitions=config.n_partitions,
-        logit_scale=scale,
+        logit_scale=training_logit_scale(train, config),
         seed=config.seed,
     )
     weights = {"ce": 1.0, "auc": config.auc_weight, "detector_ce": config.detector_weight}
-    _fit(model, train, config, weights)
+    fit_contexts(model, train, config, weights)
     return model.eval()

@@ -34,7 +34,7 @@ from oodeval._npz import read_npz
 from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_class_ids, as_float_array, check_same_length
-from oodeval.openworld.base_new import base_new_split, few_shot_indices
+from oodeval.openworld.base_new import base_new_classes, few_shot_indices
 
 #: Temperature of the encoder's cosine classifier head (unit-sphere features, as CLIP's).
 _ENCODER_SCALE = 10.0
@@ -124,7 +124,7 @@ def make_feature_set(
             f"label {int(y.max())} has no text feature row (text_features has {n_classes} rows)"
         )
     if base_classes is None:
-        base = base_new_split(range(n_classes)).base
+        base = base_new_classes(range(n_classes)).base
     else:
         b = np.unique(as_class_ids(np.atleast_1d(np.asarray(base_classes)), "base_classes"))
         if b.size == 0 or b.max() >= n_classes or b.size >= n_classes:
@@ -220,17 +220,17 @@ def synthetic_features(
         raise OodevalError(f"overlap must be in [0, 1], got {overlap}")
     if n_classes < 2 or dim < 2 or n_per_class < 1:
         raise OodevalError("need n_classes >= 2, dim >= 2 and n_per_class >= 1")
-    split = base_new_split(range(n_classes), n_base=n_base)
+    classes = base_new_classes(range(n_classes), n_base=n_base)
     rng = np.random.default_rng(seed)
     centres = _unit_rows(rng.standard_normal((n_classes, dim)))
-    for i, c in enumerate(split.new):
-        anchor = centres[split.base[i % len(split.base)]]
+    for i, c in enumerate(classes.new):
+        anchor = centres[classes.base[i % len(classes.base)]]
         centres[c] = (1.0 - overlap) * centres[c] + overlap * anchor
     centres = _unit_rows(centres + 1e-12)
     labels = np.repeat(np.arange(n_classes), n_per_class)
     feats = _unit_rows(centres[labels] + noise * rng.standard_normal((labels.size, dim)) / dim**0.5)
     text = _unit_rows(centres + text_noise * rng.standard_normal((n_classes, dim)) / dim**0.5)
-    return make_feature_set(feats, labels, text, split.base, logit_scale=logit_scale)
+    return make_feature_set(feats, labels, text, classes.base, logit_scale=logit_scale)
 
 
 # --- real images --------------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def digit_features(
     images of that class (new classes included).
 
     * ``encoder_source=None``: the encoder is trained on the base-class rows of a seeded half of
-      `source`; the other half is split into prototype images, the few-shot training set (`shots`
+      `source`; the other half is divided into prototype images, the few-shot training set (`shots`
       per base class) and the test set (the rest, all classes).
     * ``encoder_source="digits"`` with ``source="mnist:DIR"``: the encoder is trained on the
       base-class images of scikit-learn's digits (a different dataset, as CLIP's pre-training data
@@ -356,7 +356,7 @@ def digit_features(
     source = resolve_source(source)
     images, labels = load_digit_images(source)
     n_classes = int(labels.max()) + 1
-    split = base_new_split(range(n_classes), n_base=n_base)
+    classes = base_new_classes(range(n_classes), n_base=n_base)
     rng = np.random.default_rng(seed)
     order = rng.permutation(labels.size)
     if encoder_source is None or encoder_source == source:
@@ -372,14 +372,14 @@ def digit_features(
             f"cannot train the encoder on {encoder_source!r} for {source!r}; use the same source "
             "or encoder_source='digits' with an 'mnist:DIR' source"
         )
-    keep = np.isin(enc_labels, split.base)
+    keep = np.isin(enc_labels, classes.base)
     with single_threaded():
         encoder = _train_encoder(
-            enc_images[keep], enc_labels[keep], split.base, dim, encoder_steps, seed
+            enc_images[keep], enc_labels[keep], classes.base, dim, encoder_steps, seed
         )
     proto_rows = rest[few_shot_indices(labels[rest], range(n_classes), prototype_shots, seed=seed)]
     rest = np.setdiff1d(rest, proto_rows)
-    train_rows = rest[few_shot_indices(labels[rest], split.base, shots, seed=seed + 1)]
+    train_rows = rest[few_shot_indices(labels[rest], classes.base, shots, seed=seed + 1)]
     test_rows = np.setdiff1d(rest, train_rows)
     with torch.no_grad():
         feats = torch.nn.functional.normalize(encoder(torch.from_numpy(images)), dim=1).numpy()
@@ -391,9 +391,9 @@ def digit_features(
     )
     names = [str(c) for c in range(n_classes)]
     train = make_feature_set(
-        feats[train_rows], labels[train_rows], text, split.base, names, _ENCODER_SCALE
+        feats[train_rows], labels[train_rows], text, classes.base, names, _ENCODER_SCALE
     )
     test = make_feature_set(
-        feats[test_rows], labels[test_rows], text, split.base, names, _ENCODER_SCALE
+        feats[test_rows], labels[test_rows], text, classes.base, names, _ENCODER_SCALE
     )
     return train, test

@@ -206,7 +206,7 @@ def _check_features(x: np.ndarray | torch.Tensor, dim: int) -> torch.Tensor:
     return F.normalize(t, dim=1)
 
 
-class _ContextClassifier(torch.nn.Module):
+class ContextClassifier(torch.nn.Module):
     """Shared pieces: frozen unit text features (C, d), a logit scale, base/new class ids."""
 
     def __init__(
@@ -238,7 +238,7 @@ class _ContextClassifier(torch.nn.Module):
         return self.logit_scale * x @ self.text[list(classes)].T
 
 
-class GMoP(_ContextClassifier):
+class GMoP(ContextClassifier):
     """GMoP on frozen features: g's context, K detector contexts, zero-shot h (see module doc)."""
 
     def __init__(
@@ -349,7 +349,7 @@ class GMoP(_ContextClassifier):
         }
 
 
-class SingleContext(_ContextClassifier):
+class SingleContext(ContextClassifier):
     """One context shared by every class: CoOp's analogue (trained) or CLIP zero-shot (untrained).
 
     Outputs are the softmax over all classes; the detector is its max over the base classes, g
@@ -402,8 +402,11 @@ def _training_tensors(train: FeatureSet) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.from_numpy(train.labels[keep].astype(np.int64))
 
 
-def _fit(model: torch.nn.Module, train: FeatureSet, config: GMoPConfig, weights: dict) -> None:
-    """Adam on the sum of weighted loss terms; full batch or seeded mini-batches."""
+def fit_contexts(
+    model: torch.nn.Module, train: FeatureSet, config: GMoPConfig, weights: dict
+) -> None:
+    """Train `model`'s contexts in place: Adam on the sum of the loss terms `model.losses`
+    returns, each times its weight in `weights`; full batch or seeded mini-batches."""
     with single_threaded():
         _fit_steps(model, train, config, weights)
 
@@ -437,7 +440,8 @@ def _fit_steps(
         opt.step()
 
 
-def _check_config(config: GMoPConfig) -> None:
+def check_config(config: GMoPConfig) -> None:
+    """Raise OodevalError naming the first out-of-range hyper-parameter of `config`."""
     if config.steps < 0 or config.lr <= 0 or config.weight_decay < 0:
         raise OodevalError("need steps >= 0, lr > 0 and weight_decay >= 0")
     if config.auc_weight < 0 or config.detector_weight < 0:
@@ -449,7 +453,8 @@ def _check_config(config: GMoPConfig) -> None:
         )
 
 
-def _logit_scale(train: FeatureSet, config: GMoPConfig) -> float:
+def training_logit_scale(train: FeatureSet, config: GMoPConfig) -> float:
+    """The logit scale to train with: the config's, else the feature file's."""
     return float(config.logit_scale if config.logit_scale is not None else train.logit_scale)
 
 
@@ -477,16 +482,16 @@ def train_gmop(train: FeatureSet, config: GMoPConfig | None = None, *, device: s
     (3, (0, 1, 2))
     """
     config = config or GMoPConfig()
-    _check_config(config)
+    check_config(config)
     torch.manual_seed(config.seed)
     model = GMoP(
         train.text_features,
         train.base_classes,
         n_partitions=config.n_partitions,
-        logit_scale=_logit_scale(train, config),
+        logit_scale=training_logit_scale(train, config),
     )
     weights = {"ce": 1.0, "auc": config.auc_weight, "detector_ce": config.detector_weight}
-    _fit(_on(model, device), train, config, weights)
+    fit_contexts(_on(model, device), train, config, weights)
     return model.eval()
 
 
@@ -496,11 +501,11 @@ def train_single_context(
     """The CoOp-style reference: one context trained with cross-entropy on the base classes only
     (on `device`, as `train_gmop`)."""
     config = config or GMoPConfig()
-    _check_config(config)
+    check_config(config)
     model = SingleContext(
-        train.text_features, train.base_classes, logit_scale=_logit_scale(train, config)
+        train.text_features, train.base_classes, logit_scale=training_logit_scale(train, config)
     )
-    _fit(_on(model, device), train, config, {"ce": 1.0})
+    fit_contexts(_on(model, device), train, config, {"ce": 1.0})
     return model.eval()
 
 
@@ -515,7 +520,7 @@ def evaluate_model(model: GMoP | SingleContext, test: FeatureSet) -> dict[str, f
     if tuple(test.base_classes) != model.base_classes:
         raise OodevalError(
             f"test base classes {list(test.base_classes)} differ from the model's "
-            f"{list(model.base_classes)}; use the same base/new split"
+            f"{list(model.base_classes)}; use the same base and new classes"
         )
     if test.text_features.shape[0] != model.text.shape[0]:
         raise OodevalError(

@@ -1,28 +1,30 @@
-"""Domain-split protocols of the NICO++ paper (Section 4) for any ``<domain>/<class>/<image>`` tree.
+"""The evaluation protocols of the NICO++ paper (Sec. 4) for any ``<domain>/<class>/<image>`` tree.
 
-`scan_tree` lists a tree; `classic_split` (its domains: `classic_domains`), `flexible_random_split`
-and `flexible_compositional_split` return split rows (path, class, domain, role); `write_split_csv`,
-`read_split_csv` and `role_counts` handle the split files; `evaluate_split` scores predictions on
-the test domains with NICO++'s Average / Overall / Std.
+A protocol assigns every image of the tree a role (train, val or test) by its domain: the result is
+a *domain assignment*, one `AssignmentRow` (path, class, domain, role) per image. `scan_tree` lists
+a tree; `classic_assignment` (its domains: `classic_domains`), `flexible_random_assignment` and
+`flexible_compositional_assignment` return the assignments of the three protocols;
+`write_assignment_csv`, `read_assignment_csv` and `role_counts` handle the assignment files;
+`evaluate_assignment` scores predictions on the test domains with NICO++'s Average / Overall / Std.
 """
 
-from oodeval.protocols.classic import classic_domains, classic_split
-from oodeval.protocols.evaluate import domain_accuracies, evaluate_split
+from oodeval.protocols.classic import classic_assignment, classic_domains
+from oodeval.protocols.evaluate import domain_accuracies, evaluate_assignment
 from oodeval.protocols.flexible import (
     default_common_domains,
-    flexible_compositional_split,
-    flexible_random_split,
+    flexible_compositional_assignment,
+    flexible_random_assignment,
 )
 from oodeval.protocols.tree import (
     NICO_COMMON_DOMAINS,
     NICO_TEST_DOMAINS,
     NICO_TRAIN_DOMAINS,
+    AssignmentRow,
     ImageTree,
-    SplitRow,
-    read_split_csv,
+    read_assignment_csv,
     role_counts,
     scan_tree,
-    write_split_csv,
+    write_assignment_csv,
 )
 
 __all__ = [
@@ -30,16 +32,16 @@ __all__ = [
     "NICO_TEST_DOMAINS",
     "NICO_TRAIN_DOMAINS",
     "ImageTree",
-    "SplitRow",
+    "AssignmentRow",
     "classic_domains",
-    "classic_split",
+    "classic_assignment",
     "default_common_domains",
-    "evaluate_split",
-    "flexible_compositional_split",
-    "flexible_random_split",
-    "read_split_csv",
+    "evaluate_assignment",
+    "flexible_compositional_assignment",
+    "flexible_random_assignment",
+    "read_assignment_csv",
     "role_counts",
     "scan_tree",
     "domain_accuracies",
-    "write_split_csv",
+    "write_assignment_csv",
 ]

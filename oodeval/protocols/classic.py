@@ -2,7 +2,7 @@
 
 Training takes every image of the training domains (minus a seeded, per-cell stratified validation
 share), test every image of the test domains. With no domains named and all ten NICO++ common
-domains present, the split of Table 2 (left) is used: train grass, water, rock, autumn, indoor,
+domains present, the domains of Table 2 (left) are used: train grass, water, rock, autumn, indoor,
 dim; test sand, winter, outdoor, dark. With one side named, the other is the remaining domains
 common to every class: a class-specific (unique) domain is on neither side.
 """
@@ -15,8 +15,8 @@ from oodeval.errors import OodevalError, listing
 from oodeval.protocols.tree import (
     NICO_TEST_DOMAINS,
     NICO_TRAIN_DOMAINS,
+    AssignmentRow,
     ImageTree,
-    SplitRow,
     check_domains,
     with_validation,
 )
@@ -28,12 +28,12 @@ def classic_domains(
     train_domains: Sequence[str] | None = None,
     test_domains: Sequence[str] | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Return the (training, test) domains of a classic split of `tree`.
+    """Return the (training, test) domains of a classic domain assignment of `tree`.
 
     Both named: those. One named: the other side is every domain common to all classes
     (`ImageTree.common_domains`) not named, so every class gets the same training and test
     domains; class-specific domains (NICO++'s unique domains) are used by neither side. Neither
-    named: NICO++'s Table 2 split (an error when the tree lacks any of its domains).
+    named: NICO++'s Table 2 domains (an error when the tree lacks any of its domains).
 
     >>> from pathlib import Path
     >>> cells = {(c, d): (f"{d}/{c}/1.jpg",) for c in ("cat", "dog") for d in ("a", "b", "c")}
@@ -58,15 +58,15 @@ def classic_domains(
     return train, check_domains(tree, test_domains, "test")
 
 
-def classic_split(
+def classic_assignment(
     tree: ImageTree,
     *,
     train_domains: Sequence[str] | None = None,
     test_domains: Sequence[str] | None = None,
     val_fraction: float = 0.2,
     seed: int = 0,
-) -> list[SplitRow]:
-    """Return the rows of a classic split of `tree` (roles train, val, test).
+) -> list[AssignmentRow]:
+    """Return the rows of a classic domain assignment of `tree` (roles train, val, test).
 
     Parameters
     ----------
@@ -87,13 +87,13 @@ def classic_split(
     overlap = sorted(set(train) & set(test))
     if overlap:
         raise OodevalError(f"domain(s) {listing(overlap)} named for both training and test")
-    rows: list[SplitRow] = []
+    rows: list[AssignmentRow] = []
     for cls in tree.classes:
         n_train = 0
         for role, domains in (("train", train), ("test", test)):
             for dom in domains:
                 files = tree.images(cls, dom)
-                rows += [SplitRow(p, cls, dom, role) for p in files]
+                rows += [AssignmentRow(p, cls, dom, role) for p in files]
                 n_train += len(files) if role == "train" else 0
         if n_train == 0:
             raise OodevalError(
@@ -105,7 +105,7 @@ def classic_split(
 def _remaining_common(
     tree: ImageTree, named: tuple[str, ...], named_role: str, role: str
 ) -> tuple[str, ...]:
-    """The domains common to every class that are not `named` (the other side of the split)."""
+    """The domains common to every class that are not `named` (the other side of the assignment)."""
     rest = tuple(d for d in tree.common_domains() if d not in named)
     if not rest:
         raise OodevalError(

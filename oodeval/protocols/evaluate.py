@@ -1,4 +1,4 @@
-"""Scoring predictions on the test domains of a split: Average, Overall, Std (NICO++ Eq. 5).
+"""Scoring predictions on the test domains of a domain assignment: Average, Overall, Std.
 
 Per test domain k, acc_k is the share of its test images predicted correctly; then
 Average = (1/K) sum_k acc_k, Overall = sum_k N_k acc_k / sum_k N_k and
@@ -11,17 +11,17 @@ from collections.abc import Mapping, Sequence
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import domain_std, per_domain_summary
-from oodeval.protocols.tree import SplitRow
+from oodeval.protocols.tree import AssignmentRow
 
 
 def domain_accuracies(
-    rows: Sequence[SplitRow], predictions: Mapping[str, str]
+    rows: Sequence[AssignmentRow], predictions: Mapping[str, str]
 ) -> tuple[dict[str, float], dict[str, int]]:
     """Per-test-domain accuracy and image count from predicted class names keyed by image path.
 
     Raises OodevalError when a test image has no prediction (naming the first one).
 
-    >>> rows = [SplitRow("a/x/1", "x", "a", "test"), SplitRow("a/y/2", "y", "a", "test")]
+    >>> rows = [AssignmentRow("a/x/1", "x", "a", "test"), AssignmentRow("a/y/2", "y", "a", "test")]
     >>> domain_accuracies(rows, {"a/x/1": "x", "a/y/2": "x"})
     ({'a': 0.5}, {'a': 2})
     """
@@ -39,25 +39,25 @@ def domain_accuracies(
     if missing:
         raise OodevalError(
             f"{len(missing)} test image(s) have no prediction, e.g. {missing[0]}; predict every "
-            "test row of the split"
+            "test row of the domain assignment"
         )
     if not counts:
-        raise OodevalError("the split has no test rows")
+        raise OodevalError("the domain assignment has no test rows")
     names = sorted(counts)
     return {d: correct[d] / counts[d] for d in names}, {d: counts[d] for d in names}
 
 
-def evaluate_split(
-    rows: Sequence[SplitRow], predictions: Mapping[str, str]
+def evaluate_assignment(
+    rows: Sequence[AssignmentRow], predictions: Mapping[str, str]
 ) -> dict[str, float | int]:
     """Per-domain accuracy plus Average (acc_avg), Overall (acc_overall), Std (acc_std).
 
     Keys follow `oodeval.measures.domain.per_domain_summary` (acc_<domain>, count_<domain>,
     acc_avg, acc_overall, acc_wg, acc_gap) plus acc_std (NaN with a single test domain).
 
-    >>> rows = [SplitRow("a/x/1", "x", "a", "test"), SplitRow("b/x/2", "x", "b", "test"),
-    ...         SplitRow("b/x/3", "x", "b", "test")]
-    >>> out = evaluate_split(rows, {"a/x/1": "x", "b/x/2": "x", "b/x/3": "y"})
+    >>> rows = [AssignmentRow("a/x/1", "x", "a", "test"), AssignmentRow("b/x/2", "x", "b", "test"),
+    ...         AssignmentRow("b/x/3", "x", "b", "test")]
+    >>> out = evaluate_assignment(rows, {"a/x/1": "x", "b/x/2": "x", "b/x/3": "y"})
     >>> out["acc_avg"], round(out["acc_overall"], 4), round(out["acc_std"], 4)
     (0.75, 0.6667, 0.3536)
     """

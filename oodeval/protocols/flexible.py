@@ -24,8 +24,8 @@ import numpy as np
 from oodeval.errors import OodevalError, listing
 from oodeval.protocols.tree import (
     NICO_COMMON_DOMAINS,
+    AssignmentRow,
     ImageTree,
-    SplitRow,
     check_domains,
     class_rng,
     sample_cell,
@@ -40,7 +40,7 @@ def default_common_domains(tree: ImageTree) -> tuple[str, ...]:
     return tree.common_domains()
 
 
-def flexible_random_split(
+def flexible_random_assignment(
     tree: ImageTree,
     *,
     common_domains: Sequence[str] | None = None,
@@ -51,8 +51,8 @@ def flexible_random_split(
     per_test: int = 50,
     val_fraction: float = 0.0,
     seed: int = 0,
-) -> list[SplitRow]:
-    """Return the rows of a flexible random split (roles train, val, test).
+) -> list[AssignmentRow]:
+    """Return the rows of a flexible random domain assignment (roles train, val, test).
 
     Parameters
     ----------
@@ -75,7 +75,7 @@ def flexible_random_split(
         per_test=per_test,
     )
     common = _common(tree, common_domains)
-    rows: list[SplitRow] = []
+    rows: list[AssignmentRow] = []
     for cls in tree.classes:
         rng = class_rng(seed, cls)
         own = tree.domains_of(cls)
@@ -93,7 +93,7 @@ def flexible_random_split(
     return with_validation(rows, val_fraction, seed)
 
 
-def flexible_compositional_split(
+def flexible_compositional_assignment(
     tree: ImageTree,
     *,
     exclusive_domains: Sequence[str] | None = None,
@@ -106,8 +106,8 @@ def flexible_compositional_split(
     per_test: int = 50,
     val_fraction: float = 0.0,
     seed: int = 0,
-) -> list[SplitRow]:
-    """Return the rows of a flexible compositional split (roles train, val, test).
+) -> list[AssignmentRow]:
+    """Return the rows of a flexible compositional domain assignment (roles train, val, test).
 
     Parameters
     ----------
@@ -118,7 +118,7 @@ def flexible_compositional_split(
         Where exclusive domains are drawn from (default: `default_common_domains`).
     n_exclusive, n_majority, n_minority, n_test : int
         Group sizes (NICO++: 4, 2, 12, 4).
-    per_minor, per_test, val_fraction, seed : as in `flexible_random_split`.
+    per_minor, per_test, val_fraction, seed : as in `flexible_random_assignment`.
     """
     _check_counts(
         n_dominant=n_majority,
@@ -140,7 +140,7 @@ def flexible_compositional_split(
         exclusive = tuple(
             sorted(common[i] for i in rng.choice(len(common), n_exclusive, replace=False))
         )
-    rows: list[SplitRow] = []
+    rows: list[AssignmentRow] = []
     for cls in tree.classes:
         rng = class_rng(seed, cls)
         own = tree.domains_of(cls)
@@ -181,7 +181,7 @@ def _class_rows(
     per_test: int,
     rng: np.random.Generator,
     words: _RoleWords,
-) -> list[SplitRow]:
+) -> list[AssignmentRow]:
     """Rows of one class: all images of `main`, then `n_minor` minor and `n_test` test domains.
 
     The minor and test domains are drawn without overlap from `rest` (one permutation by `rng`);
@@ -198,13 +198,13 @@ def _class_rows(
     rows = []
     for dom in main:
         files = sample_cell(tree, cls, dom, None, rng, f"a {words.main} training domain")
-        rows += [SplitRow(p, cls, dom, "train") for p in files]
+        rows += [AssignmentRow(p, cls, dom, "train") for p in files]
     for dom in minor:
         files = sample_cell(tree, cls, dom, per_minor, rng, f"a {words.minor} training domain")
-        rows += [SplitRow(p, cls, dom, "train") for p in files]
+        rows += [AssignmentRow(p, cls, dom, "train") for p in files]
     for dom in test:
         files = sample_cell(tree, cls, dom, per_test, rng, "a test domain")
-        rows += [SplitRow(p, cls, dom, "test") for p in files]
+        rows += [AssignmentRow(p, cls, dom, "test") for p in files]
     return rows
 
 

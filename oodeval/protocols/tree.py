@@ -1,8 +1,9 @@
-"""A ``<domain>/<class>/<image>`` tree and the split rows the NICO++ protocols produce.
+"""A ``<domain>/<class>/<image>`` tree and the domain-assignment rows the NICO++ protocols produce.
 
-The tree is only listed, never read: a split names images by their path relative to the root, so
-the CSV files work with any loader. `write_split_csv` / `read_split_csv` hold the split file format
-(columns ``path,class,domain,role``) and `role_counts` the summary table.
+The tree is only listed, never read: a domain assignment names images by their path relative to
+the root, so the CSV files work with any loader. `write_assignment_csv` / `read_assignment_csv`
+hold the assignment file format (columns ``path,class,domain,role``) and `role_counts` the summary
+table.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from oodeval.errors import OodevalError, listing, repeats
 ROLES: tuple[str, ...] = ("train", "val", "test")
 CSV_COLUMNS: tuple[str, ...] = ("path", "class", "domain", "role")
 
-# NICO++'s ten common domains and its first classic split (Section 4.2, Table 2, left half).
+# NICO++'s ten common domains and its first classic assignment (Section 4.2, Table 2, left half).
 NICO_TRAIN_DOMAINS: tuple[str, ...] = ("grass", "water", "rock", "autumn", "indoor", "dim")
 NICO_TEST_DOMAINS: tuple[str, ...] = ("sand", "winter", "outdoor", "dark")
 NICO_COMMON_DOMAINS: tuple[str, ...] = NICO_TRAIN_DOMAINS + NICO_TEST_DOMAINS
 
 
 @dataclass(frozen=True)
-class SplitRow:
-    """One image of a split: its path relative to the tree root, class, domain and role."""
+class AssignmentRow:
+    """One image of a domain assignment: its path relative to the tree root, class, domain, role."""
 
     path: str
     cls: str
@@ -122,10 +123,12 @@ def sample_cell(
     return [files[i] for i in sorted(picked)]
 
 
-def with_validation(rows: list[SplitRow], val_fraction: float, seed: int) -> list[SplitRow]:
+def with_validation(
+    rows: list[AssignmentRow], val_fraction: float, seed: int
+) -> list[AssignmentRow]:
     """Move round(val_fraction * n) training images of every (class, domain) cell to role "val".
 
-    The draw is seeded per class, so the split is reproducible.
+    The draw is seeded per class, so the assignment is reproducible.
     """
     if not 0.0 <= val_fraction < 1.0:
         raise OodevalError(f"val_fraction must be in [0, 1), got {val_fraction}")
@@ -141,7 +144,7 @@ def with_validation(rows: list[SplitRow], val_fraction: float, seed: int) -> lis
         n_val = int(round(val_fraction * len(idx)))
         for j in rng.choice(len(idx), size=n_val, replace=False):
             r = out[idx[j]]
-            out[idx[j]] = SplitRow(r.path, r.cls, r.domain, "val")
+            out[idx[j]] = AssignmentRow(r.path, r.cls, r.domain, "val")
     return out
 
 
@@ -160,8 +163,8 @@ def check_domains(tree: ImageTree, names: Sequence[str], what: str) -> tuple[str
     return names
 
 
-def write_split_csv(rows: Iterable[SplitRow], path: str | Path) -> int:
-    """Write the split as CSV with columns path,class,domain,role; return the number of rows."""
+def write_assignment_csv(rows: Iterable[AssignmentRow], path: str | Path) -> int:
+    """Write the assignment as CSV (columns path,class,domain,role); return the number of rows."""
     n = 0
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
@@ -172,9 +175,11 @@ def write_split_csv(rows: Iterable[SplitRow], path: str | Path) -> int:
     return n
 
 
-def read_split_csv(path: str | Path) -> list[SplitRow]:
-    """Read a split CSV written by `write_split_csv`, checking the header and the roles."""
-    text = read_text(path, what="split CSV", save_as="UTF-8 CSV (as `oodeval splits` writes)")
+def read_assignment_csv(path: str | Path) -> list[AssignmentRow]:
+    """Read an assignment CSV written by `write_assignment_csv`, checking header and roles."""
+    text = read_text(
+        path, what="domain-assignment CSV", save_as="UTF-8 CSV (as `oodeval protocols` writes)"
+    )
     with io.StringIO(text, newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -182,7 +187,7 @@ def read_split_csv(path: str | Path) -> list[SplitRow]:
             raise OodevalError(
                 f"{path}: expected the header {','.join(CSV_COLUMNS)}, got "
                 f"{'nothing' if header is None else listing(header, sep=',')}; "
-                "use a file written by `oodeval splits`"
+                "use a file written by `oodeval protocols`"
             )
         rows = []
         for line_no, rec in enumerate(reader, start=2):
@@ -194,14 +199,15 @@ def read_split_csv(path: str | Path) -> list[SplitRow]:
                 raise OodevalError(
                     f"{path}: line {line_no} has role {rec[3]!r}; roles are {', '.join(ROLES)}"
                 )
-            rows.append(SplitRow(*rec))
+            rows.append(AssignmentRow(*rec))
     return rows
 
 
-def role_counts(rows: Sequence[SplitRow]) -> list[dict[str, int | str]]:
+def role_counts(rows: Sequence[AssignmentRow]) -> list[dict[str, int | str]]:
     """Summary per role: images, classes, domains and (class, domain) cells, plus a total row.
 
-    >>> rows = [SplitRow("a/x/1.png", "x", "a", "train"), SplitRow("b/x/2.png", "x", "b", "test")]
+    >>> rows = [AssignmentRow("a/x/1.png", "x", "a", "train"),
+    ...         AssignmentRow("b/x/2.png", "x", "b", "test")]
     >>> [r["images"] for r in role_counts(rows)]
     [1, 1, 2]
     """

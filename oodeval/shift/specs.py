@@ -1,4 +1,4 @@
-"""SPEC strings naming the source and target sets of `oodeval shift`.
+"""SPEC strings naming the training and test sets of `oodeval shift` (``--train``, ``--test``).
 
 A SPEC is ``KIND[:LOCATION][:key=value]...``:
 
@@ -18,7 +18,7 @@ A SPEC is ``KIND[:LOCATION][:key=value]...``:
 ``size=N`` resizes images to N x N (sources) or is passed to the family; ``seed=N`` seeds the
 scenario and the ``max_samples`` subsample. A value may contain
 colons (``ratio=3:1``, ``images=mnist:/data/mnist``): a piece without ``=`` continues the previous
-value. When source and target draw on the same images of one source (the same environment twice,
+value. When the two sets draw on the same images of one source (the same environment twice,
 or environments of scenarios over that source re-rendered from the same held-out digits, whatever
 their family parameters), every shared image is assigned to exactly one side by a seeded coin, so
 the two sets never hold the same image.

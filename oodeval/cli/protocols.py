@@ -1,13 +1,15 @@
-"""`oodeval splits ...`: NICO++ domain-split protocols for any ``<domain>/<class>/<image>`` tree.
+"""`oodeval protocols ...`: NICO++ evaluation protocols for any ``<domain>/<class>/<image>`` tree.
 
-- ``classic TREE --out splits.csv [--train a,b] [--test c,d]``: named training / test domains
+- ``classic TREE --out assignment.csv [--train a,b] [--test c,d]``: named training / test domains
   (one side alone: the other is the remaining domains common to every class).
-- ``flexible-random TREE --out splits.csv``: per class 2 dominant, 12 minor, 6 test domains.
-- ``flexible-compositional TREE --out splits.csv``: 4 exclusive domains, 2 majority, 12 minority,
-  4 test per class.
-- ``evaluate SPLITS.csv PREDICTIONS.csv``: per-test-domain accuracy and Average / Overall / Std.
+- ``flexible-random TREE --out assignment.csv``: per class 2 dominant, 12 minor, 6 test domains.
+- ``flexible-compositional TREE --out assignment.csv``: 4 exclusive domains, 2 majority,
+  12 minority, 4 test per class.
+- ``evaluate ASSIGNMENT.csv PREDICTIONS.csv``: per-test-domain accuracy and Average / Overall / Std.
 
-The split commands write the CSV (path, class, domain, role) and print a count table per role.
+The protocol commands write a domain assignment, a CSV (path, class, domain, role) giving every
+image its role, and print a count table per role. `oodeval splits` is the deprecated old name of
+the group (kept for one release, hidden, with a note on stderr).
 """
 
 from __future__ import annotations
@@ -30,24 +32,24 @@ from oodeval.cli._common import (
 )
 from oodeval.errors import OodevalError, listing
 from oodeval.protocols import (
+    classic_assignment,
     classic_domains,
-    classic_split,
-    evaluate_split,
-    flexible_compositional_split,
-    flexible_random_split,
-    read_split_csv,
+    evaluate_assignment,
+    flexible_compositional_assignment,
+    flexible_random_assignment,
+    read_assignment_csv,
     role_counts,
     scan_tree,
-    write_split_csv,
+    write_assignment_csv,
 )
 from oodeval.tables import render_frame, text_table, to_json
 
 app = typer.Typer(
-    help="NICO++ domain-split protocols (classic, flexible) and their evaluation.",
+    help="NICO++ evaluation protocols (classic, flexible): domain assignments, their evaluation.",
     no_args_is_help=True,
 )
 
-__all__ = ["app", "render_counts", "read_predictions"]
+__all__ = ["app", "register", "render_counts", "read_predictions"]
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -62,8 +64,8 @@ def _names(text: str | None) -> list[str] | None:
 def render_counts(rows: list) -> str:
     """The summary table: images, classes, domains and cells per role, then the total.
 
-    >>> from oodeval.protocols import SplitRow
-    >>> print(render_counts([SplitRow("a/x/1.png", "x", "a", "train")]))
+    >>> from oodeval.protocols import AssignmentRow
+    >>> print(render_counts([AssignmentRow("a/x/1.png", "x", "a", "train")]))
     role   images  classes  domains  cells
     train       1        1        1      1
     total       1        1        1      1
@@ -74,7 +76,7 @@ def render_counts(rows: list) -> str:
 
 
 def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -> None:
-    n = write_split_csv(rows, out)
+    n = write_assignment_csv(rows, out)
     typer.echo(f"{header}; wrote {n} rows to {out}")
     for note in notes or []:
         typer.echo(note)
@@ -83,7 +85,7 @@ def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -
 
 TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
 OUT_OPT = typer.Option(
-    ..., "--out", metavar="FILE", help="Split CSV to write (path,class,domain,role)."
+    ..., "--out", metavar="FILE", help="Domain-assignment CSV to write (path,class,domain,role)."
 )
 SEED_OPT = typer.Option(0, "--seed", help="Seed of every random draw.")
 PER_MINOR_OPT = typer.Option(50, "--per-minor", help="Images per minor training domain.")
@@ -104,7 +106,7 @@ def classic_command(
     val_fraction: float = typer.Option(0.2, "--val-fraction", help="Validation share per cell."),
     seed: int = SEED_OPT,
 ) -> None:
-    """Classic split: the same training and test domains for every class (NICO++ Sec. 4.2).
+    """Classic protocol: the same training and test domains for every class (NICO++ Sec. 4.2).
 
     With only --train (or only --test) the other side is the remaining domains common to every
     class; class-specific domains are used by neither, and the output lists them.
@@ -113,7 +115,7 @@ def classic_command(
     train_d, test_d = classic_domains(
         images, train_domains=_names(train), test_domains=_names(test)
     )
-    rows = classic_split(
+    rows = classic_assignment(
         images, train_domains=train_d, test_domains=test_d, val_fraction=val_fraction, seed=seed
     )
     header = f"classic: train {','.join(train_d)}; test {','.join(test_d)}"
@@ -151,8 +153,8 @@ def flexible_random_command(
     val_fraction: float = FLEXIBLE_VAL_OPT,
     seed: int = SEED_OPT,
 ) -> None:
-    """Flexible random split: per class 2 dominant, 12 minor and 6 test domains (Sec. 4.3)."""
-    rows = flexible_random_split(
+    """Flexible random protocol: per class 2 dominant, 12 minor and 6 test domains (Sec. 4.3)."""
+    rows = flexible_random_assignment(
         scan_tree(tree),
         common_domains=_names(common),
         n_dominant=n_dominant,
@@ -184,8 +186,8 @@ def flexible_compositional_command(
     val_fraction: float = FLEXIBLE_VAL_OPT,
     seed: int = SEED_OPT,
 ) -> None:
-    """Flexible compositional split: exclusive training-only domains (NICO++ Sec. 4.3)."""
-    rows = flexible_compositional_split(
+    """Flexible compositional protocol: exclusive training-only domains (NICO++ Sec. 4.3)."""
+    rows = flexible_compositional_assignment(
         scan_tree(tree),
         exclusive_domains=_names(exclusive),
         common_domains=_names(common),
@@ -224,7 +226,9 @@ def read_predictions(path: str | Path) -> dict[str, str]:
 @app.command("evaluate")
 @reports_errors
 def evaluate_command(
-    splits: Path = typer.Argument(..., help="Split CSV written by `oodeval splits`."),
+    assignment: Path = typer.Argument(
+        ..., help="Domain-assignment CSV written by `oodeval protocols`."
+    ),
     predictions: Path = typer.Argument(..., help="CSV with columns path,prediction."),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
@@ -240,7 +244,7 @@ def evaluate_command(
     if as_json:
         typer.echo("note: --json is deprecated; use --format json", err=True)
         fmt = OutputFormat.json
-    summary = evaluate_split(read_split_csv(splits), read_predictions(predictions))
+    summary = evaluate_assignment(read_assignment_csv(assignment), read_predictions(predictions))
     if fmt is OutputFormat.json:
         echo_output(to_json(summary), output)
         return
@@ -262,3 +266,14 @@ def evaluate_command(
         f"(NICO++ Eq. 5, over {len(domains)} test domain(s))"
     )
     echo_output(render_frame(frame, fmt.value) + "\n\n" + line, output)
+
+
+def _old_name_note() -> None:
+    """Runs before any `oodeval splits ...` command: the group's name until this release."""
+    typer.echo("note: oodeval splits is deprecated, use oodeval protocols", err=True)
+
+
+def register(root: typer.Typer) -> None:
+    """Add the `protocols` group to `root`, and `splits`, its deprecated name, hidden."""
+    root.add_typer(app, name="protocols")
+    root.add_typer(app, name="splits", hidden=True, callback=_old_name_note)
