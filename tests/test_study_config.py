@@ -285,14 +285,14 @@ def test_names_copied_without_torch_agree_with_the_trainer():
     from oodeval.study import synthetic, trainer_backend
     from oodeval.training import SELECTIONS
 
-    assert list(config_module.SELECTIONS) == list(SELECTIONS)
+    assert list(config_module.CHECKPOINT_SELECTIONS) == list(SELECTIONS)
     assert trainer_backend.available_models() == list(MODELS)
     assert config_module.available_models(trainer_backend) == list(MODELS)
     assert config_module.available_models(synthetic) == list(synthetic.MODELS)
 
 
 def test_a_backend_without_available_models_does_not_check_the_model(tmp_path, monkeypatch):
-    source = Path(config_module.__file__).parent / "synthetic.py"
+    source = Path(config_module.__file__).parents[1] / "synthetic.py"
     text = source.read_text().replace("def available_models(", "def _no_models(")
     (tmp_path / "modelless_backend_x.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))

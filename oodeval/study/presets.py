@@ -30,8 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
-from oodeval.study.config import StudyConfig, config_from_dict, resolve_source
+from oodeval.study.config.schema import StudyConfig, config_from_dict
 
 PAPER_ALGORITHMS = (
     "ERM",
