@@ -20,7 +20,7 @@ The package, one responsibility per module, each importing only the ones above i
   (`TRAINER_OPTIONS`) and `ScenarioSpec`;
 - `imports`: the config's user ``imports`` (modules or ``.py`` files) and their code digests;
 - `parsing`: plain data (TOML, stored JSON) to checked field values, every problem at once;
-- `backend`: the `TrainerBackend` protocol a study backend fits, importing it, and its checks
+- `backend`: `TrainerBackend` (what a study backend defines), importing it, and its checks
   of the whole grid (`validate_config`);
 - `schema`: `StudyConfig` itself, `config_from_dict` and `load_config`;
 - `growth`: how a new config differs from a stored study's (`config_changes`).

@@ -1,13 +1,13 @@
-"""The trainer backend of a study: its protocol, importing it, and what it says about a config.
+"""The trainer backend of a study: what it defines, importing it, what it says about a config.
 
 A *backend* is a module that builds scenarios and trains units; a config names it by its dotted
 path (``backend``, default `oodeval.study.config.keys.DEFAULT_BACKEND`, the real trainer in
 `oodeval.study.trainer_backend`; `oodeval.study.synthetic` simulates one). What it must define is
-the `TrainerBackend` protocol: a module satisfies it structurally, nothing is subclassed.
+`TrainerBackend` (a `typing.Protocol`: a module fits it structurally, nothing is subclassed).
 ``run_unit`` is its entry point, called once per unit by the study's worker.
 
 `import_backend` imports the config's ``imports`` and then the backend, checking that it defines
-every function of the protocol; `validate_config` asks it about the whole grid (algorithms,
+every function of `TrainerBackend`; `validate_config` asks it about the whole grid (algorithms,
 model, hyperparameter overrides, scenarios, the device) before any training and reports every
 problem at once.
 
