@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -289,6 +290,19 @@ def test_names_copied_without_torch_agree_with_the_trainer():
     assert trainer_backend.available_models() == list(MODELS)
     assert config_module.available_models(trainer_backend) == list(MODELS)
     assert config_module.available_models(synthetic) == list(synthetic.MODELS)
+
+
+def test_the_parser_gives_every_field_of_the_schema_and_accepts_only_those():
+    from oodeval.study.config.parsing import parsed_fields
+    from oodeval.study.config.schema import CONFIG_KEYS
+
+    problems: list[str] = []
+    values, bad = parsed_fields(SYNTHETIC, problems, CONFIG_KEYS)
+    assert (problems, bad) == ([], set())
+    assert set(values) == CONFIG_KEYS == {f.name for f in dataclasses.fields(StudyConfig)}
+    assert problems_of({**SYNTHETIC, "colour": 1})[0].startswith(
+        "unknown study config key(s) 'colour'; allowed keys are algorithms, backend, data_seed"
+    )
 
 
 def test_the_shipped_backends_define_every_function_of_the_backend_protocol():

@@ -46,29 +46,6 @@ BATCH_SIZE_LIMIT = 65_536
 #: How many problems a `ConfigError` message shows before "and N more".
 SHOWN_PROBLEMS = SHOWN_ITEMS
 
-#: Every top-level key a config may hold (``source_identity`` and ``import_digests`` are
-#: computed, and written only by a stored config).
-TOP_KEYS = frozenset(
-    {
-        "name",
-        "backend",
-        "imports",
-        "import_digests",
-        "source",
-        "source_identity",
-        "data_seed",
-        "scenarios",
-        "algorithms",
-        "seeds",
-        "steps",
-        "model",
-        "hparams_mode",
-        "hparams",
-        "trainer",
-        "measures",
-        "unit_options",
-    }
-)
 REQUIRED_KEYS = ("scenarios", "algorithms", "seeds", "steps")
 #: Arguments of ``run_unit`` the study sets itself, never ``unit_options``.
 UNIT_ARGUMENTS = ("seed", "steps", "hparams", "model")

@@ -8,7 +8,7 @@ backend says about the grid in `oodeval.study.config.backend`.
 
 >>> problems = []
 >>> data = {"scenarios": ["a"], "algorithms": ["ERM"], "seeds": [0], "steps": 0}
->>> values, bad = parsed_fields(data, problems)
+>>> values, bad = parsed_fields(data, problems, keys=set(data))
 >>> problems, sorted(bad), values["steps"]
 (['steps must be >= 1, got 0'], ['steps'], 1)
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from oodeval.study.config.keys import (
     REQUIRED_KEYS,
     SEED_LIMIT,
     STEPS_LIMIT,
-    TOP_KEYS,
     TRAINER_OPTIONS,
     UNIT_ARGUMENTS,
     Check,
@@ -77,12 +76,15 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     return data, problems
 
 
-def parsed_fields(data: Mapping[str, Any], problems: list[str]) -> tuple[dict[str, Any], set[str]]:
+def parsed_fields(
+    data: Mapping[str, Any], problems: list[str], keys: Set[str]
+) -> tuple[dict[str, Any], set[str]]:
     """Every field of a StudyConfig from `data`, with a stand-in for each bad value; and the
-    names of the fields that were bad. Each problem is appended to `problems`."""
-    unknown = sorted(set(data) - TOP_KEYS)
+    names of the fields that were bad. Each problem is appended to `problems`; a key of `data`
+    not in `keys` (the fields of StudyConfig) is one."""
+    unknown = sorted(set(data) - keys)
     if unknown:
-        allowed = sorted(TOP_KEYS - {"source_identity"})
+        allowed = sorted(keys - {"source_identity"})
         problems.append(
             f"unknown study config key(s) {listing(map(repr, unknown))}; allowed keys are "
             f"{', '.join(allowed)}"

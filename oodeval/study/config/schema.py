@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,11 @@ class StudyConfig:
         return config_from_dict(data)
 
 
+#: The top-level keys a config may hold: the fields of StudyConfig (``source_identity`` and
+#: ``import_digests`` are computed; only a stored config writes them).
+CONFIG_KEYS = frozenset(f.name for f in fields(StudyConfig))
+
+
 def data_note(config: StudyConfig | Mapping[str, Any]) -> str | None:
     """What every output of a study's numbers says about its data, or None.
 
@@ -156,7 +161,7 @@ def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
 def _checked_config(data: Any, problems: list[str]) -> StudyConfig:
     if not isinstance(data, Mapping):
         raise ConfigError(["a study config must be a table of keys"])
-    values, bad = parsed_fields(data, problems)
+    values, bad = parsed_fields(data, problems, CONFIG_KEYS)
     if problems:
         problems += grid_problems_of_partial(StudyConfig(**values), bad)
         raise ConfigError(problems)
