@@ -82,6 +82,16 @@ def import_backend(config: StudyConfig) -> TrainerBackend:
 
     A backend module must define every function of `TrainerBackend` (`BACKEND_FUNCTIONS`);
     ``available_models`` is optional (`available_models`).
+
+    Parameters
+    ----------
+    config : names the ``imports`` and the ``backend`` (a dotted module path).
+
+    Returns
+    -------
+    TrainerBackend
+        The backend module. What cannot be imported, or a missing function, raises one
+        `ConfigError` naming each problem.
     """
     backend, problems = _imported(config)
     if problems or backend is None:
@@ -124,6 +134,18 @@ def resolved_hparams(
 
     Overrides must name hyperparameters the algorithm declares and keep their type (an int may
     stand for a float; a bool never stands for a number; a float must be finite).
+
+    Parameters
+    ----------
+    config : its ``hparams_mode`` and ``hparams`` overrides are applied.
+    backend : gives the defaults (``default_hparams``) and random draws (``sample_hparams``).
+    algorithm, seed : the unit's algorithm and seed (the seed only matters for a random draw).
+
+    Returns
+    -------
+    dict
+        ``{**base, **overrides}``, base being the defaults or ``sample_hparams(algorithm,
+        seed)``; an override of a float default is made a float.
     """
     defaults = dict(backend.default_hparams(algorithm))
     overrides = config.hparams.get(algorithm, {})

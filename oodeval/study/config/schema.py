@@ -141,7 +141,19 @@ def data_note(config: StudyConfig | Mapping[str, Any]) -> str | None:
 
 
 def load_config(path: str | Path) -> StudyConfig:
-    """Read a TOML study config and check every key (`config_from_dict`)."""
+    """Read a TOML study config and check every key (`config_from_dict`).
+
+    Parameters
+    ----------
+    path : the TOML file; ``name`` defaults to its stem, and a ``.py`` path of ``imports`` is
+        relative to its folder.
+
+    Returns
+    -------
+    StudyConfig
+        The checked config. A missing or unreadable file raises `OodevalError`; every problem of
+        its keys, one `ConfigError`.
+    """
     data, problems = toml_table(Path(path))
     return _checked_config(data, problems)
 
@@ -154,6 +166,15 @@ def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
     directory, unless ``import_digests`` gives it). When
     anything is wrong, the backend is asked about the rest too (`validate_config`'s checks) and
     one `ConfigError` lists every problem found.
+
+    Parameters
+    ----------
+    data : a table of config keys, as TOML parses it or `StudyConfig.to_dict` writes it.
+
+    Returns
+    -------
+    StudyConfig
+        The checked config; `config_from_dict(cfg.to_dict()) == cfg`.
     """
     return _checked_config(data, [])
 
