@@ -15,10 +15,16 @@ from typer.testing import CliRunner
 import oodeval
 from oodeval.cli.main import app
 from oodeval.environments import build_scenario, load_source
-from oodeval.environments.mnist import bundled_mnist_dir, is_test_set_only, load_mnist
+from oodeval.environments.mnist import (
+    MNIST_ENV_VAR,
+    bundled_mnist_dir,
+    is_test_set_only,
+    load_mnist,
+    resolve_source,
+)
 from oodeval.environments.sources import source_identity
 from oodeval.study import config_from_dict, preset, run_study
-from oodeval.study.config import MNIST_ENV_VAR, data_note, resolve_source, validate_config
+from oodeval.study.config import data_note, validate_config
 from oodeval.study.runner import prepare_config
 from tests.requires import MNIST_DIR
 

@@ -245,7 +245,7 @@ def test_the_measure_study_tutorial_is_the_quick_preset_shortened() -> None:
     """The tutorial's config differs from `--preset quick` only in its name and length, so the
     page keeps teaching the preset as it is."""
     from oodeval.study import config_from_dict, preset
-    from oodeval.study.config import tomllib  # tomli before Python 3.11
+    from oodeval.study.config.parsing import tomllib  # tomli before Python 3.11
 
     page = DOCS / "tutorials" / "measure-study.md"
     (toml,) = [b for b in page_blocks(page) if b.title == "quick-short.toml"]

@@ -13,10 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from oodeval.cli.main import app
-from oodeval.environments.mnist import bundled_mnist_dir, is_test_set_only
+from oodeval.environments.mnist import MNIST_ENV_VAR, bundled_mnist_dir, is_test_set_only
 from oodeval.study import config_from_dict, preset, preset_names
 from oodeval.study.config import (
-    MNIST_ENV_VAR,
     ScenarioSpec,
     data_note,
     import_backend,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -285,14 +286,49 @@ def test_names_copied_without_torch_agree_with_the_trainer():
     from oodeval.study import synthetic, trainer_backend
     from oodeval.training import SELECTIONS
 
-    assert list(config_module.SELECTIONS) == list(SELECTIONS)
+    assert list(config_module.CHECKPOINT_SELECTIONS) == list(SELECTIONS)
     assert trainer_backend.available_models() == list(MODELS)
     assert config_module.available_models(trainer_backend) == list(MODELS)
     assert config_module.available_models(synthetic) == list(synthetic.MODELS)
 
 
+def test_the_parser_gives_every_field_of_the_schema_and_accepts_only_those():
+    from oodeval.study.config.parsing import parsed_fields
+    from oodeval.study.config.schema import CONFIG_KEYS
+
+    problems: list[str] = []
+    values, bad = parsed_fields(SYNTHETIC, problems, CONFIG_KEYS)
+    assert (problems, bad) == ([], set())
+    assert set(values) == CONFIG_KEYS == {f.name for f in dataclasses.fields(StudyConfig)}
+    assert problems_of({**SYNTHETIC, "colour": 1})[0].startswith(
+        "unknown study config key(s) 'colour'; allowed keys are algorithms, backend, data_seed"
+    )
+
+
+def test_the_shipped_backends_define_every_function_of_the_backend_protocol():
+    import inspect
+
+    from oodeval.study import synthetic, trainer_backend
+    from oodeval.study.config.backend import BACKEND_FUNCTIONS, TrainerBackend
+
+    assert BACKEND_FUNCTIONS == (
+        "build_scenario",
+        "available",
+        "default_hparams",
+        "sample_hparams",
+        "run_unit",
+    )
+    for module in (trainer_backend, synthetic):
+        for name in BACKEND_FUNCTIONS:
+            wanted = inspect.signature(getattr(TrainerBackend, name)).parameters
+            found = inspect.signature(getattr(module, name)).parameters
+            takes_any = any(p.kind is p.VAR_KEYWORD for p in found.values())
+            named = [n for n, p in wanted.items() if n != "self" and p.kind is not p.VAR_KEYWORD]
+            assert all(n in found or takes_any for n in named), (module.__name__, name)
+
+
 def test_a_backend_without_available_models_does_not_check_the_model(tmp_path, monkeypatch):
-    source = Path(config_module.__file__).parent / "synthetic.py"
+    source = Path(config_module.__file__).parents[1] / "synthetic.py"
     text = source.read_text().replace("def available_models(", "def _no_models(")
     (tmp_path / "modelless_backend_x.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))

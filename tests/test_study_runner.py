@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import oodeval
+from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.study import (
     config_from_dict,
@@ -28,7 +29,6 @@ from oodeval.study import (
     synthetic,
     validate_config,
 )
-from oodeval.study.config import resolve_source
 
 REPO = Path(__file__).resolve().parents[1]
 ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD"]

@@ -1,10 +1,10 @@
-"""Ready-made studies: ``paper`` (the faithful protocol), ``paper-cpu`` (a shortened grid for a
+"""Ready-made studies: ``paper`` (the paper's setup), ``paper-cpu`` (a shortened grid for a
 2-core CPU) and ``quick`` (minutes, Scale-1 SR-CMNIST).
 
 All three cover the worst+gap paper's SR-CMNIST grid (Section 5.1) or part of it: the 14 DomainBed
 algorithms x 12 scenarios (Ratio 3:1, 4:1, 5:1 x Scale 1-4) x 3 seeds.
 
-``paper`` is the paper's protocol, which follows DomainBed: DomainBed's MNIST_CNN (``mnist_cnn``)
+``paper`` is the paper's setup, which follows DomainBed: DomainBed's MNIST_CNN (``mnist_cnn``)
 on 2x28x28 images of the real MNIST (``size = 28``), 5001 steps (DomainBed's ``N_STEPS`` for its
 MNIST datasets), a checkpoint every 100 steps (its ``CHECKPOINT_FREQ``), 64 rows per environment
 and step, Adam with lr 1e-3 and every algorithm's DomainBed default hyperparameters, including
@@ -12,8 +12,9 @@ the IRM/VREx penalty anneal of 500 steps. It is meant for GPUs or a cluster. Its
 resolved when it is built, as ``source = "auto"`` resolves it (`resolve_source`:
 ``OODEVAL_MNIST``, then ``../shared/data/mnist``, then the MNIST test set bundled with oodeval).
 DomainBed's ColoredMNIST draws from all 70,000 MNIST images (train + test); on the test set
-alone (10,000 images) every output of the study says so (`oodeval.study.config.data_note`), and
-``OODEVAL_MNIST`` naming a folder with the four IDX files gives it all 70,000.
+alone (10,000 images) every output of the study says so
+(`oodeval.study.config.schema.data_note`), and ``OODEVAL_MNIST`` naming a folder with the four
+IDX files gives it all 70,000.
 
 ``paper-cpu`` is the same grid shortened to fit about 12 hours on a 2-core CPU
 (benchmarks/RESULTS.md): the IRM-style MLP on 2x14x14 images, 450 steps, the IRM and VREx
@@ -30,8 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
-from oodeval.study.config import StudyConfig, config_from_dict, resolve_source
+from oodeval.study.config.schema import StudyConfig, config_from_dict
 
 PAPER_ALGORITHMS = (
     "ERM",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.study.config import (
     ConfigChanges,
@@ -30,7 +31,6 @@ from oodeval.study.config import (
     build,
     data_note,
     import_backend,
-    resolve_source,
     scenario_key,
     validate_config,
 )

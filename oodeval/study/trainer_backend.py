@@ -1,10 +1,18 @@
 """The default study backend: real scenarios, the registered algorithms and the oodeval trainer.
 
-A backend is any module with ``build_scenario``, ``available``, ``default_hparams``,
-``sample_hparams`` and ``run_unit``, and optionally ``available_models`` (see
-`oodeval.study.config.import_backend`). This one forwards
-to `oodeval.environments`, `oodeval.algorithms` and `oodeval.training`, importing them (and torch)
-only when first used, and keeps each image source loaded once per process.
+It defines the functions of `oodeval.study.config.backend.TrainerBackend` (``build_scenario``,
+``available``, ``default_hparams``, ``sample_hparams``, ``run_unit``) and ``available_models``.
+Every study config names its backend by dotted path, and this module's,
+``oodeval.study.trainer_backend`` (`oodeval.study.config.keys.DEFAULT_BACKEND`), is stored with
+every study that uses it, so the module keeps its name and place. It forwards to
+`oodeval.environments`, `oodeval.algorithms` and `oodeval.training`, importing them (and torch)
+only when first used, so a config is checked without torch, and keeps each image source loaded
+once per process.
+
+>>> from oodeval.study.config.backend import BACKEND_FUNCTIONS
+>>> import oodeval.study.trainer_backend as backend
+>>> all(callable(getattr(backend, name)) for name in BACKEND_FUNCTIONS)
+True
 """
 
 from __future__ import annotations
@@ -56,7 +64,8 @@ def sample_hparams(name: str, seed: int) -> dict:
 
 
 def run_unit(scenario: Any, algorithm: str, **kwargs: Any) -> Any:
-    """`oodeval.training.run_unit` (N leave-one-out models plus the model on all of E_given)."""
+    """The backend's entry point (`TrainerBackend.run_unit`): one unit trained by
+    `oodeval.training.run_unit` (N leave-one-out models plus the model on all of E_given)."""
     from oodeval.training import run_unit as _run
 
     return _run(scenario, algorithm, **kwargs)

@@ -1,0 +1,330 @@
+"""The trainer backend of a study: what it defines, importing it, what it says about a config.
+
+A *backend* is a module that builds scenarios and trains units; a config names it by its dotted
+path (``backend``, default `oodeval.study.config.keys.DEFAULT_BACKEND`, the real trainer in
+`oodeval.study.trainer_backend`; `oodeval.study.synthetic` simulates one). What it must define is
+`TrainerBackend` (a `typing.Protocol`: a module fits it structurally, nothing is subclassed).
+``run_unit`` is its entry point, called once per unit by the study's worker.
+
+`import_backend` imports the config's ``imports`` and then the backend, checking that it defines
+every function of `TrainerBackend`; `validate_config` asks it about the whole grid (algorithms,
+model, hyperparameter overrides, scenarios, the device) before any training and reports every
+problem at once.
+
+>>> BACKEND_FUNCTIONS
+('build_scenario', 'available', 'default_hparams', 'sample_hparams', 'run_unit')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from oodeval.environments.mnist import resolve_source
+from oodeval.errors import OodevalError, listing
+from oodeval.study.config.imports import import_problem
+from oodeval.study.config.keys import (
+    NEEDS_THREE_ENVS,
+    ConfigError,
+    ScenarioSpec,
+    shown,
+)
+
+if TYPE_CHECKING:  # annotations only: the schema builds on this module, not the other way
+    from oodeval.study.config.schema import StudyConfig
+
+
+class TrainerBackend(Protocol):
+    """What a study backend module defines (`typing.Protocol`: a module fits it structurally).
+
+    A backend may also define ``available_models() -> list[str]``; without it the config's
+    ``model`` is checked only by its own ``run_unit`` (`available_models`). A new backend is a
+    new module with these five functions, named by ``backend = "my.module"`` in a config.
+    """
+
+    def build_scenario(self, family: str, *, source: str, seed: int = 0, **params: Any) -> Any:
+        """The scenario of `family` with `params`, its images from image source `source`."""
+        ...
+
+    def available(self) -> list[str]:
+        """Names of the algorithms the backend trains."""
+        ...
+
+    def default_hparams(self, name: str) -> dict:
+        """Algorithm `name`'s default hyperparameters."""
+        ...
+
+    def sample_hparams(self, name: str, seed: int) -> dict:
+        """A random draw of algorithm `name`'s hyperparameters (``hparams_mode = "random"``)."""
+        ...
+
+    def run_unit(self, scenario: Any, algorithm: str, **kwargs: Any) -> Any:
+        """Train one unit: the N leave-one-out models and the model on all given environments.
+
+        The keyword arguments are ``seed``, ``steps``, ``hparams``, ``model``, the config's
+        ``[trainer]`` table and its ``unit_options``; the result is shaped like
+        `oodeval.training.UnitResult`.
+        """
+        ...
+
+
+#: The functions of `TrainerBackend`, in the order a refusal lists them.
+BACKEND_FUNCTIONS = tuple(
+    name for name, value in vars(TrainerBackend).items() if callable(value) and name[0] != "_"
+)
+
+
+def import_backend(config: StudyConfig) -> TrainerBackend:
+    """Import the config's extra modules, then its backend; complain clearly when one is missing.
+
+    A backend module must define every function of `TrainerBackend` (`BACKEND_FUNCTIONS`);
+    ``available_models`` is optional (`available_models`).
+
+    Parameters
+    ----------
+    config : names the ``imports`` and the ``backend`` (a dotted module path).
+
+    Returns
+    -------
+    TrainerBackend
+        The backend module. What cannot be imported, or a missing function, raises one
+        `ConfigError` naming each problem.
+    """
+    backend, problems = _imported(config)
+    if problems or backend is None:
+        raise ConfigError(problems)
+    return backend
+
+
+def _imported(config: StudyConfig) -> tuple[TrainerBackend | None, list[str]]:
+    problems = []
+    for name in config.imports:
+        problem = import_problem(name, "imports")
+        if problem:
+            problems.append(problem)
+    problem = import_problem(config.backend, "backend")
+    if problem:
+        return None, [*problems, problem]
+    backend = importlib.import_module(config.backend)
+    missing = [a for a in BACKEND_FUNCTIONS if not callable(getattr(backend, a, None))]
+    if missing:
+        problems.append(
+            f"backend {config.backend!r} lacks {missing}; a backend module must define "
+            + ", ".join(BACKEND_FUNCTIONS)
+        )
+        return None, problems
+    return cast(TrainerBackend, backend), problems
+
+
+def available_models(backend: TrainerBackend) -> list[str] | None:
+    """The model names the backend trains (its ``available_models()``), or None when it does
+    not say: a backend without ``available_models`` gets its ``model`` checked by its own
+    ``run_unit`` only."""
+    names = getattr(backend, "available_models", None)
+    return None if not callable(names) else [str(n) for n in names()]
+
+
+def resolved_hparams(
+    config: StudyConfig, backend: TrainerBackend, algorithm: str, seed: int
+) -> dict:
+    """The hyperparameters a unit trains with: defaults (or a seeded random draw) plus overrides.
+
+    Overrides must name hyperparameters the algorithm declares and keep their type (an int may
+    stand for a float; a bool never stands for a number; a float must be finite).
+
+    Parameters
+    ----------
+    config : its ``hparams_mode`` and ``hparams`` overrides are applied.
+    backend : gives the defaults (``default_hparams``) and random draws (``sample_hparams``).
+    algorithm, seed : the unit's algorithm and seed (the seed only matters for a random draw).
+
+    Returns
+    -------
+    dict
+        ``{**base, **overrides}``, base being the defaults or ``sample_hparams(algorithm,
+        seed)``; an override of a float default is made a float.
+    """
+    defaults = dict(backend.default_hparams(algorithm))
+    overrides = config.hparams.get(algorithm, {})
+    problems = _override_problems(algorithm, overrides, defaults)
+    if problems:
+        raise ConfigError(problems)
+    if config.hparams_mode == "random":
+        base = dict(backend.sample_hparams(algorithm, seed))
+    else:
+        base = dict(defaults)
+    for key, value in overrides.items():
+        base[key] = float(value) if isinstance(defaults[key], float) else value
+    return base
+
+
+def _override_problems(algorithm: str, overrides: Mapping[str, Any], defaults: dict) -> list[str]:
+    problems = []
+    for key, value in overrides.items():
+        label = f"hparams.{algorithm}.{key}"
+        if key not in defaults:
+            problems.append(
+                f"{label}: {algorithm} has no hyperparameter {key!r}; it has {sorted(defaults)}"
+            )
+        elif not _same_kind(defaults[key], value):
+            problems.append(
+                f"{label} must be {type(defaults[key]).__name__} like its default "
+                f"{defaults[key]!r}, got {shown(value)}"
+            )
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{label} must be a finite number, got {value}")
+    return problems
+
+
+def _same_kind(default: Any, value: Any) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    if isinstance(default, int):
+        return isinstance(value, int)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, Sequence):
+        return isinstance(value, Sequence) and not isinstance(value, str)
+    return isinstance(value, type(default))
+
+
+def validate_config(
+    config: StudyConfig, backend: TrainerBackend | None = None, *, device_here: bool = True
+) -> dict[str, Any]:
+    """Check the whole grid before any training; return the built scenario names per spec.
+
+    Asks the backend about every algorithm (known?), the model (`available_models`), every
+    hyperparameter override (name, type), every scenario (family, parameters, at least two given
+    environments, three when a measure needs them: worst+gap, Eq. 6) and raises one
+    `ConfigError` listing all problems.
+
+    Returns a dict with ``"scenarios"``: a list of (spec, scenario name, given names, the
+    scenario's own parameters) and
+    ``"hparams"``: {(algorithm, seed): hparams}. With ``device_here=False`` (units train on
+    other machines: a Ray cluster, Slurm nodes) the device's spelling is checked but not whether
+    this machine has it; the workers check that.
+    """
+    backend = import_backend(config) if backend is None else backend
+    skip = frozenset() if device_here else frozenset({"device"})
+    problems, validated = _grid_problems(config, backend, skip=skip)
+    if problems:
+        raise ConfigError(problems)
+    return validated
+
+
+def grid_problems_of_partial(partial: StudyConfig, bad: set[str]) -> list[str]:
+    """The backend's complaints about the good parts of a config that has bad ones.
+
+    `partial` holds a stand-in for every field named in `bad` (`parsed_fields`); the parts that
+    depend on a bad field are not checked.
+    """
+    if "backend" in bad or "imports" in bad:  # a missing import may register an algorithm
+        return []
+    backend, problems = _imported(partial)
+    if backend is None or problems:
+        return problems  # a missing import may be what registers an algorithm
+    source = resolve_source(partial.source)
+    if source != partial.source:
+        partial = dataclasses.replace(partial, source=source)
+    skip = {"model"} & bad
+    if "source" in bad:
+        skip.add("scenarios")
+    return _grid_problems(partial, backend, skip=frozenset(skip))[0]
+
+
+def _grid_problems(
+    config: StudyConfig, backend: TrainerBackend, *, skip: frozenset[str] = frozenset()
+) -> tuple[list[str], dict[str, Any]]:
+    """Every problem the backend finds in `config` (except the `skip` parts: "model",
+    "scenarios", "device"), and `validate_config`'s answer for the good parts."""
+    problems: list[str] = [] if "device" in skip else _device_problems(config)
+    known = list(backend.available())
+    unknown = [a for a in config.algorithms if a not in known]
+    if unknown:
+        problems.append(
+            f"unknown algorithm(s) {listing(unknown)}; available: {', '.join(sorted(known))}"
+        )
+    models = None if "model" in skip else available_models(backend)
+    if models is not None and config.model not in models:
+        problems.append(f"unknown model {config.model!r}; choose one of {', '.join(models)}")
+    clean = [a for a in config.algorithms if a in known]
+    for algorithm, overrides in config.hparams.items():
+        if algorithm not in config.algorithms:
+            problems.append(
+                f"[hparams.{algorithm}] names an algorithm the study does not run; "
+                f"the study runs {list(config.algorithms)}"
+            )
+        elif algorithm in known:
+            found = _override_problems(algorithm, overrides, backend.default_hparams(algorithm))
+            problems += found
+            if found:
+                clean.remove(algorithm)
+    hparams = {(a, s): resolved_hparams(config, backend, a, s) for a in clean for s in config.seeds}
+    built = [] if "scenarios" in skip else _scenario_problems(config, backend, problems)
+    return problems, {"scenarios": built, "hparams": hparams}
+
+
+def _device_problems(config: StudyConfig) -> list[str]:
+    """Whether this machine has the config's ``[trainer] device`` (`resolve_device`)."""
+    from oodeval._torch import device_problem, resolve_device
+
+    device = config.trainer.get("device", "cpu")
+    if device == "cpu" or device_problem(device) is not None:
+        return []  # the CPU is always there; a misspelling was reported with the table
+    try:
+        resolve_device(device)
+    except OodevalError as exc:
+        return [f"[trainer] {exc}"]
+    return []
+
+
+def _scenario_problems(config: StudyConfig, backend: TrainerBackend, problems: list[str]) -> list:
+    """Build every scenario, adding what is wrong to `problems`; the built ones' descriptions."""
+    built = []
+    names: set[str] = set()
+    needing = [m for m in config.measures if m in NEEDS_THREE_ENVS]
+    for spec in config.scenarios:
+        try:
+            scenario = build(backend, config, spec)
+        except OodevalError as exc:
+            problems.append(str(exc))
+            continue
+        given = list(scenario.given_names)
+        if needing and len(given) < 3:
+            problems.append(
+                f"scenario {scenario.name} has {len(given)} given environments but "
+                f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} at least 3 "
+                "(Eq. 6 divides by N - 2); add "
+                "environments or drop the measure"
+            )
+        elif len(given) < 2:
+            problems.append(
+                f"scenario {scenario.name} has {len(given)} given environment(s); "
+                "leave-one-environment-out needs at least 2"
+            )
+        if scenario.name in names:
+            problems.append(f"scenario {scenario.name} is listed twice; remove the duplicate")
+        names.add(scenario.name)
+        params = dict(getattr(scenario, "params", None) or spec.params)
+        built.append((spec, scenario.name, given, params))
+    return built
+
+
+def build(backend: TrainerBackend, config: StudyConfig, spec: ScenarioSpec) -> Any:
+    """Build one scenario through the backend, turning its complaints into one clear line."""
+    try:
+        return backend.build_scenario(
+            spec.family, source=config.source, seed=config.data_seed, **spec.params
+        )
+    except OodevalError as exc:
+        raise OodevalError(f"scenario {spec.label()}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError, MemoryError) as exc:
+        line = str(exc).splitlines()[0] if str(exc) else ""
+        raise OodevalError(
+            f"scenario {spec.label()}: {type(exc).__name__}: {line}; check its parameters"
+        ) from None

@@ -1,0 +1,329 @@
+"""Parsing a study config: from plain data (parsed TOML or stored JSON) to checked field values.
+
+`parsed_fields` turns a table into every field of a `oodeval.study.config.schema.StudyConfig`,
+reporting each problem (a wrong type, a value out of range, an unknown key, a duplicate) as one
+line and putting a stand-in in its place, so that one pass finds every problem. `toml_table`
+reads a config file. The rules of single values live in `oodeval.study.config.keys`; what the
+backend says about the grid in `oodeval.study.config.backend`.
+
+>>> problems = []
+>>> data = {"scenarios": ["a"], "algorithms": ["ERM"], "seeds": [0], "steps": 0}
+>>> values, bad = parsed_fields(data, problems, keys=set(data))
+>>> problems, sorted(bad), values["steps"]
+(['steps must be >= 1, got 0'], ['steps'], 1)
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Mapping, Sequence, Set
+from pathlib import Path
+from typing import Any
+
+from oodeval._text import read_text
+from oodeval.errors import OodevalError, listing
+from oodeval.study.config.imports import import_digests, resolved_import
+from oodeval.study.config.keys import (
+    DEFAULT_BACKEND,
+    DEFAULT_MEASURES,
+    HPARAMS_MODES,
+    KNOWN_MEASURES,
+    REQUIRED_KEYS,
+    SEED_LIMIT,
+    STEPS_LIMIT,
+    TRAINER_OPTIONS,
+    UNIT_ARGUMENTS,
+    Check,
+    ScenarioSpec,
+    integer_in,
+    one_of,
+    shown,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, packaged as tomli
+    import tomli as tomllib
+
+#: Keys a config file may not write: the config computes them (a stored config carries them).
+_COMPUTED_KEYS = (("source_identity", "the data"), ("import_digests", "the imported files"))
+
+
+def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The table of a TOML config file, ready for `parsed_fields`, and its problems so far.
+
+    ``name`` defaults to the file's stem; a computed key (``source_identity``,
+    ``import_digests``) is a problem and dropped; a ``.py`` import is made absolute relative to
+    the file's folder. A missing or unreadable file raises `OodevalError`.
+    """
+    if not path.exists():
+        raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
+    text = read_text(path, what="study config", save_as="UTF-8 TOML")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise OodevalError(f"study config {path} is not valid TOML: {exc}") from None
+    data.setdefault("name", path.stem)
+    problems = []
+    for key, what in _COMPUTED_KEYS:
+        if key in data:
+            problems.append(f"{key} is computed from {what}, not written in a config; remove it")
+            del data[key]
+    imports = data.get("imports")
+    if isinstance(imports, list):  # a .py file is named relative to the config file
+        data["imports"] = [resolved_import(i, path.parent) for i in imports]
+    return data, problems
+
+
+def parsed_fields(
+    data: Mapping[str, Any], problems: list[str], keys: Set[str]
+) -> tuple[dict[str, Any], set[str]]:
+    """Every field of a StudyConfig from `data`, with a stand-in for each bad value; and the
+    names of the fields that were bad. Each problem is appended to `problems`; a key of `data`
+    not in `keys` (the fields of StudyConfig) is one."""
+    unknown = sorted(set(data) - keys)
+    if unknown:
+        allowed = sorted(keys - {"source_identity"})
+        problems.append(
+            f"unknown study config key(s) {listing(map(repr, unknown))}; allowed keys are "
+            f"{', '.join(allowed)}"
+        )
+    for key in REQUIRED_KEYS:
+        if key not in data:
+            problems.append(f"study config is missing {key!r}; see examples/study.toml")
+    bad: set[str] = set()
+    values = _scalar_fields(data, problems, bad)
+    values.update(_grid_fields(data, problems, bad))
+    values["hparams"] = _hparams_table(data.get("hparams", {}), problems)
+    values["trainer"] = _trainer_table(data.get("trainer", {}), problems)
+    values["unit_options"] = _unit_options(data.get("unit_options", {}), problems)
+    count = len(problems)
+    values["source"], values["source_identity"] = _source(data, problems)
+    if len(problems) > count:
+        bad.add("source")
+    return values, bad
+
+
+def _scalar_fields(data: Mapping[str, Any], problems: list[str], bad: set[str]) -> dict[str, Any]:
+    """name, model, backend, steps, data_seed and hparams_mode (a bad one at its default)."""
+    rules: list[tuple[str, Any, Check | None]] = [
+        ("name", "study", None),
+        ("model", "mlp", None),
+        ("backend", DEFAULT_BACKEND, None),
+        ("steps", 1, integer_in(1, STEPS_LIMIT)),
+        ("data_seed", 0, integer_in(0, SEED_LIMIT - 1)),
+        ("hparams_mode", "default", one_of(HPARAMS_MODES)),
+    ]
+    values: dict[str, Any] = {}
+    for key, default, rule in rules:
+        value = data.get(key, default)
+        problem = _nonempty(key, value) if rule is None else _ruled(key, rule, value)
+        if problem is None:
+            values[key] = value
+        else:
+            problems.append(problem)
+            bad.add(key)
+            values[key] = default
+    return values
+
+
+def _grid_fields(data: Mapping[str, Any], problems: list[str], bad: set[str]) -> dict[str, Any]:
+    """scenarios, algorithms, seeds, imports (with their digests) and measures."""
+    values: dict[str, Any] = {}
+    # a missing required list is reported once, by `parsed_fields`, not again as empty
+    values["scenarios"] = (
+        _scenarios(data.get("scenarios", ()), problems) if "scenarios" in data else ()
+    )
+    values["algorithms"] = _names(data, "algorithms", (), problems) if "algorithms" in data else ()
+    imports = _names(data, "imports", (), problems, may_be_empty=True)
+    values["imports"] = tuple(resolved_import(i, Path.cwd()) for i in imports)
+    count = len(problems)
+    values["import_digests"] = import_digests(values["imports"], data, problems)
+    if len(problems) > count:
+        bad.add("imports")
+    values["measures"] = _names(data, "measures", DEFAULT_MEASURES, problems)
+    unknown_measures = sorted(set(values["measures"]) - set(KNOWN_MEASURES))
+    if unknown_measures:
+        problems.append(
+            f"unknown measure(s) {listing(map(repr, unknown_measures))}; choose from "
+            f"{', '.join(KNOWN_MEASURES)}"
+        )
+    values["seeds"] = _seeds(data["seeds"], problems) if "seeds" in data else ()
+    return values
+
+
+def _ruled(
+    label: str, rule: Check, value: Any, table: Mapping[str, Any] | None = None
+) -> str | None:
+    problem = rule(value, table or {})
+    return None if problem is None else f"{label} {problem}"
+
+
+def _nonempty(label: str, value: Any) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"{label} must be a non-empty string, got {shown(value)}"
+
+
+def _sequence(value: Any, label: str, problems: list[str]) -> list | None:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        problems.append(f"{label} must be a list, got {shown(value)}")
+        return None
+    return list(value)
+
+
+def _distinct(
+    values: Sequence[Any], label: str, problems: list[str], *, may_be_empty: bool
+) -> None:
+    if not values and not may_be_empty:
+        problems.append(f"study config {label!r} is empty; list at least one")
+    seen: set[str] = set()
+    for value in values:
+        if repr(value) in seen:
+            problems.append(
+                f"study config {label!r} lists a value twice ({value!r}); remove the duplicate"
+            )
+        seen.add(repr(value))
+
+
+def _names(
+    data: Mapping[str, Any],
+    key: str,
+    default: Sequence[str],
+    problems: list[str],
+    *,
+    may_be_empty: bool = False,
+) -> tuple[str, ...]:
+    items = _sequence(data.get(key, default), key, problems)
+    if items is None:
+        return ()
+    good = []
+    for i, item in enumerate(items):
+        problem = _nonempty(f"{key}[{i}]", item)
+        if problem is None:
+            good.append(item)
+        else:
+            problems.append(problem)
+    _distinct(good, key, problems, may_be_empty=may_be_empty or len(good) < len(items))
+    return tuple(good)
+
+
+def _seeds(value: Any, problems: list[str]) -> tuple[int, ...]:
+    items = _sequence(value, "seeds", problems)
+    if items is None:
+        return ()
+    rule = integer_in(0, SEED_LIMIT - 1)
+    good = []
+    for i, item in enumerate(items):
+        problem = _ruled(f"seeds[{i}]", rule, item)
+        if problem is None:
+            good.append(item)
+        else:
+            problems.append(problem)
+    _distinct(good, "seeds", problems, may_be_empty=len(good) < len(items))
+    return tuple(good)
+
+
+def _scenarios(value: Any, problems: list[str]) -> tuple[ScenarioSpec, ...]:
+    items = _sequence(value, "scenarios", problems)
+    if items is None:
+        return ()
+    specs = []
+    for index, item in enumerate(items):
+        if isinstance(item, str) and item:
+            specs.append(ScenarioSpec(item, {}))
+        elif isinstance(item, Mapping) and _nonempty("family", item.get("family")) is None:
+            params = {str(k): copy.deepcopy(v) for k, v in item.items() if k != "family"}
+            specs.append(ScenarioSpec(item["family"], params))
+        else:
+            problems.append(
+                f"scenarios[{index}] must be a table with a 'family' string, e.g. "
+                f'{{ family = "sr-cmnist", ratio = "3:1", scale = 1 }}, got {shown(item)}'
+            )
+    _distinct(specs, "scenarios", problems, may_be_empty=len(specs) < len(items))
+    return tuple(specs)
+
+
+def _hparams_table(value: Any, problems: list[str]) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        problems.append(
+            f"hparams must be a table of tables, e.g. [hparams.IRM], got {shown(value)}"
+        )
+        return {}
+    out = {}
+    for algorithm, overrides in value.items():
+        if isinstance(overrides, Mapping):
+            out[str(algorithm)] = copy.deepcopy(dict(overrides))
+        else:
+            problems.append(
+                f"hparams.{algorithm} must be a table, e.g. [hparams.{algorithm}] lr = 0.001, "
+                f"got {shown(overrides)}"
+            )
+    return out
+
+
+def _trainer_table(value: Any, problems: list[str]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        problems.append(f"[trainer] must be a table, got {shown(value)}")
+        return {}
+    unknown = sorted(set(value) - set(TRAINER_OPTIONS))
+    if unknown:
+        problems.append(
+            f"unknown [trainer] key(s) {listing(map(repr, unknown))}; allowed: "
+            f"{', '.join(TRAINER_OPTIONS)}"
+        )
+    out = {}
+    for key, option in TRAINER_OPTIONS.items():
+        if key not in value:
+            continue
+        problem = _ruled(f"[trainer] {key}", option.check, value[key], value)
+        if problem is not None:
+            problems.append(problem)
+        elif option.stored(value[key]):
+            out[key] = value[key]  # the default is never stored: naming it is the same study
+    return out
+
+
+def _unit_options(value: Any, problems: list[str]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        problems.append(f"unit_options must be a table, got {shown(value)}")
+        return {}
+    for key in value:
+        if key in UNIT_ARGUMENTS:
+            problems.append(f"unit_options.{key} is set by the study itself; remove it")
+        elif key in TRAINER_OPTIONS:
+            problems.append(f"unit_options.{key} is a trainer setting; move it to [trainer]")
+    return copy.deepcopy(dict(value))
+
+
+def _source(data: Mapping[str, Any], problems: list[str]) -> tuple[str, dict[str, str] | None]:
+    """The source spec and its identity: the one `data` carries, else computed from the data."""
+    source = data.get("source", "auto")
+    problem = _nonempty("source", source)
+    if problem is not None:
+        problems.append(problem)
+        return "digits", None
+    given = data.get("source_identity")
+    if given is not None:
+        if not (
+            isinstance(given, Mapping)
+            and set(given) == {"kind", "digest"}
+            and all(isinstance(v, str) and v for v in given.values())
+        ):
+            problems.append(f"source_identity must be {{kind, digest}} strings, got {shown(given)}")
+            return source, None
+        if given["kind"] != source.partition(":")[0].strip().lower():
+            problems.append(
+                f"source_identity names a {given['kind']!r} source but source is {source!r}"
+            )
+        return source, dict(given)
+    if source == "auto":
+        return source, None
+    from oodeval.environments.sources import source_identity
+
+    try:
+        return source, source_identity(source).as_dict()
+    except OodevalError as exc:
+        problems.append(str(exc))
+        return source, None
