@@ -42,7 +42,6 @@ Each section prints the seconds spent so far, so that a run cut short still says
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import importlib
 import io
@@ -101,32 +100,12 @@ SCALE_OF_N = {4: 1, 12: 3}  # N given environments -> the SR-CMNIST Ratio 3:1 Sc
 
 
 def paper_grid() -> dict:
-    """The ``paper`` preset's grid constants: the algorithms, Ratios and Scales from
-    `oodeval.paper_grid` (which imports nothing), the rest read from oodeval/study/presets.py's
-    source (its module imports the study machinery, which needs pandas; its constants are
-    literals)."""
-    from oodeval.paper_grid import PAPER_ALGORITHMS, RATIOS, SCALES
+    """The ``paper`` preset's grid and setup constants, from `oodeval.paper_grid` (which imports
+    nothing, so this check needs only torch and numpy)."""
+    from oodeval import paper_grid as grid
 
-    tree = ast.parse((REPO / "oodeval" / "study" / "presets.py").read_text(encoding="utf-8"))
-    wanted = {
-        "SEEDS",
-        "PAPER_STEPS",
-        "PAPER_EVAL_EVERY",
-        "PAPER_BATCH_SIZE",
-        "PAPER_SIZE",
-    }
-    out: dict = {"PAPER_ALGORITHMS": PAPER_ALGORITHMS, "RATIOS": RATIOS, "SCALES": SCALES}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            name = getattr(node.targets[0], "id", None)
-            if name in wanted:
-                out[name] = ast.literal_eval(node.value)
-    missing = wanted - set(out)
-    if missing:
-        raise SystemExit(
-            f"error: presets.py no longer defines {sorted(missing)}; update paper_grid"
-        )
-    return out
+    names = ("PAPER_ALGORITHMS", "RATIOS", "SCALES", "SEEDS", "PAPER_STEPS", "PAPER_EVAL_EVERY")
+    return {name: getattr(grid, name) for name in (*names, "PAPER_BATCH_SIZE", "PAPER_SIZE")}
 
 
 def find_source() -> str:

@@ -1,7 +1,8 @@
-"""The worst+gap paper's grid: its 14 algorithms and the SR-CMNIST Ratios and Scales it trains.
+"""The worst+gap paper's grid and setup: its 14 algorithms, SR-CMNIST Ratios and Scales, seeds,
+and the DomainBed training constants of its setup.
 
 The one home of these constants (torch-free, importing nothing): the algorithm registry, the
-SR-CMNIST family and the study presets read them from here.
+SR-CMNIST family, the study presets and the GPU check read them from here.
 
 >>> len(PAPER_ALGORITHMS), len(RATIOS) * len(SCALES)
 (14, 12)
@@ -18,3 +19,12 @@ PAPER_ALGORITHMS: tuple[str, ...] = (
 RATIOS: tuple[str, ...] = ("3:1", "4:1", "5:1")
 #: SR-CMNIST's Scales, multiplying both counts of a ratio (Section 4.1).
 SCALES: tuple[int, ...] = (1, 2, 3, 4)
+#: The seeds of every unit of the grid (Section 5.1: 3 per algorithm and scenario).
+SEEDS: tuple[int, ...] = (0, 1, 2)
+#: DomainBed's training length and checkpoint period for MNIST (N_STEPS, CHECKPOINT_FREQ).
+PAPER_STEPS = 5001
+PAPER_EVAL_EVERY = 100
+#: DomainBed's batch size for small images (rows per environment and step).
+PAPER_BATCH_SIZE = 64
+#: DomainBed's ColoredMNIST resolution: 2x28x28, the side MNIST_CNN is built for.
+PAPER_SIZE = 28

@@ -33,35 +33,19 @@ from typing import Any
 
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
+from oodeval.paper_grid import (
+    PAPER_ALGORITHMS,
+    PAPER_BATCH_SIZE,
+    PAPER_EVAL_EVERY,
+    PAPER_SIZE,
+    PAPER_STEPS,
+    RATIOS,
+    SCALES,
+    SEEDS,
+)
 from oodeval.study.config.schema import StudyConfig, config_from_dict
 
-PAPER_ALGORITHMS = (
-    "ERM",
-    "IRM",
-    "GroupDRO",
-    "Mixup",
-    "MLDG",
-    "CORAL",
-    "MMD",
-    "DANN",
-    "CDANN",
-    "MTL",
-    "SagNet",
-    "ARM",
-    "VREx",
-    "RSC",
-)
 QUICK_ALGORITHMS = ("ERM", "IRM", "GroupDRO", "VREx", "CORAL", "MMD", "Mixup", "MLDG")
-RATIOS = ("3:1", "4:1", "5:1")
-SCALES = (1, 2, 3, 4)
-SEEDS = (0, 1, 2)
-#: DomainBed's training length and checkpoint period for MNIST (N_STEPS, CHECKPOINT_FREQ)
-PAPER_STEPS = 5001
-PAPER_EVAL_EVERY = 100
-#: DomainBed's batch size for small images (rows per environment and step)
-PAPER_BATCH_SIZE = 64
-#: DomainBed's ColoredMNIST resolution: 2x28x28, the side MNIST_CNN is built for
-PAPER_SIZE = 28
 
 # paper-cpu and quick train far fewer steps than DomainBed's 5000 (paper-cpu must fit in about
 # 12 hours on 2 CPU cores; see benchmarks/RESULTS.md), so the IRM and VREx penalties switch on

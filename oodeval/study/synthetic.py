@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.study.presets import PAPER_ALGORITHMS
+from oodeval.paper_grid import PAPER_ALGORITHMS
 
 #: The 14 DomainBed algorithm names of the paper, used as the synthetic registry.
 ALGORITHMS = PAPER_ALGORITHMS
