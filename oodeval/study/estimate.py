@@ -98,22 +98,8 @@ def estimate_study(
             ),
             file=sys.stderr,
         )
-    with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
-        folder = Path(directory) if directory is not None else Path(tmp)
-        t0 = time.perf_counter()
-        run_study(sample, folder, workers=None if device != "cpu" else workers, progress=progress)
-        if mix is not None:
-            run_study(
-                mix,
-                folder / "other-algorithms",
-                workers=None if device != "cpu" else workers,
-                progress=progress,
-            )
-        wall = time.perf_counter() - t0
-        units = load_study(folder).units.assign(role="sample")
-        if mix is not None:
-            extra = load_study(folder / "other-algorithms").units.assign(role="mix")
-            units = pd.concat([units, extra], ignore_index=True)
+    pool = None if device != "cpu" else workers
+    units, wall = _sampled_units(sample, mix, directory, workers=pool, progress=progress)
     name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}
     samples = _sample_times(units, name_to_n, steps_fraction)
     mix_factor = _mix_factor(samples, int(min(n_by_scenario)))
@@ -133,6 +119,31 @@ def estimate_study(
         mix_factor=mix_factor,
         device=_measured_device(device),
     )
+
+
+def _sampled_units(
+    sample: StudyConfig,
+    mix: StudyConfig | None,
+    directory: str | Path | None,
+    *,
+    workers: int | None,
+    progress: bool,
+) -> tuple[pd.DataFrame, float]:
+    """The stored units of the `sample` study (role ``sample``) and of the `mix` study (role
+    ``mix``), run with `workers` into `directory` (default: a temporary folder), and the seconds
+    both runs took."""
+    with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
+        folder = Path(directory) if directory is not None else Path(tmp)
+        t0 = time.perf_counter()
+        run_study(sample, folder, workers=workers, progress=progress)
+        if mix is not None:
+            run_study(mix, folder / "other-algorithms", workers=workers, progress=progress)
+        wall = time.perf_counter() - t0
+        units = load_study(folder).units.assign(role="sample")
+        if mix is not None:
+            extra = load_study(folder / "other-algorithms").units.assign(role="mix")
+            units = pd.concat([units, extra], ignore_index=True)
+    return units, wall
 
 
 def _measured_device(device: str) -> str:

@@ -44,6 +44,7 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._torch import resolve_device
 from oodeval.errors import OodevalError
 from oodeval.pool import WorkerPool
 from oodeval.study.config import (
@@ -88,8 +89,6 @@ def estimate_steps(
             f"--n-sample-steps times the oodeval trainer, not backend {config.backend!r}; "
             "use --steps-fraction"
         )
-    from oodeval._torch import resolve_device
-
     spec = config_device(config)
     device = resolve_device(spec)
     if spec != "cpu":
@@ -110,12 +109,7 @@ def estimate_steps(
             file=sys.stderr,
         )
     t0 = time.perf_counter()
-    holdout = float(config.trainer.get("holdout_fraction", 0.2))
-    counts = []  # each scenario's predicted rows; built one at a time, so memory stays bounded
-    for spec, *_ in validated["scenarios"]:
-        scenario = build(backend, config, spec)
-        counts.append({d: _rows(scenario, holdout, d) for d in (False, True)})
-        del scenario
+    counts = _row_counts(backend, config, validated)
     samples = pd.DataFrame(_sample_rows(config, validated, sampled, steps, device, progress))
     per_n, total = _project(samples, config, counts, n_by_scenario)
     return Estimate(
@@ -129,6 +123,20 @@ def estimate_steps(
         device=device,
         sample_steps=steps,
     )
+
+
+def _row_counts(
+    backend: Any, config: StudyConfig, validated: dict[str, Any]
+) -> list[dict[bool, tuple[float, float]]]:
+    """Each scenario's predicted rows (`_rows`) for algorithms that do not and that do depend on
+    the batch; the scenarios are built one at a time, so memory stays bounded."""
+    holdout = float(config.trainer.get("holdout_fraction", 0.2))
+    counts = []
+    for spec, *_ in validated["scenarios"]:
+        scenario = build(backend, config, spec)
+        counts.append({d: _rows(scenario, holdout, d) for d in (False, True)})
+        del scenario
+    return counts
 
 
 def _sample_rows(

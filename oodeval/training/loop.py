@@ -374,15 +374,7 @@ def run_unit(
         progress=progress,
     )
     t0 = time.perf_counter()
-    context = trainer.batch_size
-    with compute_precision(trained.precision, trained.device), tf32_mode(trainer.tf32):
-        rows = [
-            ResultRow(
-                env.name, env.name, environment_error(trained.models[k], env, context), len(env)
-            )
-            for k, env in enumerate(given)
-        ]
-        rows += full_model_rows(trained.models[-1], scenario, context)
+    rows = _tested_rows(trained, scenario, given, trainer)
     timings = dict(trained.timings)
     timings["test_eval"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
@@ -396,3 +388,20 @@ def run_unit(
         timings,
         trained.checkpoints,
     )
+
+
+def _tested_rows(
+    trained: TrainedUnit, scenario: Scenario, given: Sequence[Environment], trainer: TrainerOptions
+) -> list[ResultRow]:
+    """The `ResultRow` of LOO model k on e_k, then of the full model on each of E_all, predicted
+    in the arithmetic the models were trained in."""
+    context = trainer.batch_size
+    with compute_precision(trained.precision, trained.device), tf32_mode(trainer.tf32):
+        rows = [
+            ResultRow(
+                env.name, env.name, environment_error(trained.models[k], env, context), len(env)
+            )
+            for k, env in enumerate(given)
+        ]
+        rows += full_model_rows(trained.models[-1], scenario, context)
+    return rows
