@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from oodeval._torch import deterministic_device
 from oodeval.environments.base import Scenario
 from oodeval.errors import OodevalError
 from oodeval.pool import WorkerPool, set_threads
@@ -200,8 +201,6 @@ def setup_worker(config_json: str, settings: WorkerSettings | None = None) -> No
         trainer["device"] = settings.device
     _STATE["trainer"] = trainer
     if trainer.get("device", "cpu") != "cpu":  # before the first product on the GPU
-        from oodeval._torch import deterministic_device
-
         deterministic_device(trainer["device"])
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.measures.domain import MEASURES, domain_measures, ideal, undefined_measures
 
 #: fold name of the model trained on all given environments
 FULL_FOLD = "all"
@@ -99,8 +100,6 @@ class UnitResult:
         >>> round(m["worst_plus_gap"], 6), m["ideal"]
         (0.5, 0.4)
         """
-        from oodeval.measures.domain import MEASURES, domain_measures, ideal, undefined_measures
-
         loo = np.array(list(self.loo_errors().values()))
         undefined = undefined_measures(list(MEASURES), len(loo))
         names = [k for k in MEASURES if k not in undefined]
