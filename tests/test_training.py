@@ -410,6 +410,35 @@ def test_run_units_builds_scenarios_in_workers_and_rejects_unpicklable_ones():
     assert local[0].rows == run_unit(TinyScenario(n=24), "ERM", seed=0, steps=2, batch_size=4).rows
 
 
+def test_run_units_refuses_a_study_task_without_its_scenario():
+    # a study's task names its scenario by index into a config that only a study's worker holds
+    task = UnitTask(0, "s", "sr-cmnist", {}, "ERM", 0, {}, 2, "mlp")
+    with pytest.raises(OodevalError, match="UnitTask.for_scenario"):
+        list(run_units([task], workers=1))
+
+
+def test_the_trainer_options_and_records_import_without_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, oodeval.training, oodeval.training.options, oodeval.training.results;"
+        "print('torch' in sys.modules)"
+    )
+    answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert answer.stdout.strip() == "False", answer.stderr
+
+
+def test_precision_names_have_one_home_and_a_torch_dtype_each():
+    from oodeval.algorithms.networks import PRECISION_DTYPES, compute_dtype
+    from oodeval.training.options import PRECISIONS
+
+    assert tuple(PRECISION_DTYPES) == PRECISIONS == ("fp32", "bf16")
+    assert [compute_dtype(p) for p in PRECISIONS] == [torch.float32, torch.bfloat16]
+    with pytest.raises(OodevalError, match="unknown precision 'fp16'; choose one of fp32, bf16"):
+        compute_dtype("fp16")
+
+
 def test_real_sr_cmnist_unit():
     from oodeval.environments import build_scenario
 
