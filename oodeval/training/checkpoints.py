@@ -50,7 +50,7 @@ class BestCheckpoints:
 
 
 def selected_models(
-    runs: list[TrainingRun], best: BestCheckpoints, steps: int, selection: str
+    runs: list[TrainingRun], best: BestCheckpoints, steps: int, checkpoint_selection: str
 ) -> tuple[list[Algorithm], list[int], list[float]]:
     """Each unit model (N LOO models, then the full one) at its selected checkpoint, in eval mode,
     with its selected step and validation accuracy (the last step and NaN for ``"last"``)."""
@@ -66,7 +66,7 @@ def selected_models(
             models[k] = (
                 run.algorithm.select_models(i) if len(run.models) > 1 else run.algorithm.eval()
             )
-            if selection == "training_domain":
+            if checkpoint_selection == "training_domain":
                 selected[k], accuracy[k] = best.step[r][i], float(best.accuracy[r][i])
     return models, selected, accuracy
 

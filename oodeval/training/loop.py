@@ -12,10 +12,11 @@ data never reaches model k. The full model is a second instance on all N minibat
 step. Algorithms with ``supports_ensemble = False`` are trained as N + 1 single-model instances on
 the same minibatches (none of the built-in 14 needs this).
 
-Model selection is DomainBed's training-domain validation: `holdout_fraction` of each given
-environment is held out, and each model keeps the checkpoint (evaluated every `eval_every` steps
-and at the last step) with the best mean validation accuracy over its own training environments
-(first best on ties); ``selection="last"`` keeps the last step. Minibatches are drawn with
+Checkpoint selection (DomainBed's "model selection") is training-domain validation:
+`holdout_fraction` of each given environment is held out, and each model keeps the checkpoint
+(evaluated every `eval_every` steps and at the last step) with the best mean validation accuracy
+over its own training environments (first best on ties); ``selection="last"`` keeps the last
+step. Minibatches are drawn with
 replacement from each environment's training part, B per environment per step.
 
 Checkpoint records: with training-domain validation, every checkpoint of every LOO model k is also

@@ -54,9 +54,10 @@ class TrainerOptions:
 
     Attributes
     ----------
-    selection : ``"training_domain"`` (DomainBed's training-domain validation) or ``"last"``.
-    eval_every : validation period for model selection (default 100, DomainBed's MNIST checkpoint
-        period); the last step is always a checkpoint.
+    selection : the checkpoint selection: ``"training_domain"`` (DomainBed's training-domain
+        validation) or ``"last"``.
+    eval_every : validation period for checkpoint selection (default 100, DomainBed's MNIST
+        checkpoint period); the last step is always a checkpoint.
     holdout_fraction : fraction of each given environment held out for validation (not trained on).
     batch_size : minibatch size per environment; also the prediction chunk of batch-dependent
         algorithms.
