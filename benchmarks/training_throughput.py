@@ -74,13 +74,8 @@ from roofline import (  # noqa: E402  (torch only: shared with gpu_check.py)
 from oodeval.environments import build_scenario  # noqa: E402
 from oodeval.environments.mnist import resolve_source  # noqa: E402
 from oodeval.study import preset, trainer_backend  # noqa: E402
-from oodeval.training import (  # noqa: E402
-    UnitSpec,
-    run_unit,
-    run_units,
-    train_models,
-    worker_pool,
-)
+from oodeval.study.worker import UnitTask, run_units, worker_pool  # noqa: E402
+from oodeval.training import run_unit, train_models  # noqa: E402
 
 
 def _accuracy_tensors(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -280,13 +275,13 @@ def _oodeval_units(build, args, workers: int, precision: str, startup: list[floa
     """Seconds for `run_units` to run `--units` units on a warmed-up pool of `workers`."""
     options = {"batch_size": args.batch, "eval_every": args.eval_every, "model": args.model,
                "precision": precision}  # fmt: skip
-    specs = [UnitSpec(build, "ERM", s, args.steps, options) for s in range(args.units)]
+    specs = [UnitTask.for_scenario(build, "ERM", s, args.steps, options) for s in range(args.units)]
     with worker_pool(workers) as pool:
         # warm-up as for the plain loops: start the processes, import torch, two tiny units per
         # worker (timed apart: a study pays this once, not per unit)
         t0 = time.perf_counter()
-        list(run_units([UnitSpec(build, "ERM", s, 2, options) for s in range(2 * workers)],
-                       pool=pool))  # fmt: skip
+        warm = [UnitTask.for_scenario(build, "ERM", s, 2, options) for s in range(2 * workers)]
+        list(run_units(warm, pool=pool))
         startup.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         list(run_units(specs, pool=pool))

@@ -1,8 +1,9 @@
 """The process pool for independent units: ``spawn`` workers that die with their driver.
 
-`WorkerPool` is the one place oodeval starts worker processes: `oodeval.training.worker_pool` and
-`run_units` use it for trainer units, a study's local executor
-(`oodeval.study.executors.LocalExecutor`) for study units. Every worker
+`WorkerPool` is the one place oodeval starts worker processes, and `oodeval.study.worker` the
+one runner of units in them: a study's local executor (`oodeval.study.executors.LocalExecutor`),
+`oodeval.study.worker.run_units` on a `worker_pool` and a step-timing estimate
+(`oodeval.study.estimate_steps`) all train units through it. Every worker
 
 - runs ``threads`` BLAS/OpenMP/torch threads (one by default), so one worker per core keeps every
   core busy without oversubscription (`set_threads`);
@@ -16,8 +17,7 @@
 A killed driver also leaves no multiprocessing resource tracker behind: the tracker ends when the
 last process holding its pipe ends, i.e. with the driver's last worker.
 
-This module imports neither torch nor study code, so `oodeval.training` and `oodeval.study` can
-both use it.
+This module imports neither torch nor study code, so any part of oodeval can use it.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def test_naming_the_default_precision_resumes_a_study_stored_without_it(tmp_path
 
 
 def test_precision_names_agree_between_the_config_and_the_networks():
-    from oodeval.algorithms.networks import PRECISIONS as NETWORKS
+    from oodeval.algorithms.networks import PRECISION_DTYPES as NETWORKS
     from oodeval.study.config import PRECISIONS as CONFIG
 
     assert list(NETWORKS) == list(CONFIG)

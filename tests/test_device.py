@@ -43,7 +43,8 @@ from oodeval.study.executors import (
     local_devices,
 )
 from oodeval.training import run_unit, train_models
-from oodeval.training.loo import TrainerOptions, _prepare, on_device
+from oodeval.training.data import on_device, prepare_data
+from oodeval.training.options import TrainerOptions
 from tests.test_study_runner import synthetic_config
 from tests.test_training import TinyScenario
 
@@ -129,7 +130,7 @@ def test_a_units_data_moves_to_the_device_once_and_minibatches_are_gathered_ther
     # "meta" stands for a GPU: a device other than the CPU, with tensors but no numbers
     scenario = TinyScenario()
     options = TrainerOptions()
-    data = _prepare(scenario, scenario.given(), 0, options, "meta")
+    data = prepare_data(scenario, scenario.given(), 0, options, "meta")
     assert data.x.device.type == data.y.device.type == "meta"
     assert {x.device.type for x, _ in data.val} == {"meta"}
     assert {x.device.type for x, _ in data.held_in} == {"meta"}
@@ -351,7 +352,8 @@ def predicted_rows(scenario) -> tuple[float, int, int]:
 
 
 def test_estimate_extrapolates_a_few_steps_per_algorithm():
-    from oodeval.study.estimate import estimate_study, unit_checkpoints
+    from oodeval.study.estimate import estimate_study
+    from oodeval.study.projection import unit_checkpoints
 
     config = small_trainer_config()
     assert unit_checkpoints(config) == 6  # steps 50, 100, ..., 300
@@ -487,14 +489,14 @@ def test_units_training_elsewhere_are_not_refused_for_this_machines_missing_gpu(
 def test_bf16_warning_is_for_cpus_only(monkeypatch):
     import warnings
 
-    from oodeval.training import loo
+    from oodeval.training import loop
 
-    monkeypatch.setattr(loo, "native_bf16", lambda: False)
+    monkeypatch.setattr(loop, "native_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="emulated"):
-        loo._check_run(5, TrainerOptions(precision="bf16"))
+        loop._check_run(5, TrainerOptions(precision="bf16"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        loo._check_run(5, TrainerOptions(precision="bf16", device="cuda"))
+        loop._check_run(5, TrainerOptions(precision="bf16", device="cuda"))
 
 
 def test_estimate_refuses_algorithms_with_sample_steps():

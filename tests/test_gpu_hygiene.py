@@ -25,7 +25,9 @@ from oodeval.algorithms.networks import conv_layout
 from oodeval.errors import OodevalError
 from oodeval.study.config import config_from_dict
 from oodeval.training import TrainingDiverged, train_models
-from oodeval.training.loo import TrainerOptions, _Divergence, _prepare, _Run
+from oodeval.training.data import TrainingRun, prepare_data
+from oodeval.training.loop import DivergenceWatch
+from oodeval.training.options import TrainerOptions
 from tests.test_training import TinyScenario
 
 torch.set_num_threads(1)
@@ -67,15 +69,15 @@ def test_the_trainers_step_reads_nothing_back():
     """Minibatches (indices drawn on the CPU, copied without waiting), each run's share of them
     and the divergence watch all stay on the device."""
     scenario = TinyScenario()
-    data = _prepare(scenario, scenario.given(), 0, TrainerOptions(), "meta")
+    data = prepare_data(scenario, scenario.given(), 0, TrainerOptions(), "meta")
     n = len(scenario.given())
     loo = torch.stack([torch.cat([torch.arange(k), torch.arange(k + 1, n)]) for k in range(n)])
-    runs = [_Run(on_meta("ERM", "mlp"), loo, list(range(n)))]
+    runs = [TrainingRun(on_meta("ERM", "mlp"), loo, list(range(n)))]
     runs[0].algorithm = alg.get_algorithm("ERM")(
         scenario.input_shape, scenario.num_classes, torch.ones(n, n - 1, dtype=torch.bool),
         alg.resolve_hparams("ERM", {}),
     ).to("meta")  # fmt: skip
-    watch = _Divergence(1)
+    watch = DivergenceWatch(1)
     generator = torch.Generator().manual_seed(0)
     for step in (1, 2):
         xb, yb = data.minibatches(generator, 4)
@@ -86,8 +88,8 @@ def test_the_trainers_step_reads_nothing_back():
 
 
 def test_a_divergence_noticed_later_still_names_its_first_step():
-    runs = [_Run(None, torch.zeros(2, 1), [0, 1]), _Run(None, torch.zeros(1, 2), [2])]
-    watch = _Divergence(2)
+    runs = [TrainingRun(None, torch.zeros(2, 1), [0, 1]), TrainingRun(None, torch.zeros(1, 2), [2])]
+    watch = DivergenceWatch(2)
     watch.record(0, torch.tensor([0.5, 0.4]), 1)
     watch.record(1, torch.tensor([0.3]), 1)
     watch.check(runs, "ERM", ["a", "b", "all"])  # nothing bad yet

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import oodeval.algorithms as alg
-import oodeval.training.loo as loo
+import oodeval.training.loop as loop
 from oodeval.algorithms.networks import (
     EnsembleConv2d,
     EnsembleLinear,
@@ -159,7 +159,7 @@ def test_bf16_is_deterministic_and_close_to_but_not_float32():
 
 
 def test_bf16_without_native_support_warns(monkeypatch):
-    monkeypatch.setattr(loo, "native_bf16", lambda: False)
+    monkeypatch.setattr(loop, "native_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="without native bfloat16"):
         run_unit(TinyScenario(n=24), "ERM", seed=0, steps=1, batch_size=4, precision="bf16")
     with warnings.catch_warnings():

@@ -23,7 +23,7 @@ from oodeval.study.config import (
     validate_config,
 )
 from oodeval.study.runner import prepare_config
-from oodeval.training.loo import TrainerOptions
+from oodeval.training.options import TrainerOptions
 
 FOURTEEN = [
     "ERM",

@@ -133,10 +133,10 @@ def test_arm_tests_e_all_from_per_image_maps_with_the_environment_by_environment
     import numpy as np
 
     from oodeval.environments import build_scenario
-    from oodeval.training import loo
+    from oodeval.training import evaluation
 
     monkeypatch.setattr(
-        loo,
+        evaluation,
         "on_device",
         lambda images, device: torch.as_tensor(np.asarray(images), dtype=torch.float64),
     )
@@ -158,9 +158,9 @@ def test_arm_tests_e_all_from_per_image_maps_with_the_environment_by_environment
     calls = []
     monkeypatch.setattr(type(full), "per_image", lambda self, x: calls.append(len(x)) or
                         self.context_net(x, x.shape[0]))  # fmt: skip
-    shared = loo._full_model_rows(full, scenario, 16)
+    shared = evaluation.full_model_rows(full, scenario, 16)
     assert sum(calls) == 2 * 60  # every image once per color, not once per environment
-    one_by_one = [loo._error(full, env, 16) for env in scenario.evaluation()]
+    one_by_one = [evaluation.environment_error(full, env, 16) for env in scenario.evaluation()]
     assert [r.environment for r in shared] == [env.name for env in scenario.evaluation()]
     assert [r.error for r in shared] == one_by_one
     assert len(set(one_by_one)) > 1  # the environments really differ

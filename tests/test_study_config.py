@@ -284,9 +284,9 @@ def test_the_largest_seed_runs(tmp_path):
 def test_names_copied_without_torch_agree_with_the_trainer():
     from oodeval.algorithms.networks import MODELS
     from oodeval.study import synthetic, trainer_backend
-    from oodeval.training import SELECTIONS
+    from oodeval.training import CHECKPOINT_SELECTIONS
 
-    assert list(config_module.CHECKPOINT_SELECTIONS) == list(SELECTIONS)
+    assert list(config_module.CHECKPOINT_SELECTIONS) == list(CHECKPOINT_SELECTIONS)
     assert trainer_backend.available_models() == list(MODELS)
     assert config_module.available_models(trainer_backend) == list(MODELS)
     assert config_module.available_models(synthetic) == list(synthetic.MODELS)

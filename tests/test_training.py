@@ -17,13 +17,12 @@ from oodeval.algorithms.base import Algorithm
 from oodeval.algorithms.erm import ERM
 from oodeval.environments.base import Environment, Scenario
 from oodeval.errors import OodevalError
+from oodeval.study.worker import UnitTask, run_units
 from oodeval.training import (
     FULL_FOLD,
     TrainingDiverged,
-    UnitSpec,
     predict_labels,
     run_unit,
-    run_units,
     train_models,
 )
 
@@ -359,7 +358,9 @@ def test_batch_dependent_predictions_use_training_batch_chunks():
 
 
 def test_run_units_in_worker_processes_matches_in_process_runs():
-    specs = [UnitSpec(TinyScenario(n=24), "ERM", s, 3, {"batch_size": 4}) for s in (0, 1)]
+    specs = [
+        UnitTask.for_scenario(TinyScenario(n=24), "ERM", s, 3, {"batch_size": 4}) for s in (0, 1)
+    ]
     local = list(run_units(specs, workers=1))
     remote = list(run_units(specs, workers=2))
     assert [r.rows for r in local] == [r.rows for r in remote]
@@ -368,10 +369,12 @@ def test_run_units_in_worker_processes_matches_in_process_runs():
 
 
 def test_a_worker_pool_serves_several_run_units_calls(monkeypatch):
-    import oodeval.training.parallel as parallel
-    from oodeval.training import worker_pool
+    import oodeval.study.worker as worker
+    from oodeval.study.worker import worker_pool
 
-    specs = [UnitSpec(TinyScenario(n=24), "ERM", s, 3, {"batch_size": 4}) for s in (0, 1)]
+    specs = [
+        UnitTask.for_scenario(TinyScenario(n=24), "ERM", s, 3, {"batch_size": 4}) for s in (0, 1)
+    ]
     local = [r.rows for r in run_units(specs, workers=1)]
     with worker_pool(2) as pool:
         with pytest.raises(OodevalError, match="either pool= or workers="):
@@ -380,7 +383,7 @@ def test_a_worker_pool_serves_several_run_units_calls(monkeypatch):
         def no_new_pool(*args, **kwargs):
             raise AssertionError("run_units(pool=...) started a pool of its own")
 
-        monkeypatch.setattr(parallel, "worker_pool", no_new_pool)
+        monkeypatch.setattr(worker, "worker_pool", no_new_pool)
         first = [r.rows for r in run_units(specs, pool=pool)]
         pids = {f.result() for f in [pool.submit(os.getpid) for _ in range(4)]}
         second = [r.rows for r in run_units(specs[::-1], pool=pool)]
@@ -397,12 +400,43 @@ def test_run_units_builds_scenarios_in_workers_and_rejects_unpicklable_ones():
             super().__init__(n=24)
             self.hook = lambda: None
 
-    specs = [UnitSpec(Unpicklable(), "ERM", s, 2, {"batch_size": 4}) for s in (0, 1)]
+    specs = [UnitTask.for_scenario(Unpicklable(), "ERM", s, 2, {"batch_size": 4}) for s in (0, 1)]
     with pytest.raises(OodevalError, match="functools.partial"):
         list(run_units(specs, workers=2))
     build = functools.partial(TinyScenario, n=24)
-    local = list(run_units([UnitSpec(build, "ERM", 0, 2, {"batch_size": 4})], workers=1))
+    local = list(
+        run_units([UnitTask.for_scenario(build, "ERM", 0, 2, {"batch_size": 4})], workers=1)
+    )
     assert local[0].rows == run_unit(TinyScenario(n=24), "ERM", seed=0, steps=2, batch_size=4).rows
+
+
+def test_run_units_refuses_a_study_task_without_its_scenario():
+    # a study's task names its scenario by index into a config that only a study's worker holds
+    task = UnitTask(0, "s", "sr-cmnist", {}, "ERM", 0, {}, 2, "mlp")
+    with pytest.raises(OodevalError, match="UnitTask.for_scenario"):
+        list(run_units([task], workers=1))
+
+
+def test_the_trainer_options_and_records_import_without_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, oodeval.training, oodeval.training.options, oodeval.training.results;"
+        "print('torch' in sys.modules)"
+    )
+    answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert answer.stdout.strip() == "False", answer.stderr
+
+
+def test_precision_names_have_one_home_and_a_torch_dtype_each():
+    from oodeval.algorithms.networks import PRECISION_DTYPES, compute_dtype
+    from oodeval.training.options import PRECISIONS
+
+    assert tuple(PRECISION_DTYPES) == PRECISIONS == ("fp32", "bf16")
+    assert [compute_dtype(p) for p in PRECISIONS] == [torch.float32, torch.bfloat16]
+    with pytest.raises(OodevalError, match="unknown precision 'fp16'; choose one of fp32, bf16"):
+        compute_dtype("fp16")
 
 
 def test_real_sr_cmnist_unit():

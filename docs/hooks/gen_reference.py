@@ -295,7 +295,7 @@ def config_page() -> str:
 
 
 def trainer_section(schema: Any) -> list[str]:
-    from oodeval.training.loo import TrainerOptions
+    from oodeval.training.options import TrainerOptions
 
     defaults = {f.name: f.default for f in dataclasses.fields(TrainerOptions)}
     docs = attribute_docs(TrainerOptions.__doc__)

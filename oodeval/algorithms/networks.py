@@ -27,9 +27,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from oodeval.errors import OodevalError
+from oodeval.training.options import PRECISIONS, check_precision
 
-#: arithmetic of the ensembles' matrix products and convolutions (see `compute_precision`)
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+#: the torch dtype of each precision (`oodeval.training.options.PRECISIONS`): the arithmetic of
+#: the ensembles' matrix products and convolutions (see `compute_precision`)
+PRECISION_DTYPES = dict(zip(PRECISIONS, (torch.float32, torch.bfloat16), strict=True))
 _COMPUTE_DTYPE: ContextVar[torch.dtype] = ContextVar("oodeval_compute_dtype", default=torch.float32)
 #: how the conv nets run their M stacked models' convolutions (see `conv_layout`)
 CONV_LAYOUTS = ("auto", "grouped", "per_model")
@@ -125,11 +127,7 @@ def model_images(h: torch.Tensor) -> torch.Tensor:
 
 def compute_dtype(precision: str) -> torch.dtype:
     """The torch dtype of `precision` ("fp32" or "bf16"); a one-line error for other names."""
-    if precision not in PRECISIONS:
-        raise OodevalError(
-            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
-    return PRECISIONS[precision]
+    return PRECISION_DTYPES[check_precision(precision)]
 
 
 @functools.cache

@@ -31,7 +31,6 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,84 +38,14 @@ import pandas as pd
 
 from oodeval.errors import OodevalError, listing
 from oodeval.study.config import StudyConfig, import_backend, validate_config
+from oodeval.study.estimate_steps import estimate_steps
 from oodeval.study.executors import config_device, gpu_count, local_devices
+from oodeval.study.projection import Estimate
 from oodeval.study.read_model import load_study
 from oodeval.study.runner import prepare_config, run_study
-from oodeval.tables import text_table
 
 #: Algorithms sampled by default when the study has them (cheap, typical and expensive ones).
 DEFAULT_SAMPLE = ("ERM", "MLDG", "SagNet")
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A projection: measured sample units, per-N predicted unit times, the projected total."""
-
-    samples: pd.DataFrame  # per sampled unit: scenario, n_given, algorithm, seconds
-    per_n: pd.DataFrame  # n_given, unit_seconds (predicted, full steps), units_in_study, measured
-    workers: int
-    steps_fraction: float
-    sample_wall_seconds: float
-    projected_seconds: float
-    failed: int
-    #: all algorithms' mean unit time over the sampled ones', at the smallest N (1 without others)
-    mix_factor: float = 1.0
-    #: the device the sample trained on (resolved)
-    device: str = "cpu"
-    #: training steps of each sampled unit when timed by `sample_steps`, else None
-    sample_steps: int | None = None
-
-    def summary(self) -> str:
-        """A few human lines: the table per N and the projected total."""
-        if self.sample_steps is not None:
-            sampled = (
-                f"timed {len(self.samples)} (algorithm, N_given) sample(s) at "
-                f"{self.sample_steps} training step(s) each in {self.sample_wall_seconds:.1f} s "
-                f"(in this process; assuming {self.workers} worker(s))"
-            )
-        else:
-            sampled = (
-                f"sampled {len(self.samples)} unit(s) at {self.steps_fraction:.0%} of the steps in "
-                f"{self.sample_wall_seconds:.1f} s with {self.workers} worker(s); "
-                f"{self.failed} failed"
-            )
-        lines = [
-            f"measured on device {self.device}",
-            sampled,
-        ]
-        cells = [
-            [
-                str(r.n_given),
-                f"{r.unit_seconds:.1f}",
-                str(r.units_in_study),
-                "yes" if r.measured else "fit",
-            ]
-            for r in self.per_n.itertuples(index=False)
-        ]
-        header = ["N_given", "seconds/unit", "units", "measured"]
-        lines.append(text_table(header, cells, right=[True, True, True, False]))
-        if self.mix_factor != 1.0:
-            n_min = int(self.per_n["n_given"].min())
-            sampled = sorted(set(self.samples.loc[self.samples["role"] == "sample", "algorithm"]))
-            lines.append(
-                f"every algorithm timed at N_given={n_min}: their mean unit costs "
-                f"{self.mix_factor:.2f}x the sampled ({', '.join(sampled)}); every N is scaled "
-                "by it"
-            )
-        hours = self.projected_seconds / 3600.0
-        lines.append(
-            f"projected wall time: {self.projected_seconds:.0f} s = {hours:.2f} h "
-            f"with {self.workers} worker(s) on {self.device}"
-        )
-        lines.append(
-            "seconds/unit is projected to the full number of steps; measured = timed in this "
-            "sample, fit = from a quadratic fit of the timed units' seconds against N_given."
-            if self.sample_steps is None
-            else "seconds/unit: the mean over the study's algorithms of steps x their timed "
-            "step + checkpoints x a checkpoint evaluation + the final test, scaled to each "
-            "N_given like ERM's step (measured = ERM timed at that N_given, fit = power law)."
-        )
-        return "\n".join(lines)
 
 
 def estimate_study(
@@ -148,8 +77,6 @@ def estimate_study(
     if not 0 < steps_fraction <= 1:
         raise OodevalError(f"steps_fraction must be in (0, 1], got {steps_fraction}")
     if sample_steps is not None:
-        from oodeval.study.estimate_steps import estimate_steps
-
         if algorithms is not None:
             raise OodevalError(
                 "sample_steps times every algorithm of the study; `algorithms` chooses whole "
@@ -171,22 +98,8 @@ def estimate_study(
             ),
             file=sys.stderr,
         )
-    with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
-        folder = Path(directory) if directory is not None else Path(tmp)
-        t0 = time.perf_counter()
-        run_study(sample, folder, workers=None if device != "cpu" else workers, progress=progress)
-        if mix is not None:
-            run_study(
-                mix,
-                folder / "other-algorithms",
-                workers=None if device != "cpu" else workers,
-                progress=progress,
-            )
-        wall = time.perf_counter() - t0
-        units = load_study(folder).units.assign(role="sample")
-        if mix is not None:
-            extra = load_study(folder / "other-algorithms").units.assign(role="mix")
-            units = pd.concat([units, extra], ignore_index=True)
+    pool = None if device != "cpu" else workers
+    units, wall = _sampled_units(sample, mix, directory, workers=pool, progress=progress)
     name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}
     samples = _sample_times(units, name_to_n, steps_fraction)
     mix_factor = _mix_factor(samples, int(min(n_by_scenario)))
@@ -208,24 +121,35 @@ def estimate_study(
     )
 
 
+def _sampled_units(
+    sample: StudyConfig,
+    mix: StudyConfig | None,
+    directory: str | Path | None,
+    *,
+    workers: int | None,
+    progress: bool,
+) -> tuple[pd.DataFrame, float]:
+    """The stored units of the `sample` study (role ``sample``) and of the `mix` study (role
+    ``mix``), run with `workers` into `directory` (default: a temporary folder), and the seconds
+    both runs took."""
+    with tempfile.TemporaryDirectory(prefix="oodeval-estimate-") as tmp:
+        folder = Path(directory) if directory is not None else Path(tmp)
+        t0 = time.perf_counter()
+        run_study(sample, folder, workers=workers, progress=progress)
+        if mix is not None:
+            run_study(mix, folder / "other-algorithms", workers=workers, progress=progress)
+        wall = time.perf_counter() - t0
+        units = load_study(folder).units.assign(role="sample")
+        if mix is not None:
+            extra = load_study(folder / "other-algorithms").units.assign(role="mix")
+            units = pd.concat([units, extra], ignore_index=True)
+    return units, wall
+
+
 def _measured_device(device: str) -> str:
     from oodeval._torch import resolve_device
 
     return resolve_device(device)
-
-
-def unit_checkpoints(config: StudyConfig) -> int:
-    """Checkpoint evaluations of a unit of `config`: every ``eval_every`` steps (default 100, at
-    most `steps`) and the last step; none with ``selection = "last"``.
-
-    >>> from oodeval.study import preset
-    >>> unit_checkpoints(preset("quick").replace(steps=250))
-    3
-    """
-    if config.trainer.get("selection") == "last":
-        return 0
-    every = min(int(config.trainer.get("eval_every", 100)), config.steps)
-    return config.steps // every + (config.steps % every != 0)
 
 
 def _sampled_n(n_by_scenario: list[int]) -> list[int]:

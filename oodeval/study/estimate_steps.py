@@ -3,8 +3,9 @@
 A unit of a long protocol (the paper's: mnist_cnn at 28x28, 5001 steps, a checkpoint every 100)
 costs steps x (one training step) + checkpoints x (one checkpoint evaluation) + (the final test).
 Timing whole units, as `oodeval.study.estimate.estimate_study` does, pays the evaluations of every
-sampled unit, which at large N cost minutes each on a CPU; here each part is timed once, in this
-process, on the config's device:
+sampled unit, which at large N cost minutes each on a CPU; here each part is timed once, in one
+worker process set up for the config like a study's (`oodeval.study.worker.setup_worker`, on one
+thread on a CPU), on the config's device (`sample_timings` runs there):
 
 - every algorithm: K training steps of its unit at the smallest N (`train_models` with
   ``selection = "last"``, so nothing is evaluated): t_step(a, N_min) = train time / K, after
@@ -35,7 +36,6 @@ scenario (once per worker) is left out.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
@@ -44,7 +44,9 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._torch import resolve_device
 from oodeval.errors import OodevalError
+from oodeval.pool import WorkerPool
 from oodeval.study.config import (
     DEFAULT_BACKEND,
     StudyConfig,
@@ -52,9 +54,16 @@ from oodeval.study.config import (
     import_backend,
     validate_config,
 )
-from oodeval.study.estimate import Estimate, unit_checkpoints
 from oodeval.study.executors import config_device, gpu_count, local_devices
+from oodeval.study.projection import Estimate, unit_checkpoints
 from oodeval.study.runner import prepare_config
+from oodeval.study.worker import (
+    WorkerSettings,
+    scenario_at,
+    setup_worker,
+    trainer_options,
+    worker_config,
+)
 
 #: the algorithm whose unit is timed with its evaluations at every sampled N
 REFERENCE = "ERM"
@@ -80,8 +89,6 @@ def estimate_steps(
             f"--n-sample-steps times the oodeval trainer, not backend {config.backend!r}; "
             "use --steps-fraction"
         )
-    from oodeval._torch import resolve_device, single_threaded
-
     spec = config_device(config)
     device = resolve_device(spec)
     if spec != "cpu":
@@ -102,30 +109,8 @@ def estimate_steps(
             file=sys.stderr,
         )
     t0 = time.perf_counter()
-    holdout = float(config.trainer.get("holdout_fraction", 0.2))
-    counts = []  # each scenario's predicted rows; built one at a time, so memory stays bounded
-    for spec, *_ in validated["scenarios"]:
-        scenario = build(backend, config, spec)
-        counts.append({d: _rows(scenario, holdout, d) for d in (False, True)})
-        del scenario
-    rows = []
-    threads = single_threaded() if device == "cpu" else contextlib.nullcontext()
-    with threads:
-        for n in sampled:
-            spec = validated["scenarios"][n_by_scenario.index(n)][0]
-            scenario = build(backend, config, spec)
-            # one untimed step first: the kernels' one-time set-up for these shapes is not a step
-            _time(scenario, REFERENCE, config, validated, 1, device, False)
-            names = list(dict.fromkeys([REFERENCE, *config.algorithms])) if n == sampled[0] else []
-            for algorithm in names or [REFERENCE]:
-                row = _time(scenario, algorithm, config, validated, steps, device, n == sampled[0])
-                rows.append({"scenario": scenario.name, "n_given": n, **row})
-                if progress:
-                    print(
-                        f"timed {algorithm} at N_given={n}: {row['step_seconds']:.3f} s/step",
-                        file=sys.stderr,
-                    )
-    samples = pd.DataFrame(rows)
+    counts = _row_counts(backend, config, validated)
+    samples = pd.DataFrame(_sample_rows(config, validated, sampled, steps, device, progress))
     per_n, total = _project(samples, config, counts, n_by_scenario)
     return Estimate(
         samples=samples,
@@ -140,23 +125,76 @@ def estimate_steps(
     )
 
 
-def _time(
-    scenario: Any,
-    algorithm: str,
+def _row_counts(
+    backend: Any, config: StudyConfig, validated: dict[str, Any]
+) -> list[dict[bool, tuple[float, float]]]:
+    """Each scenario's predicted rows (`_rows`) for algorithms that do not and that do depend on
+    the batch; the scenarios are built one at a time, so memory stays bounded."""
+    holdout = float(config.trainer.get("holdout_fraction", 0.2))
+    counts = []
+    for spec, *_ in validated["scenarios"]:
+        scenario = build(backend, config, spec)
+        counts.append({d: _rows(scenario, holdout, d) for d in (False, True)})
+        del scenario
+    return counts
+
+
+def _sample_rows(
     config: StudyConfig,
     validated: dict[str, Any],
+    sampled: list[int],
     steps: int,
     device: str,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """The timed rows of every algorithm at the smallest sampled N and of ERM at the others,
+    timed one after another in one worker process set up for `config` on `device`."""
+    n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    seed = config.seeds[0]
+    threads = 1 if device == "cpu" else os.cpu_count() or 1
+    settings = WorkerSettings(threads=threads, device=device)
+    rows = []
+    with WorkerPool(1, initializer=setup_worker, initargs=(config.to_json(), settings)) as pool:
+
+        def timed(index: int, algorithm: str, steps: int, evaluate: bool) -> dict[str, Any]:
+            hparams = validated["hparams"].get((algorithm, seed))
+            job = (index, algorithm, seed, hparams, steps, evaluate)
+            return pool.submit(sample_timings, *job).result()
+
+        for n in sampled:
+            index = n_by_scenario.index(n)
+            name = validated["scenarios"][index][1]
+            # one untimed step first: the kernels' one-time set-up for these shapes is not a step
+            timed(index, REFERENCE, 1, False)
+            names = list(dict.fromkeys([REFERENCE, *config.algorithms])) if n == sampled[0] else []
+            for algorithm in names or [REFERENCE]:
+                row = timed(index, algorithm, steps, n == sampled[0])
+                rows.append({"scenario": name, "n_given": n, **row})
+                if progress:
+                    print(
+                        f"timed {algorithm} at N_given={n}: {row['step_seconds']:.3f} s/step",
+                        file=sys.stderr,
+                    )
+    return rows
+
+
+def sample_timings(
+    index: int,
+    algorithm: str,
+    seed: int,
+    hparams: dict | None,
+    steps: int,
     evaluate: bool,
 ) -> dict[str, Any]:
-    """One algorithm's timed steps and, with `evaluate`, its evaluation costs (module doc)."""
+    """One algorithm's timed steps on scenario `index` and, with `evaluate`, its evaluation
+    costs (module doc); runs in a worker set up by `oodeval.study.worker.setup_worker`."""
     from oodeval.algorithms import get_algorithm
     from oodeval.training import run_unit, train_models
 
-    seed = config.seeds[0]
-    hparams = validated["hparams"].get((algorithm, seed))
+    scenario = scenario_at(index)
+    config = worker_config()
     common = {"seed": seed, "steps": steps, "hparams": hparams, "model": config.model}
-    options = {**config.trainer, "device": device}
+    options = trainer_options()
     trained = train_models(scenario, algorithm, **common, **{**options, "selection": "last"})
     row = {
         "algorithm": algorithm,

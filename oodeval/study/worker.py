@@ -1,10 +1,17 @@
-"""The worker side of a study: set a process up for a config, run one unit into an outcome.
+"""The one runner of units: set a process up for a config, train a `UnitTask`, report it.
+
+A unit passes through four types: a `UnitTask` (what to train, sent to a worker), the backend's
+`UnitResult` (what training returns, `oodeval.training.UnitResult` for the oodeval trainer), a
+`UnitOutcome` (how one attempt ended: the result's rows or a failure, with timings and versions)
+and a `UnitRecord` (the unit as stored, `oodeval.study.store`).
 
 Every executor (`oodeval.study.executors`) runs units through these functions in its own
 processes: the local executor's pool workers call `setup_worker` once and `run_task` per unit; Ray
 tasks and Slurm jobs call `run_tasks`, which sets their process up on its first call. A worker
 returns a `UnitOutcome` and writes nothing; the driver (`oodeval.study.runner`) turns outcomes into
-store records.
+store records. Outside a study, `run_units` trains tasks that carry their own scenario
+(`UnitTask.for_scenario`) on a `worker_pool` and yields their results; both paths train a task
+with `unit_result`, in processes of `oodeval.pool.WorkerPool`.
 
 A unit that raises is a ``failed`` outcome with a one-line reason (`failure_reason`); a unit whose
 process dies is recorded by the executor as ``failed`` with `WORKER_DIED` (or the cluster's own
@@ -16,21 +23,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
+import os
+import pickle
 import platform
 import sys
 import time
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from oodeval._time import utc_timestamp as now
-from oodeval._torch import TF32_MODES
-from oodeval.pool import set_threads
+from oodeval._torch import deterministic_device
+from oodeval.environments.base import Scenario
+from oodeval.errors import OodevalError
+from oodeval.pool import WorkerPool, set_threads
 from oodeval.study.config import (
+    DEFAULT_BACKEND,
     IMPORT_VERSION_PREFIX,
     StudyConfig,
     build,
@@ -39,6 +52,7 @@ from oodeval.study.config import (
     import_backend,
     is_path_import,
 )
+from oodeval.training.options import TF32_MODES
 
 #: The failure reason of a unit whose worker process died under it.
 WORKER_DIED = (
@@ -48,7 +62,14 @@ WORKER_DIED = (
 
 @dataclass(frozen=True)
 class UnitTask:
-    """One unit to run, in plain picklable fields."""
+    """One unit to train, sent to a worker: scenario, algorithm, seed, hyperparameters, steps.
+
+    A study's task names its scenario by `scenario_index` among the scenarios of the config its
+    worker was set up with (`setup_worker`), in plain picklable fields (`scenario` is its name,
+    `family` and `params` describe it). A task made by `for_scenario` carries its scenario in
+    `build` instead and its trainer options in `options` (`oodeval.training.TrainerOptions`); it
+    runs on the default backend, the oodeval trainer.
+    """
 
     scenario_index: int
     scenario: str
@@ -59,6 +80,36 @@ class UnitTask:
     hparams: dict
     steps: int
     model: str
+    #: keyword options of the backend's ``run_unit`` (tasks made by `for_scenario`)
+    options: dict = field(default_factory=dict)
+    #: a Scenario, or a picklable zero-argument callable building one in the worker
+    build: Scenario | Callable[[], Scenario] | None = None
+
+    @classmethod
+    def for_scenario(
+        cls,
+        scenario: Scenario | Callable[[], Scenario],
+        algorithm: str,
+        seed: int,
+        steps: int,
+        options: Mapping[str, Any] | None = None,
+    ) -> UnitTask:
+        """The task ``run_unit(scenario, algorithm, seed=seed, steps=steps, **options)``.
+
+        `scenario` is a Scenario, or a picklable zero-argument callable building one (e.g.
+        ``functools.partial(build_scenario, "sr-cmnist", ratio="3:1")``), which each worker calls
+        itself; use the callable for scenarios that cannot be pickled. `options` may hold
+        ``hparams`` and ``model`` beside the trainer's options.
+
+        >>> task = UnitTask.for_scenario(print, "ERM", 0, 5, {"model": "cnn", "batch_size": 8})
+        >>> task.model, task.hparams, task.options
+        ('cnn', {}, {'batch_size': 8})
+        """
+        options = dict(options or {})
+        hparams = dict(options.pop("hparams", None) or {})
+        model = options.pop("model", "mlp")
+        name = scenario.name if isinstance(scenario, Scenario) else ""
+        return cls(-1, name, "", {}, algorithm, seed, hparams, steps, model, options, scenario)
 
 
 @dataclass(frozen=True)
@@ -145,8 +196,6 @@ def setup_worker(config_json: str, settings: WorkerSettings | None = None) -> No
         trainer["device"] = settings.device
     _STATE["trainer"] = trainer
     if trainer.get("device", "cpu") != "cpu":  # before the first product on the GPU
-        from oodeval._torch import deterministic_device
-
         deterministic_device(trainer["device"])
 
 
@@ -158,24 +207,40 @@ def run_tasks(
     return [run_task(task) for task in tasks]
 
 
+def unit_result(task: UnitTask) -> Any:
+    """The backend's `run_unit` result of `task`, trained in this process; errors propagate.
+
+    A study's task runs the backend of the config this process was set up with (`setup_worker`),
+    with the config's trainer options (this worker's device) and ``unit_options``; a task that
+    carries its scenario (`UnitTask.for_scenario`) runs the default backend with its `options`.
+    """
+    if task.build is not None:
+        backend = importlib.import_module(DEFAULT_BACKEND)
+        build = task.build
+        scenario = build if isinstance(build, Scenario) else build()
+        trainer, extra = task.options, {}
+    else:
+        backend, scenario = _STATE["backend"], scenario_at(task.scenario_index)
+        trainer, extra = _STATE["trainer"], _STATE["config"].unit_options
+    return backend.run_unit(
+        scenario,
+        task.algorithm,
+        seed=task.seed,
+        steps=task.steps,
+        hparams=dict(task.hparams),
+        model=task.model,
+        **trainer,
+        **extra,
+    )
+
+
 def run_task(task: UnitTask) -> UnitOutcome:
     """Run one unit in a process set up by `setup_worker`; an exception fails this unit only."""
-    config: StudyConfig = _STATE["config"]
     started = now()
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         try:
-            result = _STATE["backend"].run_unit(
-                _scenario(task),
-                task.algorithm,
-                seed=task.seed,
-                steps=task.steps,
-                hparams=dict(task.hparams),
-                model=task.model,
-                **_STATE["trainer"],
-                **config.unit_options,
-            )
-            outcome = _done(task, result, t0)
+            outcome = _done(task, unit_result(task), t0)
         except Exception as exc:  # failure isolation: any error fails this unit only
             outcome = UnitOutcome(
                 status="failed",
@@ -192,15 +257,27 @@ def run_task(task: UnitTask) -> UnitOutcome:
     )
 
 
-def _scenario(task: UnitTask) -> Any:
-    """The task's scenario, built once per process while consecutive units share it."""
-    if _STATE.get("scenario_index") != task.scenario_index:
+def scenario_at(index: int) -> Any:
+    """Scenario `index` of this process's config (`setup_worker`), built once per process while
+    consecutive units share it."""
+    if _STATE.get("scenario_index") != index:
         config: StudyConfig = _STATE["config"]
         _STATE.pop("scenario_index", None)
         _STATE["scenario"] = None  # one built scenario per worker at a time bounds memory
-        _STATE["scenario"] = build(_STATE["backend"], config, config.scenarios[task.scenario_index])
-        _STATE["scenario_index"] = task.scenario_index
+        _STATE["scenario"] = build(_STATE["backend"], config, config.scenarios[index])
+        _STATE["scenario_index"] = index
     return _STATE["scenario"]
+
+
+def worker_config() -> StudyConfig:
+    """The config this process was set up with (`setup_worker`)."""
+    return _STATE["config"]
+
+
+def trainer_options() -> dict[str, Any]:
+    """The trainer options this process runs its config's units with (`setup_worker`): the
+    config's ``[trainer]`` table, with this worker's device."""
+    return dict(_STATE["trainer"])
 
 
 def _done(task: UnitTask, result: Any, t0: float) -> UnitOutcome:
@@ -283,3 +360,73 @@ def import_versions(config: StudyConfig) -> dict[str, str]:
                 where = where.parent
         out[f"{IMPORT_VERSION_PREFIX}{name}"] = code_digest(where)
     return out
+
+
+def worker_pool(workers: int | None = None, *, threads_per_worker: int = 1) -> WorkerPool:
+    """A pool of `workers` spawned processes (default: one per core), each on
+    `threads_per_worker` torch threads, to pass to several `run_units` calls (close it after, e.g.
+    ``with worker_pool() as pool:``); starting processes and importing torch happens once."""
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    _check_counts(workers, threads_per_worker)
+    return WorkerPool(workers, threads=threads_per_worker, preload=("torch",))
+
+
+def run_units(
+    tasks: Iterable[UnitTask],
+    *,
+    workers: int | None = None,
+    threads_per_worker: int = 1,
+    pool: WorkerPool | None = None,
+) -> Iterator[Any]:
+    """Yield the result (`oodeval.training.UnitResult`) of every task, in order, trained by
+    `unit_result` in `workers` processes (default: one per core).
+
+    The tasks carry their scenarios (`UnitTask.for_scenario`). ``workers=1`` runs in this process
+    (no pickling, the caller's thread setting); a failing unit (e.g. `TrainingDiverged`) raises
+    when its result is reached. With `pool` (`worker_pool`) the units run in its processes, which
+    stay up for the next call (give no `workers` then).
+    """
+    tasks = list(tasks)
+    for task in tasks:
+        if task.build is None:
+            raise OodevalError(
+                f"unit ({task.algorithm}, seed {task.seed}) names a study scenario; make "
+                "tasks for run_units with UnitTask.for_scenario, or run a study (run_study)"
+            )
+    if pool is not None:
+        if workers is not None or threads_per_worker != 1:
+            raise OodevalError(
+                "pass either pool= or workers=/threads_per_worker=, not both: the pool's "
+                "processes and threads are fixed by worker_pool()"
+            )
+        _check_picklable(tasks)
+        yield from pool.map(unit_result, tasks)
+        return
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    _check_counts(workers, threads_per_worker)
+    if workers == 1 or len(tasks) <= 1:
+        for task in tasks:
+            yield unit_result(task)
+        return
+    _check_picklable(tasks)
+    with worker_pool(min(workers, len(tasks)), threads_per_worker=threads_per_worker) as own:
+        yield from own.map(unit_result, tasks)
+
+
+def _check_picklable(tasks: list[UnitTask]) -> None:
+    for task in tasks:
+        try:
+            pickle.dumps(task)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise OodevalError(
+                f"cannot send unit ({task.algorithm}, seed {task.seed}) to a worker process "
+                f"({exc}); pass a picklable callable that builds the scenario, e.g. "
+                "functools.partial(build_scenario, family, **params)"
+            ) from None
+
+
+def _check_counts(workers: int, threads_per_worker: int) -> None:
+    if workers < 1 or threads_per_worker < 1:
+        raise OodevalError(
+            f"workers and threads_per_worker must be >= 1, got {workers} and {threads_per_worker}"
+        )

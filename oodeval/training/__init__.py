@@ -2,7 +2,7 @@
 
 A unit is (algorithm, seed, scenario): N leave-one-out models plus one model on all given
 environments, selected by training-domain validation and tested on the held-out environment /
-on every environment of E_all (see `oodeval.training.loo`). Typical use::
+on every environment of E_all (see `oodeval.training.loop`). Typical use::
 
     from oodeval.environments import build_scenario
     from oodeval.algorithms import sample_hparams
@@ -14,42 +14,56 @@ on every environment of E_all (see `oodeval.training.loo`). Typical use::
     res.loo_errors(), res.all_errors(), res.measures()       # worst+gap, average, ideal, ...
     res = run_unit(sc, "IRM", seed=0, steps=5000, precision="bf16")  # mixed precision
 
-The trainer's options (selection, eval_every, holdout_fraction, batch_size, precision) are the
-fields of `TrainerOptions`. `run_units` runs many units in worker processes (one per core, one
-torch thread each; `oodeval.pool.WorkerPool`).
+The modules, one concern each:
+
+- `options`: `TrainerOptions` and the names they take (`CHECKPOINT_SELECTIONS`, `PRECISIONS`,
+  `TF32_MODES`); torch-free, so a study's config reads them without importing torch;
+- `results`: what a unit gives (`UnitResult`, `ResultRow`, `CheckpointRow`, `TrainingDiverged`);
+- `data`: a unit's data as tensors on its device; `evaluation`: predicting and testing;
+  `checkpoints`: checkpoint selection and the per-checkpoint records; `loop`: `train_models` and
+  `run_unit`.
+
+The names below are read from their modules when first used, so that importing this package (and
+`oodeval.training.options`, which `oodeval.algorithms.networks` and the study config read) does
+not import torch. Many units run in worker processes through a study's worker and
+`oodeval.pool.WorkerPool`: `oodeval.study.worker.run_units`.
 """
 
-from oodeval.algorithms.networks import PRECISIONS, native_bf16
-from oodeval.training.loo import (
-    FULL_FOLD,
-    SELECTIONS,
-    CheckpointRow,
-    ResultRow,
-    TrainedUnit,
-    TrainerOptions,
-    TrainingDiverged,
-    UnitResult,
-    predict_labels,
-    run_unit,
-    train_models,
-)
-from oodeval.training.parallel import UnitSpec, run_units, worker_pool
+from __future__ import annotations
 
-__all__ = [
-    "CheckpointRow",
-    "FULL_FOLD",
-    "PRECISIONS",
-    "SELECTIONS",
-    "ResultRow",
-    "TrainedUnit",
-    "TrainerOptions",
-    "TrainingDiverged",
-    "UnitResult",
-    "UnitSpec",
-    "native_bf16",
-    "predict_labels",
-    "run_unit",
-    "run_units",
-    "train_models",
-    "worker_pool",
-]
+import importlib
+from typing import Any
+
+#: public name -> the module of this package that defines it
+_HOMES = {
+    "CHECKPOINT_SELECTIONS": "options",
+    "PRECISIONS": "options",
+    "TF32_MODES": "options",
+    "TrainerOptions": "options",
+    "FULL_FOLD": "results",
+    "CheckpointRow": "results",
+    "ResultRow": "results",
+    "TrainingDiverged": "results",
+    "UnitResult": "results",
+    "predict_labels": "evaluation",
+    "TrainedUnit": "loop",
+    "run_unit": "loop",
+    "train_models": "loop",
+    "native_bf16": "loop",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    """The public name `name`, read from its module (`_HOMES`) on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -20,6 +20,7 @@ from typing import Any
 from oodeval._torch import TF32_MODES
 from oodeval.errors import SHOWN_ITEMS, OodevalError, listing
 from oodeval.measures.domain import MEASURES, undefined_measures
+from oodeval.training.options import CHECKPOINT_SELECTIONS, PRECISIONS
 
 #: The backend used when the config names none: real scenarios, algorithms and the trainer.
 #: A dotted module path stored with every study, so the module keeps this name.
@@ -29,12 +30,6 @@ KNOWN_MEASURES = tuple(MEASURES)
 #: Measures that need at least three given environments (Eq. 6 divides by N - 2).
 NEEDS_THREE_ENVS = tuple(undefined_measures(KNOWN_MEASURES, 2))
 DEFAULT_MEASURES = ("average", "worst_plus_gap", "worst_only", "gap_only")
-#: values of ``[trainer] precision``, the default first (the keys of
-#: `oodeval.algorithms.networks.PRECISIONS`, named here without importing torch)
-PRECISIONS = ("fp32", "bf16")
-#: values of ``[trainer] selection``, the checkpoint selection (`oodeval.training.SELECTIONS`,
-#: named here without torch)
-CHECKPOINT_SELECTIONS = ("training_domain", "last")
 HPARAMS_MODES = ("default", "random")
 #: Largest ``steps`` (and ``eval_every``): 10 million updates is weeks of GPU time per unit.
 STEPS_LIMIT = 10_000_000

@@ -1,0 +1,408 @@
+"""The leave-one-environment-out trainer of one unit (algorithm, seed, scenario).
+
+For N given environments the unit trains N + 1 models: model k on E_given without e_k (the LOO
+models of Section 3 of the worst+gap paper) and one model on all of E_given. Model k is tested on
+all of e_k's data, the full model on every environment of E_all; the returned errors give the
+average (Eq. 2), worst+gap (Eq. 6) and ideal (Eq. 4) measures of the unit.
+
+The N LOO models are trained *together*: one algorithm instance holds them stacked (parameters of
+shape (N, ...)), and each step gives model k the minibatches of its own N - 1 environments (a
+per-model tensor (N, N - 1, B, ...)), so one batched forward/backward serves all of them and e_k's
+data never reaches model k. The full model is a second instance on all N minibatches of the same
+step. Algorithms with ``supports_ensemble = False`` are trained as N + 1 single-model instances on
+the same minibatches (none of the built-in 14 needs this).
+
+Checkpoint selection (DomainBed's "model selection") is training-domain validation:
+`holdout_fraction` of each given environment is held out, and each model keeps the checkpoint
+(evaluated every `eval_every` steps and at the last step) with the best mean validation accuracy
+over its own training environments (first best on ties); ``selection="last"`` keeps the last
+step. Minibatches are drawn with
+replacement from each environment's training part, B per environment per step.
+
+Checkpoint records: with training-domain validation, every checkpoint of every LOO model k is also
+kept as a `CheckpointRow` (step, its training-domain validation accuracy, and its accuracy on the
+held-out e_k, split by the same seeded holdout as the given environments into an "in" part, the
+test accuracy, and an "out" part, the oracle's test-domain validation split), DomainBed's
+per-checkpoint record, so the seed and checkpoint variance and the oracle gap of NICO++ Section 4.4
+can be computed from a study (`oodeval.results.variance`). They never change the selection.
+
+Testing the full model on E_all: when the scenario describes E_all as variants of shared images
+(`Scenario.shared_evaluation`, e.g. SR-CMNIST's 101 environments re-color the same held-out
+images), the model predicts each image once per variant (twice, not 101 times) and each
+environment's error is read off those predictions, with identical results; algorithms whose
+predictions depend on the batch are tested environment by environment (MTL), those of them with a
+per-image part (`Algorithm.per_image`, ARM's context maps) with that part computed once per image
+and variant and gathered for each environment.
+
+Precision: ``precision="bf16"`` runs the networks' matrix products in bfloat16 with float32
+parameters, optimiser and losses (`oodeval.algorithms.networks.compute_precision`), for training
+and testing; the training images are kept in bfloat16, which the first product rounds them to
+anyway. On CPUs with native bfloat16 a unit runs 1.2-2.8x faster (ERM 2.3-2.7x), with slightly
+different numbers (benchmarks/RESULTS.md). The default ``"fp32"`` is plain float32.
+
+Device: ``device="cpu"`` (default), ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available,
+else cpu), checked by `oodeval._torch.resolve_device` (CUDA asked for where there is none is an
+error, never a silent CPU run). The models are initialised on the CPU from the seed (so every
+device starts from the same weights) and moved to the device; a unit's training and validation
+tensors move there once, before the first step; minibatch indices are drawn on the CPU (the same
+minibatches on every device) and gathered on the device; evaluation batches run on the device
+(the evaluation images, the same for every unit of a scenario, are kept there once per process);
+predictions come back to the CPU, so errors are float64 numbers as on the CPU. On CUDA the
+process runs deterministic kernels (`oodeval._torch.deterministic_device`) and ``bf16`` is
+``torch.autocast`` mixed precision (`compute_precision`); ``tf32`` (`TrainerOptions`) keeps
+PyTorch's TF32 defaults or turns TF32 off. A training step never waits for the device: nothing
+in it reads a device tensor on the host (the algorithms' random streams draw on the CPU from
+states kept there, the minibatch indices are copied without waiting), and a non-finite loss is
+looked for at every checkpoint period and at the last step instead of after every step (on the
+CPU, after every update as before); it is still reported with the step it first appeared at.
+
+Determinism: the seed fixes the holdout split, initialisation, minibatches and the algorithms' own
+random draws (inside a forked torch RNG, so the caller's global RNG is untouched); the same seed
+gives identical errors, also in another process (checked here with 1 and 2 torch threads).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from oodeval._torch import deterministic_device, resolve_device, tf32_mode
+from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
+from oodeval.algorithms.networks import compute_precision, native_bf16
+from oodeval.environments.base import Environment, Scenario
+from oodeval.errors import OodevalError
+from oodeval.training.checkpoints import (
+    BestCheckpoints,
+    accuracy_matrix,
+    checkpoint_rows,
+    selected_models,
+)
+from oodeval.training.data import TrainingRun, UnitData, prepare_data
+from oodeval.training.evaluation import environment_error, full_model_rows
+from oodeval.training.options import DEFAULT_EVAL_EVERY, PRECISIONS, TrainerOptions
+from oodeval.training.results import (
+    FULL_FOLD,
+    CheckpointRow,
+    ResultRow,
+    TrainingDiverged,
+    UnitResult,
+)
+
+
+@dataclass
+class TrainedUnit:
+    """The selected N + 1 models of a unit (each an `Algorithm` holding one model, in eval mode).
+
+    `precision` is the arithmetic they were trained in; predict inside
+    ``compute_precision(trained.precision)`` to get `run_unit`'s test numbers (outside it the
+    products run in float32).
+    """
+
+    algorithm: str
+    folds: list[str]
+    models: list[Algorithm]
+    selected_step: list[int]
+    val_accuracy: list[float]
+    hparams: dict
+    timings: dict[str, float]
+    checkpoints: list[CheckpointRow] = field(default_factory=list)
+    precision: str = PRECISIONS[0]
+    #: the device the models live on (resolved: never ``"auto"``)
+    device: str = "cpu"
+
+
+class DivergenceWatch:
+    """The first non-finite loss of every model of every run, kept where the losses are.
+
+    Recording never reads a loss on the host (on a GPU that would wait for the step to finish);
+    `check` does, so the trainer calls it after every run's update on the CPU and at every
+    checkpoint period and the last step elsewhere: a diverged model is still named with its first
+    bad step.
+    """
+
+    def __init__(self, n_runs: int) -> None:
+        self.step: list[torch.Tensor | None] = [None] * n_runs
+        self.value: list[torch.Tensor | None] = [None] * n_runs
+
+    def record(self, r: int, loss: torch.Tensor, step: int) -> None:
+        """Note run `r`'s per-model `loss` at `step` where no bad loss was noted yet."""
+        if self.step[r] is None:
+            self.step[r] = torch.zeros(loss.shape, dtype=torch.long, device=loss.device)
+            self.value[r] = torch.zeros_like(loss)
+        new = (self.step[r] == 0) & ~torch.isfinite(loss)
+        self.step[r] = torch.where(new, step, self.step[r])
+        self.value[r] = torch.where(new, loss, self.value[r])
+
+    def check(self, runs: list[TrainingRun], algorithm: str, folds: list[str]) -> None:
+        """Raise `TrainingDiverged` for the earliest bad loss noted (first run, first model)."""
+        worst = None
+        for r, steps in enumerate(self.step):
+            if steps is None:
+                continue
+            host = steps.cpu()
+            for i in torch.nonzero(host).flatten().tolist():
+                if worst is None or int(host[i]) < worst[0]:
+                    worst = (int(host[i]), r, i)
+        if worst is not None:
+            step, r, i = worst
+            value = float(self.value[r][i])
+            raise TrainingDiverged(algorithm, folds[runs[r].models[i]], step, value)
+
+
+def _check_run(steps: int, options: TrainerOptions) -> None:
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise OodevalError(f"steps must be a positive integer, got {steps!r}")
+    spec = str(options.device)  # bf16 on CUDA is autocast, native there
+    on_cpu = spec == "cpu" or (spec == "auto" and not torch.cuda.is_available())
+    if options.precision == "bf16" and on_cpu and not native_bf16():
+        warnings.warn(
+            "precision='bf16' on a CPU without native bfloat16 (avx512_bf16 / amx_bf16): the "
+            "products are emulated and slower than fp32; use precision='fp32' here",
+            RuntimeWarning,
+            stacklevel=4,  # the caller of run_unit / train_models
+        )
+
+
+def _fit(
+    scenario: Scenario,
+    given: Sequence[Environment],
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    hparams: dict | None,
+    model: str,
+    options: TrainerOptions,
+    progress: Callable[[int, int], None] | None,
+) -> TrainedUnit:
+    """Train and select the unit's N LOO models and its full model (`train_models`)."""
+    _check_run(steps, options)
+    cls = get_algorithm(algorithm)
+    hp = resolve_hparams(algorithm, hparams)
+    n = len(given)
+    if n < 2:
+        raise OodevalError(f"leave-one-out training needs >= 2 given environments, got {n}")
+    folds = [e.name for e in given] + [FULL_FOLD]
+    device = resolve_device(options.device)
+    deterministic_device(device)
+    data = prepare_data(scenario, given, seed, options, device)
+    timings = {"train": 0.0, "selection_eval": 0.0}
+    start = time.perf_counter()
+    with (
+        torch.random.fork_rng(devices=_rng_devices(device)),
+        compute_precision(options.precision, device),
+        tf32_mode(options.tf32),
+    ):
+        torch.manual_seed(seed)
+        runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
+        for run in runs:  # initialised on the CPU: every device starts from the same weights
+            run.algorithm.to(device)
+        loop_start = time.perf_counter()
+        best, records = _train(
+            runs, data, folds, algorithm, seed=seed, steps=steps, options=options,
+            progress=progress, timings=timings,
+        )  # fmt: skip
+        # the steps alone: no model building, moving to the device or selection
+        timings["steps"] = time.perf_counter() - loop_start - timings["selection_eval"]
+        models, selected, accuracy = selected_models(runs, best, steps, options.selection)
+    timings["train"] = time.perf_counter() - start - timings["selection_eval"]
+    records.sort(key=lambda c: (folds.index(c.fold), c.step))
+    return TrainedUnit(
+        algorithm, folds, models, selected, accuracy, hp, timings, records, options.precision,
+        device,
+    )  # fmt: skip
+
+
+def _rng_devices(device: str) -> list[int]:
+    """The CUDA devices whose RNG a unit on `device` forks (none on the CPU)."""
+    where = torch.device(device)
+    if where.type != "cuda":
+        return []
+    return [torch.cuda.current_device() if where.index is None else where.index]
+
+
+def _new_runs(
+    cls: type[Algorithm], hp: dict, model: str, input_shape: tuple, num_classes: int, n: int
+) -> list[TrainingRun]:
+    """The algorithm instances of a unit, initialised in this order from torch's global RNG: the
+    N LOO models stacked in one (one instance each without ensemble support), the full model."""
+
+    def new(envs: torch.Tensor, models: list[int]) -> TrainingRun:
+        own = torch.ones(envs.shape, dtype=torch.bool)
+        return TrainingRun(cls(input_shape, num_classes, own, hp, model=model), envs, models)
+
+    loo = torch.stack([torch.cat([torch.arange(k), torch.arange(k + 1, n)]) for k in range(n)])
+    if cls.supports_ensemble:
+        runs = [new(loo, list(range(n)))]
+    else:
+        runs = [new(loo[k : k + 1], [k]) for k in range(n)]
+    return runs + [new(torch.arange(n)[None], [n])]
+
+
+def _train(
+    runs: list[TrainingRun],
+    data: UnitData,
+    folds: list[str],
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    options: TrainerOptions,
+    progress: Callable[[int, int], None] | None,
+    timings: dict[str, float],
+) -> tuple[BestCheckpoints, list[CheckpointRow]]:
+    """The training loop: `steps` updates of every run, checkpoints every ``eval_every`` steps.
+
+    Returns the selection (best checkpoints) and every checkpoint's records; adds the time spent
+    evaluating checkpoints to ``timings["selection_eval"]``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    every = min(options.eval_every or DEFAULT_EVAL_EVERY, steps)
+    best = BestCheckpoints(runs)
+    records: list[CheckpointRow] = []
+    watch = DivergenceWatch(len(runs))
+    on_cpu = data.x.device.type == "cpu"
+    for step in range(1, steps + 1):
+        xb, yb = data.minibatches(generator, options.batch_size)
+        for r, run in enumerate(runs):
+            run.algorithm.train()
+            watch.record(r, run.algorithm.update(*run.minibatches(xb, yb))["loss"], step)
+            if on_cpu:  # nothing to wait for: stop at the first bad run, as soon as it is bad
+                watch.check(runs, algorithm, folds)
+        if step % every == 0 or step == steps:
+            watch.check(runs, algorithm, folds)
+        if options.selection == "training_domain" and (step % every == 0 or step == steps):
+            t0 = time.perf_counter()
+            for r, run in enumerate(runs):
+                envs = torch.unique(run.envs).tolist()
+                matrix = accuracy_matrix(run, data.val, envs, options.batch_size)
+                accuracy = matrix.gather(1, run.envs).mean(dim=1)
+                records += checkpoint_rows(
+                    run, matrix, accuracy, data.val, data.held_in, folds, step, options.batch_size
+                )
+                best.update(r, run, accuracy, step)
+            timings["selection_eval"] += time.perf_counter() - t0
+        if progress is not None:
+            progress(step, steps)
+    return best, records
+
+
+def train_models(
+    scenario: Scenario,
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    hparams: dict | None = None,
+    model: str = "mlp",
+    progress: Callable[[int, int], None] | None = None,
+    **options: Any,
+) -> TrainedUnit:
+    """Train and select a unit's N LOO models and its full model (see `run_unit`), untested."""
+    return _fit(
+        scenario,
+        scenario.given(),
+        algorithm,
+        seed=seed,
+        steps=steps,
+        hparams=hparams,
+        model=model,
+        options=TrainerOptions.from_keywords(options),
+        progress=progress,
+    )
+
+
+def run_unit(
+    scenario: Scenario,
+    algorithm: str,
+    *,
+    seed: int,
+    steps: int,
+    hparams: dict | None = None,
+    model: str = "mlp",
+    progress: Callable[[int, int], None] | None = None,
+    **options: Any,
+) -> UnitResult:
+    """Train one unit's N + 1 models and test them: LOO model k on e_k, the full model on E_all.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        Its ``given()`` environments are E_given (N >= 2), ``evaluation()`` yields E_all.
+    algorithm : str
+        A registered algorithm name (`oodeval.algorithms.available()`).
+    seed : int
+        Fixes the holdout split, the initialisation, the minibatches and the algorithm's own
+        randomness: the same seed gives identical errors.
+    steps : int
+        Training updates (each update sees ``batch_size`` rows of every training environment).
+    hparams : dict, optional
+        Overrides of the algorithm's defaults (`oodeval.algorithms.default_hparams`).
+    model : one of `oodeval.algorithms.networks.MODELS`: "mlp", "cnn" (both for CPU work) or
+        "mnist_cnn" (DomainBed's MNIST_CNN, for 2x28x28 scenarios)
+    progress : callable(step, steps), optional
+    **options
+        The trainer's options, fields of `TrainerOptions`: selection, eval_every,
+        holdout_fraction, batch_size, precision, device (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
+        ``"auto"``), tf32 (``"default"``, ``"off"``).
+
+    Returns
+    -------
+    UnitResult with N rows (fold = environment = e_k) followed by one row per environment of
+    E_all (fold = "all"); errors are fractions in [0, 1] on all of each environment's rows.
+    ``checkpoints`` holds a `CheckpointRow` per (LOO model, checkpoint) with training-domain
+    validation (none with ``selection="last"``).
+    Raises `TrainingDiverged` when a loss becomes NaN or infinite.
+    """
+    start = time.perf_counter()
+    trainer = TrainerOptions.from_keywords(options)
+    given = scenario.given()
+    trained = _fit(
+        scenario,
+        given,
+        algorithm,
+        seed=seed,
+        steps=steps,
+        hparams=hparams,
+        model=model,
+        options=trainer,
+        progress=progress,
+    )
+    t0 = time.perf_counter()
+    rows = _tested_rows(trained, scenario, given, trainer)
+    timings = dict(trained.timings)
+    timings["test_eval"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - start
+    return UnitResult(
+        algorithm,
+        int(seed),
+        scenario.name,
+        rows,
+        trained.hparams,
+        int(steps),
+        timings,
+        trained.checkpoints,
+    )
+
+
+def _tested_rows(
+    trained: TrainedUnit, scenario: Scenario, given: Sequence[Environment], trainer: TrainerOptions
+) -> list[ResultRow]:
+    """The `ResultRow` of LOO model k on e_k, then of the full model on each of E_all, predicted
+    in the arithmetic the models were trained in."""
+    context = trainer.batch_size
+    with compute_precision(trained.precision, trained.device), tf32_mode(trainer.tf32):
+        rows = [
+            ResultRow(
+                env.name, env.name, environment_error(trained.models[k], env, context), len(env)
+            )
+            for k, env in enumerate(given)
+        ]
+        rows += full_model_rows(trained.models[-1], scenario, context)
+    return rows

@@ -1,0 +1,118 @@
+"""The trainer's options and the names they take: torch-free, importable by a study's config.
+
+`TrainerOptions` are the keyword options of `oodeval.training.run_unit` and the keys of a study
+config's ``[trainer]`` table; `CHECKPOINT_SELECTIONS` (how a unit's reported checkpoint is chosen),
+`PRECISIONS` (the arithmetic of the networks' products, whose torch dtypes are
+`oodeval.algorithms.networks.PRECISION_DTYPES`) and `TF32_MODES` are the values they take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from oodeval._torch import TF32_MODES, check_device_spec
+from oodeval.errors import OodevalError, listing
+
+#: checkpoint selections: DomainBed's training-domain validation, or the last step
+CHECKPOINT_SELECTIONS = ("training_domain", "last")
+#: arithmetic of the networks' matrix products (the first is the default)
+PRECISIONS = ("fp32", "bf16")
+#: DomainBed's checkpoint frequency for the MNIST datasets
+DEFAULT_EVAL_EVERY = 100
+
+__all__ = [
+    "CHECKPOINT_SELECTIONS",
+    "DEFAULT_EVAL_EVERY",
+    "PRECISIONS",
+    "TF32_MODES",
+    "TrainerOptions",
+    "check_precision",
+]
+
+
+def check_precision(precision: str) -> str:
+    """`precision` when it is one of `PRECISIONS`, else an OodevalError naming the choices.
+
+    >>> check_precision("bf16")
+    'bf16'
+    """
+    if precision not in PRECISIONS:
+        raise OodevalError(
+            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+    return precision
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    """How the trainer trains and selects a unit's models; checked when made.
+
+    These are the keyword options of `run_unit` and `train_models` and the keys of a study
+    config's ``[trainer]`` table (`oodeval.study.config.TRAINER_KEYS`).
+
+    Attributes
+    ----------
+    selection : the checkpoint selection: ``"training_domain"`` (DomainBed's training-domain
+        validation) or ``"last"``.
+    eval_every : validation period for checkpoint selection (default 100, DomainBed's MNIST
+        checkpoint period); the last step is always a checkpoint.
+    holdout_fraction : fraction of each given environment held out for validation (not trained on).
+    batch_size : minibatch size per environment; also the prediction chunk of batch-dependent
+        algorithms.
+    precision : ``"fp32"`` or ``"bf16"``: arithmetic of the networks' matrix products, in training
+        and testing (module docstring).
+    device : ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (module docstring); the spelling is
+        checked here, CUDA's presence when the unit runs.
+    tf32 : ``"default"`` (PyTorch's TF32 defaults, DomainBed's: TF32 cuDNN convolutions, full
+        float32 cuBLAS products) or ``"off"`` (full float32 everywhere), for training and testing
+        (`oodeval._torch.tf32_mode`); no effect on the CPU. A study stores it in its config's
+        ``[trainer]`` table, with precision and device, when it is not the default.
+    """
+
+    selection: str = "training_domain"
+    eval_every: int | None = None
+    holdout_fraction: float = 0.2
+    batch_size: int = 64
+    precision: str = PRECISIONS[0]
+    device: str = "cpu"
+    tf32: str = TF32_MODES[0]
+
+    def __post_init__(self) -> None:
+        if self.selection not in CHECKPOINT_SELECTIONS:
+            choices = ", ".join(CHECKPOINT_SELECTIONS)
+            raise OodevalError(f"unknown selection {self.selection!r}; choose one of {choices}")
+        fraction = self.holdout_fraction
+        allowed = 0 <= fraction < 1 if self.selection == "last" else 0 < fraction < 1
+        if not allowed:
+            raise OodevalError(
+                f"holdout_fraction must be in (0, 1) for training-domain validation (in [0, 1) "
+                f"for selection='last'), got {fraction}"
+            )
+        if self.batch_size < 1:
+            raise OodevalError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.eval_every is not None and self.eval_every < 1:
+            raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")
+        check_precision(self.precision)  # unknown names fail here, before any data is prepared
+        check_device_spec(self.device)
+        if self.tf32 not in TF32_MODES:
+            raise OodevalError(
+                f"unknown tf32 mode {self.tf32!r}; choose one of {', '.join(TF32_MODES)}"
+            )
+
+    @classmethod
+    def from_keywords(cls, options: Mapping[str, Any]) -> TrainerOptions:
+        """The options named in `options` (the others at their defaults); unknown names fail.
+
+        >>> TrainerOptions.from_keywords({"batch_size": 16}).batch_size
+        16
+        """
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise OodevalError(
+                f"unknown trainer option(s) {listing(unknown)}; the trainer takes "
+                f"{', '.join(names)}"
+            )
+        return cls(**options)
