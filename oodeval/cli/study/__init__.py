@@ -1,0 +1,24 @@
+"""`oodeval study`: run the worst+gap measure study, check on it, analyse it, estimate its cost.
+
+One module per subcommand (run, status, analyze, merge, verify, estimate); each defines
+``register(group)``, which adds its command to the `study` group, as every command module of
+`oodeval.cli` adds its commands to the one above it. `options` holds what several share.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from oodeval.cli.study import analyze, estimate, merge, run, status, verify
+
+app = typer.Typer(
+    help="Run the worst+gap paper's measure study resumably and analyse it.",
+    no_args_is_help=True,
+)
+for _subcommand in (run, status, analyze, merge, verify, estimate):
+    _subcommand.register(app)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add the `study` group to `parent` (the `oodeval` app)."""
+    parent.add_typer(app, name="study")
