@@ -243,3 +243,8 @@ def save_grid(rows, per_env: int, out: Path, *, title: str) -> None:
         raise OodevalError(f"cannot write {out}: {exc.strerror}; check the folder") from None
     finally:
         plt.close(fig)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add the `envs` group to `parent` (the `oodeval` app)."""
+    parent.add_typer(app, name="envs")

@@ -262,3 +262,8 @@ def evaluate_command(
         f"(NICO++ Eq. 5, over {len(domains)} test domain(s))"
     )
     echo_output(render_frame(frame, fmt.value) + "\n\n" + line, output)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add the `splits` group to `parent` (the `oodeval` app)."""
+    parent.add_typer(app, name="splits")
