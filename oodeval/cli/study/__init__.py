@@ -11,14 +11,17 @@ import typer
 
 from oodeval.cli.study import analyze, estimate, merge, run, status, verify
 
-app = typer.Typer(
-    help="Run the worst+gap paper's measure study resumably and analyse it.",
-    no_args_is_help=True,
-)
-for _subcommand in (run, status, analyze, merge, verify, estimate):
-    _subcommand.register(app)
+#: The subcommands, in the order `oodeval study --help` lists them.
+SUBCOMMANDS = (run, status, analyze, merge, verify, estimate)
 
 
 def register(parent: typer.Typer) -> None:
-    """Add the `study` group to `parent` (the `oodeval` app)."""
-    parent.add_typer(app, name="study")
+    """Add the `study` group to `parent` (the `oodeval` app), built now: `run` takes the options
+    of the executors registered at this moment."""
+    group = typer.Typer(
+        help="Run the worst+gap paper's measure study resumably and analyse it.",
+        no_args_is_help=True,
+    )
+    for subcommand in SUBCOMMANDS:
+        subcommand.register(group)
+    parent.add_typer(group, name="study")
