@@ -17,15 +17,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from oodeval._extras import MissingExtra, missing_extra_message
 from oodeval.errors import OodevalError, listing
-from oodeval.study.config import StudyConfig
-from oodeval.study.worker import UnitOutcome, UnitTask, WorkerSettings
+
+if TYPE_CHECKING:  # executors import the study stack when they run, not when they register
+    from oodeval.study.config import StudyConfig
+    from oodeval.study.worker import UnitOutcome, UnitTask, WorkerSettings
 
 #: What an executor yields: each finished unit's task and outcome.
-UnitStream = Iterator[tuple[UnitTask, UnitOutcome]]
+UnitStream = Iterator[tuple["UnitTask", "UnitOutcome"]]
 
 
 @dataclass(frozen=True)
@@ -192,5 +194,7 @@ def worker_settings(cpus: float, config: StudyConfig) -> WorkerSettings:
     >>> worker_settings(2.5, preset("quick"))
     WorkerSettings(threads=2, device=None)
     """
+    from oodeval.study.worker import WorkerSettings
+
     device = None if config_device(config) == "cpu" else "cuda"
     return WorkerSettings(threads=max(1, int(cpus)), device=device)

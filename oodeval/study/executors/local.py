@@ -9,26 +9,20 @@ from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from oodeval.errors import OodevalError
-from oodeval.pool import WorkerPool
-from oodeval.study.config import StudyConfig
 from oodeval.study.executors.base import (
     Executor,
     UnitStream,
     config_device,
     register_executor,
 )
-from oodeval.study.worker import (
-    WORKER_DIED,
-    UnitOutcome,
-    UnitTask,
-    WorkerSettings,
-    failed_outcome,
-    run_task,
-    setup_worker,
-)
+
+if TYPE_CHECKING:  # imported when units run (registering the class stays light)
+    from oodeval.pool import WorkerPool
+    from oodeval.study.config import StudyConfig
+    from oodeval.study.worker import UnitOutcome, UnitTask
 
 
 def local_devices(device: str, workers: int | None, gpus: int) -> list[str | None]:
@@ -105,6 +99,8 @@ class LocalExecutor(Executor):
         When the pool breaks, the units that were in flight go to `suspects` and the rest stay in
         `pending`.
         """
+        from oodeval.study.worker import run_task
+
         inflight: dict[cf.Future, UnitTask] = {}
         broken = False
         while (pending and not broken) or inflight:
@@ -130,6 +126,8 @@ class LocalExecutor(Executor):
 
     @staticmethod
     def _run_alone(config_json: str, task: UnitTask, device: str | None) -> UnitOutcome:
+        from oodeval.study.worker import WORKER_DIED, failed_outcome, run_task
+
         with _pool(config_json, [device]) as pool:
             try:
                 return pool.submit(run_task, task).result()
@@ -140,6 +138,9 @@ class LocalExecutor(Executor):
 def _pool(config_json: str, devices: Sequence[str | None]) -> WorkerPool:
     """One process per entry of `devices` set up for the config, one thread each, worker i pinned
     to ``devices[i]`` (None: the config's device)."""
+    from oodeval.pool import WorkerPool
+    from oodeval.study.worker import WorkerSettings, setup_worker
+
     settings = [WorkerSettings(threads=1, device=device) for device in devices]
     return WorkerPool(
         len(settings),

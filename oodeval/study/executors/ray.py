@@ -9,10 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from oodeval.errors import OodevalError
-from oodeval.study.config import StudyConfig
 from oodeval.study.executors.base import (
     Executor,
     ExecutorOption,
@@ -21,7 +20,10 @@ from oodeval.study.executors.base import (
     register_executor,
     worker_settings,
 )
-from oodeval.study.worker import WORKER_DIED, UnitTask, failed_outcome, run_tasks
+
+if TYPE_CHECKING:  # imported when units run (registering the class stays light)
+    from oodeval.study.config import StudyConfig
+    from oodeval.study.worker import UnitTask
 
 
 @register_executor
@@ -90,6 +92,8 @@ class RayExecutor(Executor):
             )
 
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
+        from oodeval.study.worker import failed_outcome, run_tasks
+
         if not tasks:
             return
         ray = self._module()
@@ -191,6 +195,8 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
 
 def _ray_reason(ray: ModuleType, exc: Exception) -> str:
+    from oodeval.study.worker import WORKER_DIED
+
     if isinstance(exc, ray.exceptions.WorkerCrashedError | ray.exceptions.NodeDiedError):
         return WORKER_DIED
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from oodeval.errors import OodevalError
-from oodeval.study.config import StudyConfig
 from oodeval.study.executors.base import (
     Executor,
     ExecutorOption,
@@ -23,7 +22,10 @@ from oodeval.study.executors.base import (
     register_executor,
     worker_settings,
 )
-from oodeval.study.worker import UnitTask, failed_outcome, run_tasks
+
+if TYPE_CHECKING:  # imported when units run (registering the class stays light)
+    from oodeval.study.config import StudyConfig
+    from oodeval.study.worker import UnitTask
 
 #: submitit clusters: a real Slurm cluster, local processes, or in the driver process.
 SLURM_CLUSTERS = ("slurm", "local", "debug")
@@ -110,6 +112,8 @@ class SlurmExecutor(Executor):
             raise OodevalError(f"Slurm memory must be > 0 GB, got {self.mem_gb!r}")
 
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
+        from oodeval.study.worker import failed_outcome, run_tasks
+
         if not tasks:
             return
         submitit = self._module()
