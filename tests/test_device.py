@@ -38,10 +38,10 @@ from oodeval.study.executors import (
     LocalExecutor,
     RayExecutor,
     SlurmExecutor,
-    _pool,
-    _settings,
     local_devices,
+    worker_settings,
 )
+from oodeval.study.executors.local import _pool
 from oodeval.training import run_unit, train_models
 from oodeval.training.data import on_device, prepare_data
 from oodeval.training.options import TrainerOptions
@@ -247,8 +247,8 @@ def test_ray_asks_for_one_gpu_per_unit_on_cuda():
     assert ray.task_options(cpu) == {"num_cpus": 2.0, "max_retries": 0}
     assert ray.task_options(cuda) == {"num_cpus": 2.0, "max_retries": 0, "num_gpus": 1}
     # Ray makes the GPU it grants the only visible one: the unit runs on "cuda"
-    assert _settings(2, cuda).device == "cuda" and _settings(2, cuda).threads == 2
-    assert _settings(1, cpu).device is None
+    assert worker_settings(2, cuda).device == "cuda" and worker_settings(2, cuda).threads == 2
+    assert worker_settings(1, cpu).device is None
 
 
 def test_slurm_asks_for_one_gpu_per_job_on_cuda():

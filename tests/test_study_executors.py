@@ -264,7 +264,7 @@ def test_make_executor_maps_names_and_options():
     assert make_executor(given, workers=9) is given
     with pytest.raises(OodevalError, match=r"unknown executor 'dask'; use one of local, ray"):
         make_executor("dask")
-    with pytest.raises(OodevalError, match=r"no option\(s\) address; it takes name"):
+    with pytest.raises(OodevalError, match=r"no option\(s\) address; it takes workers$"):
         make_executor("local", address="auto")
     with pytest.raises(OodevalError, match=r"unknown submitit cluster 'pbs'"):
         SlurmExecutor(cluster="pbs")

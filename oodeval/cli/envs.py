@@ -311,4 +311,7 @@ def envs_app() -> typer.Typer:
     return group
 
 
-app = envs_app()
+def register(parent: typer.Typer) -> None:
+    """Add the `envs` group to `parent` (the `oodeval` app), built from the families registered
+    now."""
+    parent.add_typer(envs_app(), name="envs")

@@ -205,3 +205,8 @@ def domainbed(
     for note in [*notes, *report_notes]:
         typer.echo(f"warning: {note}", err=True)
     echo_output(text, output)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add the `import` group to `parent` (the `oodeval` app)."""
+    parent.add_typer(app, name="import")

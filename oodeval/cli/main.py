@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from types import ModuleType
 
 import typer
 
@@ -20,17 +22,19 @@ from oodeval.cli import (
 )
 from oodeval.cli._common import USAGE_ERROR
 
-app = typer.Typer(
-    name="oodeval",
-    help="Trustworthy evaluation of models under distribution shift.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    # Plain help (click's): the text is printed as written and each paragraph reflowed to the
-    # terminal. Rich markup ate "[trainer]" (a TOML table) and kept the docstrings' line breaks
-    # (sentences broke mid-line); Markdown drops "<domain>/<class>" and "prob_<j>". Sub-apps
-    # inherit the mode from this app.
-    rich_markup_mode=None,
+#: The command modules, in the order `oodeval --help` lists them (single commands first, then
+#: groups, as Typer lists them). Each defines ``register(parent)``, which adds its command or
+#: group to `parent`. A new command: a module in oodeval/cli/ with `register`, added here.
+COMMAND_MODULES: tuple[ModuleType, ...] = (
+    measures,
+    importers,
+    variance,
+    openworld,
+    study,
+    envs,
+    shift,
+    protocols,
+    report,
 )
 
 
@@ -40,7 +44,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
@@ -49,18 +52,27 @@ def _root(
     """Trustworthy evaluation of models under distribution shift."""
 
 
-# Command groups: each module defines `app` (a group) or `register(app)` (top-level commands).
-# --- registrations (one line per command module) ---
-measures.register(app)
-app.add_typer(importers.app, name="import")
-variance.register(app)
-app.add_typer(openworld.app, name="openworld")
-app.add_typer(study.app, name="study")
-app.add_typer(envs.app, name="envs")
-shift.register(app)
-protocols.register(app)
-report.register(app)
-# --- end registrations ---
+def build_app(modules: Sequence[ModuleType] = COMMAND_MODULES) -> typer.Typer:
+    """The `oodeval` app with the commands of `modules` (each module's ``register(app)``)."""
+    app = typer.Typer(
+        name="oodeval",
+        help="Trustworthy evaluation of models under distribution shift.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        # Plain help (click's): the text is printed as written and each paragraph reflowed to
+        # the terminal. Rich markup ate "[trainer]" (a TOML table) and kept the docstrings' line
+        # breaks (sentences broke mid-line); Markdown drops "<domain>/<class>" and "prob_<j>".
+        # Sub-apps inherit the mode from this app.
+        rich_markup_mode=None,
+    )
+    app.callback()(_root)
+    for module in modules:
+        module.register(app)
+    return app
+
+
+app = build_app()
 
 
 def _click_kinds(exc: BaseException) -> set[str]:

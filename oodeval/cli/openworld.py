@@ -119,3 +119,8 @@ def score(
 from oodeval.cli import openworld_gmop  # noqa: E402
 
 openworld_gmop.register(app)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add the `openworld` group to `parent` (the `oodeval` app)."""
+    parent.add_typer(app, name="openworld")

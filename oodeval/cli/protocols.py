@@ -273,7 +273,7 @@ def _old_name_note() -> None:
     typer.echo("note: oodeval splits is deprecated, use oodeval protocols", err=True)
 
 
-def register(root: typer.Typer) -> None:
-    """Add the `protocols` group to `root`, and `splits`, its deprecated name, hidden."""
-    root.add_typer(app, name="protocols")
-    root.add_typer(app, name="splits", hidden=True, callback=_old_name_note)
+def register(parent: typer.Typer) -> None:
+    """Add the `protocols` group to `parent`, and `splits`, its deprecated name, hidden."""
+    parent.add_typer(app, name="protocols")
+    parent.add_typer(app, name="splits", hidden=True, callback=_old_name_note)

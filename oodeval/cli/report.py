@@ -9,50 +9,50 @@ import typer
 from oodeval.cli._common import reports_errors, stops_on_ctrl_c
 
 
-def register(app: typer.Typer) -> None:
-    """Add the top-level `report` command to `app`."""
+def report_command(
+    source: Path = typer.Argument(
+        ...,
+        help="A study folder, a results CSV/JSONL (as for `oodeval measures`), or an "
+        "open-world predictions .npz/.csv (as for `oodeval openworld`).",
+    ),
+    out: Path = typer.Option(
+        Path("report.html"), "--out", metavar="FILE", help="HTML file to write."
+    ),
+    base_classes: str | None = typer.Option(
+        None, "--base-classes", help="Open-world files only: base class ids, e.g. 0-49."
+    ),
+    percent: bool = typer.Option(
+        False, "--percent", help="Results files only: values are percentages in [0, 100]."
+    ),
+    exclude_damaged: bool = typer.Option(
+        False,
+        "--exclude-damaged",
+        help="Study folders only: report without the units that fail verification instead "
+        "of refusing a damaged store; the report names them.",
+    ),
+) -> None:
+    """Write an HTML report (figures embedded, no network needed) and print its path."""
+    import warnings
 
-    @app.command("report")
-    @reports_errors
-    def report(
-        source: Path = typer.Argument(
-            ...,
-            help="A study folder, a results CSV/JSONL (as for `oodeval measures`), or an "
-            "open-world predictions .npz/.csv (as for `oodeval openworld`).",
-        ),
-        out: Path = typer.Option(
-            Path("report.html"), "--out", metavar="FILE", help="HTML file to write."
-        ),
-        base_classes: str | None = typer.Option(
-            None, "--base-classes", help="Open-world files only: base class ids, e.g. 0-49."
-        ),
-        percent: bool = typer.Option(
-            False, "--percent", help="Results files only: values are percentages in [0, 100]."
-        ),
-        exclude_damaged: bool = typer.Option(
-            False,
-            "--exclude-damaged",
-            help="Study folders only: report without the units that fail verification instead "
-            "of refusing a damaged store; the report names them.",
-        ),
-    ) -> None:
-        """Write an HTML report (figures embedded, no network needed) and print its path."""
-        import warnings
+    from oodeval.report.build import write_report
+    from oodeval.study.store import StoreIntegrityWarning
 
-        from oodeval.report.build import write_report
-        from oodeval.study.store import StoreIntegrityWarning
+    kept = f"{out} was not written (the page is written at the end); run it again"
+    with stops_on_ctrl_c(kept), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StoreIntegrityWarning)
+        path = write_report(
+            source,
+            out,
+            base_classes=base_classes,
+            percent=percent,
+            exclude_damaged=exclude_damaged,
+        )
+    typer.echo(str(path.resolve()))
+    for w in caught:
+        if issubclass(w.category, StoreIntegrityWarning):
+            typer.echo(f"warning: {w.message}", err=True)
 
-        kept = f"{out} was not written (the page is written at the end); run it again"
-        with stops_on_ctrl_c(kept), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", StoreIntegrityWarning)
-            path = write_report(
-                source,
-                out,
-                base_classes=base_classes,
-                percent=percent,
-                exclude_damaged=exclude_damaged,
-            )
-        typer.echo(str(path.resolve()))
-        for w in caught:
-            if issubclass(w.category, StoreIntegrityWarning):
-                typer.echo(f"warning: {w.message}", err=True)
+
+def register(parent: typer.Typer) -> None:
+    """Add the top-level `report` command to `parent` (the `oodeval` app)."""
+    parent.command("report")(reports_errors(report_command))

@@ -1,0 +1,40 @@
+"""`oodeval study merge`: study folders run apart, merged into one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from oodeval.cli._common import check_folder_path, reports_errors, stops_on_ctrl_c
+
+
+def merge_command(
+    inputs: list[Path] = typer.Argument(..., metavar="DIR", help="Study folders to merge."),
+    out: Path = typer.Option(
+        ..., "--out", metavar="DIR", help="Study folder to merge into (created, or resumed)."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+) -> None:
+    """Merge study folders run apart (other machines, other algorithms or seeds) into one.
+
+    The inputs' configs must be compatible: they may differ in algorithms, seeds, scenarios and
+    imports, never in steps, model, data, trainer options or the hyperparameters of an algorithm
+    two of them run. A unit found in several inputs is kept once when its results (result and
+    checkpoint rows, hyperparameters) are identical, and refused when they differ; a done unit
+    wins over a failed one. Damaged inputs are refused. Each unit is copied in its own
+    transaction: an interrupted merge resumes when run again.
+    """
+    from oodeval.study.merge import merge_studies
+
+    check_folder_path(out)
+
+    # StudyInterrupted: the unit being copied was rolled back, its message says what is merged.
+    with stops_on_ctrl_c("while reading the inputs; nothing was written"):
+        summary = merge_studies(inputs, out, progress=progress)
+    typer.echo(summary.line())
+
+
+def register(group: typer.Typer) -> None:
+    """Add `merge` to the `study` group."""
+    group.command("merge")(reports_errors(merge_command))

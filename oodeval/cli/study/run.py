@@ -1,0 +1,207 @@
+"""`oodeval study run`: run (or resume) a study, on the executor ``--executor`` names.
+
+The executor options (``--ray-address``, ``--slurm-time``...) are not written here: they come
+from the registered executor classes (`oodeval.study.executors.Executor.options`), so a new
+executor's options appear without an edit of this file (`with_executor_options`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from oodeval._extras import require_extra
+from oodeval.cli._common import (
+    check_folder_path,
+    command_path,
+    reports_errors,
+    stops_on_ctrl_c,
+)
+from oodeval.cli.study.options import (
+    DEVICE_HELP,
+    PRECISION_HELP,
+    PRESET_HELP,
+    TF32_HELP,
+    study_config,
+)
+from oodeval.errors import OodevalError
+
+if TYPE_CHECKING:  # the study stack is imported when the command runs
+    from oodeval.study import RunSummary, StudyConfig
+    from oodeval.study.executors import Executor
+
+
+def run_command(
+    config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
+    preset_name: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    out: Path = typer.Option(
+        ..., "--out", metavar="DIR", help="Study folder (results.sqlite goes here)."
+    ),
+    workers: int | None = typer.Option(None, "--workers", min=1),  # help: with_executor_options
+    precision: str | None = typer.Option(None, "--precision", help=PRECISION_HELP),
+    tf32: str | None = typer.Option(None, "--tf32", help=TF32_HELP),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+    report: bool = typer.Option(
+        True, "--report/--no-report", help="Write DIR/report.html at the end."
+    ),
+    executor: str = typer.Option("local", "--executor"),  # help: with_executor_options
+    **executor_values: Any,
+) -> None:
+    """Run (or resume) a study; finished units are skipped, failed ones kept unless retried.
+
+    A folder holding a study accepts a config that only adds (or removes) algorithms, seeds,
+    scenarios or imports: the stored units are kept and only the new ones run. A change that
+    would make stored units incomparable (steps, model, data, trainer options, hyperparameters
+    of a stored algorithm) is refused, naming the keys.
+
+    At the end the HTML report is written to DIR/report.html and its path printed. Units run in
+    local worker processes, or with --executor ray / slurm on a Ray cluster or as Slurm jobs;
+    this process alone writes the store, so resuming works the same everywhere.
+    """
+    from oodeval.study import run_study
+
+    check_folder_path(out)
+    chosen = executor_from_options(executor, workers, executor_values)
+    config_ = study_config(config, preset_name, precision, device, tf32)
+    _require_extras(config_, report)
+    _print_device(config_, chosen)
+    # StudyInterrupted says how many units are stored; a Ctrl-C before that, the fallback line.
+    with stops_on_ctrl_c("before the study started; the store is unchanged"):
+        summary = run_study(
+            config_, out, retry_failed=retry_failed, progress=progress, executor=chosen
+        )
+    _print_summary(summary, out)
+    if report:
+        _write_report(out)
+
+
+def register(group: typer.Typer) -> None:
+    """Add `run` to the `study` group, with every registered executor's options."""
+    group.command("run")(with_executor_options(reports_errors(run_command)))
+
+
+# -- the executor options ---------------------------------------------------------------------
+def with_executor_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` (whose last parameter is ``**executor_values``) taking, in its place, one option
+    per option of every registered executor (shown under the executor's name), with the help of
+    ``--workers`` and ``--executor`` naming the registered executors."""
+    from oodeval.study.executors import EXECUTOR_CLASSES
+
+    classes = list(EXECUTOR_CLASSES.values())
+    *fixed, _ = inspect.signature(command, eval_str=True).parameters.values()
+    helps = {"workers": _workers_help(classes), "executor": _executor_help(classes)}
+    fixed = [_with_help(p, helps[p.name]) if p.name in helps else p for p in fixed]
+    added = [
+        inspect.Parameter(
+            option.param_name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(
+                option.default,
+                option.flag,
+                help=option.help,
+                min=option.min,
+                rich_help_panel=cls.name.capitalize(),
+            ),
+            annotation=option.type | None,
+        )
+        for cls in classes
+        for option in cls.options
+    ]
+
+    @functools.wraps(command)
+    def with_options(**values: Any) -> None:
+        command(**values)
+
+    with_options.__signature__ = inspect.Signature([*fixed, *added])  # type: ignore[attr-defined]
+    return with_options
+
+
+def _with_help(parameter: inspect.Parameter, help_text: str) -> inspect.Parameter:
+    info = copy.copy(parameter.default)  # the function's own OptionInfo stays as written
+    info.help = help_text
+    return parameter.replace(default=info)
+
+
+def _workers_help(classes: list) -> str:
+    """``--workers``: worker processes, and what it counts for the other executors."""
+    others = "; ".join(f"{c.name}: {c.workers_help}" for c in classes if c.workers_help)
+    return "Worker processes, default: all cores" + (f" ({others})." if others else ".")
+
+
+def _executor_help(classes: list) -> str:
+    names = [c.name for c in classes]
+    listed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+    return f"Where units run: {listed} (install the extra of that name)."
+
+
+def executor_from_options(name: str, workers: int | None, values: dict[str, Any]) -> Executor:
+    """The executor `name` built from ``--workers`` and the executor options given (`values`, by
+    parameter name); an option of another executor is refused, naming both."""
+    from oodeval.study.executors import EXECUTOR_CLASSES, make_executor
+
+    fields: dict[str, Any] = {}
+    for owner, cls in EXECUTOR_CLASSES.items():
+        for option in cls.options:
+            value = values.get(option.param_name, option.default)
+            if value is None or value == option.default:
+                continue
+            if owner != name:
+                raise OodevalError(
+                    f"{option.flag} applies to --executor {owner} only (the executor is {name})"
+                )
+            fields[option.field] = value
+    return make_executor(name, workers=workers, **fields)
+
+
+# -- the steps of a run -----------------------------------------------------------------------
+def _require_extras(config: StudyConfig, report: bool) -> None:
+    """Before the store is made: the missing extras that would stop the run now, or at its end."""
+    from oodeval.study.config import DEFAULT_BACKEND
+
+    if config.backend == DEFAULT_BACKEND:
+        require_extra("train", command_path())
+    if report:
+        require_extra("report", f"{command_path()}'s report (--no-report skips it)")
+
+
+def _print_device(config: StudyConfig, executor: Executor) -> None:
+    """Name the device on stderr when the config asks for a GPU and units train on this machine
+    (one line and exit 2 when it is not here)."""
+    from oodeval._torch import resolve_device
+
+    device_spec = config.trainer.get("device", "cpu")
+    if device_spec not in ("cpu", "auto") and not executor.trains_elsewhere:
+        typer.echo(f"device: {resolve_device(device_spec)}", err=True)
+
+
+def _print_summary(summary: RunSummary, out: Path) -> None:
+    """The config's changes, the units run and stored, and the data note."""
+    if summary.changes is not None and summary.changes.describe():
+        typer.echo(f"config: {summary.changes.describe()} (stored units are kept)")
+    typer.echo(
+        f"{summary.planned} units: {summary.skipped} already stored, {summary.ran} run "
+        f"({summary.done} done, {summary.failed} failed) in {summary.wall_seconds:.1f} s; "
+        f"store: {Path(out) / 'results.sqlite'}"
+    )
+    if summary.data_note:
+        typer.echo(f"note: {summary.data_note}")
+
+
+def _write_report(out: Path) -> None:
+    """Write DIR/report.html and print its path."""
+    from oodeval.report.build import write_report
+
+    with stops_on_ctrl_c(
+        f"the study is stored; `oodeval report {out} --out {Path(out) / 'report.html'}` "
+        "writes the report"
+    ):
+        path = write_report(out, Path(out) / "report.html")
+    typer.echo(f"report: {path.resolve()}")

@@ -1,0 +1,100 @@
+"""`oodeval study status`: the units of a study, done, failed, damaged and pending."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    reports_errors,
+)
+from oodeval.tables import frame_records, render_frame, text_table, to_json
+
+if TYPE_CHECKING:  # the study stack is imported when the command runs
+    from oodeval.study import Study
+
+
+def status_command(
+    directory: Path = typer.Argument(..., help="Study folder."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
+) -> None:
+    """Print done/failed/damaged/pending unit counts of the current config, its coverage per
+    scenario, algorithm and seed, the failure reasons and the damaged units.
+
+    The store is verified as it is read (SQLite's quick check, each unit's row counts and
+    checksum); `oodeval study verify DIR` gives the full report. csv gives the coverage table;
+    json the counts, the coverage records and the notes.
+    """
+    from oodeval.study import load_study
+
+    check_output_path(output)
+    study = load_study(directory, exclude_damaged=True)
+    counts = study.counts()
+    damaged = f"{counts['damaged']} damaged, " if counts["damaged"] else ""
+    title = (
+        f"study {study.config.get('name')}: {counts['done']} done, {counts['failed']} failed, "
+        f"{damaged}{counts['pending']} pending (of {counts['planned']})"
+    )
+    coverage = study.coverage()
+    if not coverage["damaged"].any():
+        coverage = coverage.drop(columns="damaged")
+    notes = status_notes(study, directory)
+    if fmt is OutputFormat.csv:
+        text = render_frame(coverage, "csv")
+    elif fmt is OutputFormat.json:
+        text = to_json(
+            {
+                "study": study.config.get("name"),
+                "counts": counts,
+                "coverage": frame_records(coverage),
+                "notes": notes,
+            }
+        )
+    elif fmt is OutputFormat.markdown:
+        bullets = "\n".join(f"- {n}" for n in notes)
+        text = "\n\n".join([title, render_frame(coverage, "markdown"), bullets])
+    else:
+        rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
+        text = "\n".join([title, text_table(list(coverage.columns), rows), *notes])
+    echo_output(text, output)
+
+
+def register(group: typer.Typer) -> None:
+    """Add `status` to the `study` group."""
+    group.command("status")(reports_errors(status_command))
+
+
+def status_notes(study: Study, directory: Path) -> list[str]:
+    """The lines `study status` prints under the coverage table: notes, failures, damage, store."""
+    from oodeval.study.integrity import printable
+
+    notes = [study.data_note(), study.outside_note(), *study.code_notes()]
+    lines = [f"note: {n}" for n in filter(None, notes)]
+    failed = study.units[study.units["status"] == "failed"]
+    for unit in failed.itertuples(index=False):
+        lines.append(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
+    health = study.health
+    lines += [f"damaged: {key}: {reason}" for key, reason in health.damaged.items()]
+    for key, reason in health.history_damage.items():
+        lines.append(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
+    if not health.sqlite_ok:
+        lines.append(f"store: SQLite's quick check FAILED: {health.sqlite_problem()}")
+    if not health.trusted:
+        lines.append(
+            "damaged store: analyze and report refuse it; `oodeval study run` with the same "
+            "config moves the damaged units aside and runs them again; `oodeval study verify "
+            f"{directory}` lists every problem"
+        )
+    elif health.unverified:
+        lines.append(f"store: {health.notes()[-1]}")
+    else:
+        lines.append(f"store: verified ({health.verified} units match their checksums)")
+    return lines
