@@ -547,7 +547,7 @@ def test_hints_name_only_options_that_exist() -> None:
             options.update(param.opts)
             options.update(getattr(param, "secondary_opts", []))
     external = {"--array", "--cpus-per-task", "--gpus-per-node", "--name", "--head", "--single"}
-    external |= {"--help", "--n-"}
+    external |= {"--help", "--n-", "--no-"}  # prefixes: --n-THINGS, --no-FLAG
     unknown: dict[str, str] = {}
     for path in sorted((ROOT / "oodeval").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))

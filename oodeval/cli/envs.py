@@ -67,9 +67,10 @@ def cli_type(hint: Any) -> Any:
 
 def family_options(taken: Sequence[str] = ()) -> list[inspect.Parameter]:
     """One keyword parameter per family parameter of a type `cli_type` can read (the union over
-    `FAMILIES`, in their order): a Typer option ``--name-with-dashes``, default None (the
-    family's own default), described by the first family documenting it, naming the families
-    that take it. A parameter called like one of `taken` (the command's own) is a TypeError.
+    `FAMILIES`, in their order): a Typer option ``--<name>`` (dashes for underscores), default
+    None (the family's own default), described by the first family documenting it, naming the
+    families that take it. A parameter called like one of `taken` (the command's own) is a
+    TypeError.
     """
     found: dict[str, tuple[Any, str, list[str]]] = {}
     for fam in FAMILIES.values():

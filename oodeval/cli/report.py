@@ -1,4 +1,4 @@
-"""`oodeval report SOURCE --out report.html`: one self-contained HTML page of tables and plots."""
+"""`oodeval report INPUT --out report.html`: one self-contained HTML page of tables and plots."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from oodeval.cli._common import reports_errors, stops_on_ctrl_c
 
 
 def report_command(
-    source: Path = typer.Argument(
+    input_path: Path = typer.Argument(
         ...,
+        metavar="input",
         help="A study folder, a results CSV/JSONL (as for `oodeval measures`), or an "
         "open-world predictions .npz/.csv (as for `oodeval openworld`).",
     ),
@@ -41,7 +42,7 @@ def report_command(
     with stops_on_ctrl_c(kept), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StoreIntegrityWarning)
         path = write_report(
-            source,
+            input_path,
             out,
             base_classes=base_classes,
             percent=percent,

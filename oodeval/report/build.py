@@ -1,4 +1,4 @@
-"""Build the one-page HTML report for any oodeval source: a study folder, a results file, or an
+"""Build the one-page HTML report for any input oodeval reads: a study folder, a results file, or an
 open-world predictions file."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from oodeval.errors import OodevalError
 from oodeval.report.page import Section, render_page
 
 
-def source_kind(path: Path) -> str:
+def input_kind(path: Path) -> str:
     """'study', 'results' or 'openworld', decided from what the path holds."""
     if path.is_dir():
         return "study"
@@ -27,7 +27,7 @@ def source_kind(path: Path) -> str:
     if suffix in {".jsonl", ".ndjson", ".json"}:
         return "results"
     if suffix == ".csv":
-        text = read_text(path, what="report source", save_as="a UTF-8 CSV file")
+        text = read_text(path, what="report input", save_as="a UTF-8 CSV file")
         header = [h.strip().lower() for h in next(csv.reader(io.StringIO(text)), [])]
         if "algorithm" in header and "environment" in header:
             return "results"
@@ -40,19 +40,20 @@ def source_kind(path: Path) -> str:
 
 
 def build_report(
-    source: str | Path,
+    input_path: str | Path,
     *,
     base_classes: str | None = None,
     percent: bool = False,
     exclude_damaged: bool = False,
 ) -> str:
-    """Return the report on `source` as one self-contained HTML string.
+    """Return the report on `input_path` (a study folder, a results or a predictions file) as one
+    self-contained HTML string.
 
     ``exclude_damaged`` (study folders only) reports on a damaged store without its damaged
     units, saying so, instead of refusing it.
     """
-    path = Path(source)
-    kind = source_kind(path)
+    path = Path(input_path)
+    kind = input_kind(path)
     sections: list[Section]
     if kind == "study":
         from oodeval.report.study_report import study_sections
@@ -72,8 +73,8 @@ def build_report(
     return render_page(title, subtitle, sections)
 
 
-def write_report(source: str | Path, out: str | Path, **kwargs: object) -> Path:
-    """Build the report on `source` and write it to `out`; return the written path."""
+def write_report(input_path: str | Path, out: str | Path, **kwargs: object) -> Path:
+    """Build the report on `input_path` and write it to `out`; return the written path."""
     out = Path(out)
     if out.is_dir():
         raise OodevalError(
@@ -82,7 +83,7 @@ def write_report(source: str | Path, out: str | Path, **kwargs: object) -> Path:
     above = next((p for p in out.parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise OodevalError(f"--out {out}: {above} is a file, not a folder; choose another path")
-    html = build_report(source, **kwargs)  # type: ignore[arg-type]
+    html = build_report(input_path, **kwargs)  # type: ignore[arg-type]
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")

@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import rankdata
 
 from oodeval.measures.openworld import openworld_scores
-from oodeval.report.build import build_report, source_kind
+from oodeval.report.build import build_report, input_kind
 from oodeval.report.openworld_report import openworld_sections
 from oodeval.report.results_report import results_sections
 
@@ -113,9 +113,9 @@ def test_ratio_sweep_moves_base_share_and_plots_the_study_numbers():
 
 
 def test_source_kind_tells_the_three_sources_apart(tmp_path):
-    assert source_kind(tmp_path) == "study"
-    assert source_kind(RESULTS) == "results"
-    assert source_kind(PREDICTIONS) == "openworld"
+    assert input_kind(tmp_path) == "study"
+    assert input_kind(RESULTS) == "results"
+    assert input_kind(PREDICTIONS) == "openworld"
 
 
 def test_cli_report_writes_a_page_and_rejects_unknown_files(tmp_path):
