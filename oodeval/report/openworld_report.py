@@ -73,7 +73,6 @@ def openworld_sections(path: str | Path, *, base_classes: str | None = None) -> 
     ids = parse_class_ids(base_classes) if base_classes is not None else None
     arrays = read_predictions(Path(path))
     metrics, samples = score_predictions(arrays, ids, 0.5)
-    base_scores, new_scores, base_ok, new_ok = samples
     names = {
         "n_base": "base samples",
         "n_new": "new samples",
@@ -100,9 +99,27 @@ def openworld_sections(path: str | Path, *, base_classes: str | None = None) -> 
         facts=[("file", str(path))],
         tables=[Table("The OpenworldAUC suite", table, digits=4)],
     )
+    overview.figures.extend(_curve_figures(metrics, samples))
+    sections = [overview]
+    sweep = ratio_sweep_table(arrays, ids)
+    if sweep is None:
+        overview.notes.append(
+            "No ratio sweep: the already-scored form has no class labels to resample by class."
+        )
+    else:
+        sections.append(_sweep_section(sweep))
+    return sections
+
+
+def _curve_figures(
+    metrics: dict[str, float | int], samples: tuple[np.ndarray, ...]
+) -> list[Figure]:
+    """The OpenworldAUC curve and the detector's ROC of one predictions file."""
+    base_scores, new_scores, base_ok, new_ok = samples
+    figures: list[Figure] = []
     miss, hit = openworld_curve(base_scores, new_scores, base_ok, new_ok)
     fpr, tpr = roc_points(np.asarray(base_scores, float), np.asarray(new_scores, float))
-    overview.figures.append(
+    figures.append(
         curves(
             [("OpenworldAUC curve", miss, hit)],
             key="owauc_curve",
@@ -116,7 +133,7 @@ def openworld_sections(path: str | Path, *, base_classes: str | None = None) -> 
             ylabel="HitRate_n(t)",
         )
     )
-    overview.figures.append(
+    figures.append(
         curves(
             [("ROC", fpr, tpr)],
             key="roc",
@@ -129,15 +146,7 @@ def openworld_sections(path: str | Path, *, base_classes: str | None = None) -> 
             ylabel="true positive rate (base)",
         )
     )
-    sections = [overview]
-    sweep = ratio_sweep_table(arrays, ids)
-    if sweep is None:
-        overview.notes.append(
-            "No ratio sweep: the already-scored form has no class labels to resample by class."
-        )
-    else:
-        sections.append(_sweep_section(sweep))
-    return sections
+    return figures
 
 
 def _sweep_section(sweep: pd.DataFrame) -> Section:

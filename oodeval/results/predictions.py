@@ -206,37 +206,54 @@ def parse_class_ids(text: str) -> list[int]:
 def score_predictions(
     arrays: dict[str, np.ndarray], base_classes: list[int] | np.ndarray | None, tie: float
 ) -> tuple[dict[str, float | int], tuple[np.ndarray, ...]]:
-    """Return the metrics and the (base_scores, new_scores, base_correct, new_correct) samples."""
-    if "correct" in arrays:
-        for extra in ("probs", "logits", "base_predictions", "new_predictions"):
-            if extra in arrays:
-                raise OodevalError(
-                    f"the file has both 'correct' (already-scored form) and {extra!r} (outputs "
-                    "form); keep the columns of one form"
-                )
-        missing = [name for name in ("scores", "is_base") if name not in arrays]
-        if missing:
-            raise OodevalError(
-                f"already-scored form ('correct' given) also needs {' and '.join(missing)} "
-                "(CSV columns score, is_base)"
-            )
-        scores = as_real_array(arrays["scores"], "scores", ndim=1)
-        is_base = as_bool_array(arrays["is_base"], "is_base")
-        correct = as_bool_array(arrays["correct"], "correct")
-        check_same_length(scores=scores, is_base=is_base, correct=correct)
-        if not is_base.any() or is_base.all():
-            which = "base" if not is_base.any() else "new"
-            raise OodevalError(
-                f"no {which} samples: is_base must be true for some rows and false for others"
-            )
-        samples = (scores[is_base], scores[~is_base], correct[is_base], correct[~is_base])
-        metrics: dict[str, float | int] = {
-            "n_base": int(is_base.sum()),
-            "n_new": int((~is_base).sum()),
-            **openworld_summary(*samples, tie=tie),
-        }
-        return metrics, samples
+    """Return the metrics and the (base_scores, new_scores, base_correct, new_correct) samples.
 
+    A file holds one of two forms: already scored (``scores``, ``is_base``, ``correct``) or model
+    outputs (``labels`` with ``probs``/``logits``, or with detector scores and both predictions).
+    """
+    if "correct" in arrays:
+        return _scored_form(arrays, tie)
+    return _outputs_form(arrays, base_classes, tie)
+
+
+def _scored_form(
+    arrays: dict[str, np.ndarray], tie: float
+) -> tuple[dict[str, float | int], tuple[np.ndarray, ...]]:
+    """`score_predictions` on the already-scored form (``correct`` given)."""
+    for extra in ("probs", "logits", "base_predictions", "new_predictions"):
+        if extra in arrays:
+            raise OodevalError(
+                f"the file has both 'correct' (already-scored form) and {extra!r} (outputs "
+                "form); keep the columns of one form"
+            )
+    missing = [name for name in ("scores", "is_base") if name not in arrays]
+    if missing:
+        raise OodevalError(
+            f"already-scored form ('correct' given) also needs {' and '.join(missing)} "
+            "(CSV columns score, is_base)"
+        )
+    scores = as_real_array(arrays["scores"], "scores", ndim=1)
+    is_base = as_bool_array(arrays["is_base"], "is_base")
+    correct = as_bool_array(arrays["correct"], "correct")
+    check_same_length(scores=scores, is_base=is_base, correct=correct)
+    if not is_base.any() or is_base.all():
+        which = "base" if not is_base.any() else "new"
+        raise OodevalError(
+            f"no {which} samples: is_base must be true for some rows and false for others"
+        )
+    samples = (scores[is_base], scores[~is_base], correct[is_base], correct[~is_base])
+    metrics: dict[str, float | int] = {
+        "n_base": int(is_base.sum()),
+        "n_new": int((~is_base).sum()),
+        **openworld_summary(*samples, tie=tie),
+    }
+    return metrics, samples
+
+
+def _outputs_form(
+    arrays: dict[str, np.ndarray], base_classes: list[int] | np.ndarray | None, tie: float
+) -> tuple[dict[str, float | int], tuple[np.ndarray, ...]]:
+    """`score_predictions` on the model-outputs form (``labels`` and outputs or predictions)."""
     outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
     if outputs_name is not None and "probs" in arrays and "logits" in arrays:
         raise OodevalError("the file has both 'probs' and 'logits'; keep one")
