@@ -31,8 +31,7 @@ not import torch. Many units run in worker processes through a study's worker an
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from oodeval._lazy import lazy_attributes
 
 #: public name -> the module of this package that defines it
 _HOMES = {
@@ -55,15 +54,6 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
-    """The public name `name`, read from its module (`_HOMES`) on first use."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_attributes(
+    globals(), {name: f"{__name__}.{home}" for name, home in _HOMES.items()}, __all__
+)
