@@ -10,8 +10,7 @@ The estimators train small torch networks; torch is imported when one of them is
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from oodeval._lazy import lazy_attributes
 
 _EXPORTS = {
     "covariate_shift": "discrepancy",
@@ -31,7 +30,6 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"oodeval.shift.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'oodeval.shift' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(
+    globals(), {name: f"oodeval.shift.{home}" for name, home in _EXPORTS.items()}, __all__
+)
