@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.study import RunSummary, load_config, load_study, run_study
 from oodeval.study.executors import RayExecutor
-from tests.test_study_runner import assert_same_store
+from tests.helpers.studies import assert_same_store
 
 REPO = Path(__file__).resolve().parents[1]
 ALGORITHMS = ["ERM", "IRM", "GroupDRO", "VREx"]

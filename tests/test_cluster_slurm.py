@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from oodeval.study import load_config, load_study, run_study
-from tests.test_study_runner import assert_same_store, count_stored_units, stored_rows
+from tests.helpers.studies import assert_same_store, count_stored_units, stored_rows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

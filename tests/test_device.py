@@ -44,8 +44,8 @@ from oodeval.study.executors import (
 )
 from oodeval.training import run_unit, train_models
 from oodeval.training.loo import TrainerOptions, _prepare, on_device
-from tests.test_study_runner import synthetic_config
-from tests.test_training import TinyScenario
+from tests.helpers.studies import synthetic_config
+from tests.helpers.training import TinyScenario
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()

@@ -26,7 +26,7 @@ from oodeval.errors import OodevalError
 from oodeval.study.config import config_from_dict
 from oodeval.training import TrainingDiverged, train_models
 from oodeval.training.loo import TrainerOptions, _Divergence, _prepare, _Run
-from tests.test_training import TinyScenario
+from tests.helpers.training import TinyScenario
 
 torch.set_num_threads(1)
 

@@ -27,8 +27,8 @@ from oodeval.study.executors import (
     SlurmExecutor,
     make_executor,
 )
+from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
 from tests.requires import requires_module
-from tests.test_study_runner import assert_same_store, count_stored_units, synthetic_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from oodeval.study import load_config, load_study, run_study, synthetic
-from tests.test_study_runner import assert_same_store, count_stored_units, synthetic_config
+from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "OODEVAL_TEST_STUDY"

@@ -34,7 +34,7 @@ from oodeval.study.store import (
     UnitRecord,
     verify_store,
 )
-from tests.test_study_runner import count_stored_units
+from tests.helpers.studies import count_stored_units
 
 REPO = Path(__file__).resolve().parents[1]
 

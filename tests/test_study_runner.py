@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import oodeval
@@ -29,41 +28,9 @@ from oodeval.study import (
     validate_config,
 )
 from oodeval.study.config import resolve_source
+from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
 
 REPO = Path(__file__).resolve().parents[1]
-ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD"]
-
-
-def synthetic_config(**overrides):
-    data = {
-        "name": "synthetic-test",
-        "backend": "oodeval.study.synthetic",
-        "algorithms": ALGOS,
-        "seeds": [0, 1],
-        "steps": 10,
-        "scenarios": [
-            {"family": "synthetic", "ratio": "3:1", "scale": 1},
-            {"family": "synthetic", "ratio": "4:1", "scale": 2},
-        ],
-    }
-    data.update(overrides)
-    return config_from_dict(data)
-
-
-def stored_rows(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Everything of a store that must be reproducible (not timings or wall-clock stamps)."""
-    study = load_study(directory)
-    # timings and clock stamps vary; versions carry a digest of the (possibly edited) sources
-    units = study.units.drop(columns=["timings", "started", "finished", "versions"])
-    units = units.assign(**{c: units[c].map(repr) for c in ("params", "hparams")})
-    return units.reset_index(drop=True), study.results.reset_index(drop=True)
-
-
-def assert_same_store(a: Path, b: Path) -> None:
-    units_a, results_a = stored_rows(a)
-    units_b, results_b = stored_rows(b)
-    pd.testing.assert_frame_equal(units_a, units_b)
-    pd.testing.assert_frame_equal(results_a, results_b, check_exact=True)
 
 
 def test_whole_study_is_deterministic_and_independent_of_worker_count(tmp_path):
@@ -154,20 +121,6 @@ fail_algorithms = ["CORAL"]
     reference = tmp_path / "reference"
     run_study(load_config(cfg_path), reference, workers=2, progress=False)
     assert_same_store(killed, reference)
-
-
-def count_stored_units(directory: Path) -> int:
-    """Units in `directory`'s store, read-only and without waiting for its writer (0 while the
-    store or its tables do not exist yet)."""
-    try:
-        uri = f"{(directory / 'results.sqlite').as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=5)
-        try:
-            return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return 0
 
 
 def test_failing_unit_is_isolated_and_its_reason_stored(tmp_path):

@@ -1,0 +1,45 @@
+"""Waiting for something another process does, without a fixed sleep.
+
+A test waits for an *observable event* (a file written, a row stored, a line printed); the
+deadline only turns a hang into a clear failure. Polling is the fallback where no pipe or event
+can carry the news (another process's files, its SQLite store, ``/proc``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+
+#: Seconds between two looks. Short, so an event is seen soon after it happens; the loop's exit
+#: depends on the event, never on how long the polling took.
+POLL_SECONDS = 0.02
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    *,
+    seconds: float = 120.0,
+    proc: subprocess.Popen | None = None,
+) -> None:
+    """Return as soon as ``condition()`` is true.
+
+    Fails the test naming `what` when `proc` (the process expected to make it true) ends first,
+    with its stderr when that is a pipe, or when `seconds` pass (a guard against a hang, far
+    longer than the event needs on a loaded machine).
+    """
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            if condition():  # it happened just before the process ended
+                return
+            stderr = proc.stderr.read() if proc.stderr is not None else ""
+            if isinstance(stderr, bytes):
+                stderr = stderr.decode(errors="replace")
+            pytest.fail(f"the process ended (status {proc.returncode}) before {what}: {stderr!r}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {seconds:g} s")
+        time.sleep(POLL_SECONDS)
