@@ -20,18 +20,23 @@ POLL_SECONDS = 0.02
 
 def wait_until(
     condition: Callable[[], object],
-    what: str,
+    what: str | Callable[[], str],
     *,
     seconds: float = 120.0,
     proc: subprocess.Popen | None = None,
 ) -> None:
     """Return as soon as ``condition()`` is true.
 
-    Fails the test naming `what` when `proc` (the process expected to make it true) ends first,
+    Fails the test naming `what` (a string, or a function that returns one when the test fails,
+    so it can say what was seen) when `proc` (the process expected to make it true) ends first,
     with its stderr when that is a pipe, or when `seconds` pass (a guard against a hang, far
     longer than the event needs on a loaded machine).
     """
     deadline = time.monotonic() + seconds
+
+    def named() -> str:
+        return what() if callable(what) else what
+
     while not condition():
         if proc is not None and proc.poll() is not None:
             if condition():  # it happened just before the process ended
@@ -39,7 +44,9 @@ def wait_until(
             stderr = proc.stderr.read() if proc.stderr is not None else ""
             if isinstance(stderr, bytes):
                 stderr = stderr.decode(errors="replace")
-            pytest.fail(f"the process ended (status {proc.returncode}) before {what}: {stderr!r}")
+            pytest.fail(
+                f"the process ended (status {proc.returncode}) before {named()}: {stderr!r}"
+            )
         if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {seconds:g} s")
+            pytest.fail(f"no {named()} within {seconds:g} s")
         time.sleep(POLL_SECONDS)

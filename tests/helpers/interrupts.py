@@ -1,0 +1,89 @@
+"""Stopping ``oodeval study run``: drivers a test stops, and every process of one study.
+
+A driver runs in a subprocess whose environment carries a token (``MARK=token``); every process
+of that study (workers, multiprocessing's resource tracker) inherits it, so ``/proc/*/environ``
+finds them all, re-parented or not. The studies use ``tests.interrupt_backend``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.waiting import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+MARK = "OODEVAL_TEST_STUDY"
+BACKEND = "tests.interrupt_backend"
+
+STUDY_TOML = """
+name = "interrupt-test"
+backend = "{backend}"
+algorithms = ["ERM", "IRM", "GroupDRO", "CORAL"]
+seeds = [0, 1]
+steps = 10
+scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
+             {{ family = "synthetic", ratio = "5:1", scale = 1 }}]
+[unit_options]
+fail_algorithms = ["CORAL"]
+{options}
+"""
+
+
+def write_config(directory: Path, *, backend: str = BACKEND, options: str = "") -> Path:
+    """``DIR/study.toml``: 4 algorithms (CORAL fails) x 2 seeds x 2 scenarios, 16 units;
+    `options` are more ``[unit_options]`` lines (``started_dir = ...``)."""
+    path = directory / "study.toml"
+    path.write_text(STUDY_TOML.format(backend=backend, options=options), encoding="utf-8")
+    return path
+
+
+def start_driver(
+    config: Path, out: Path, log: Path, token: str, *, hang: str = ""
+) -> subprocess.Popen:
+    """``oodeval study run`` in its own session (a terminal's Ctrl-C reaches its whole group),
+    its stdout in `log`, its stderr a pipe; the units of algorithm `hang` run ten minutes."""
+    env = {**os.environ, MARK: token, "OODEVAL_TEST_HANG": hang}
+    cmd = [sys.executable, "-m", "oodeval.cli.main", "study", "run", str(config)]
+    cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report"]
+    with log.open("wb") as sink:
+        return subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.PIPE, start_new_session=True
+        )
+
+
+def study_processes(token: str) -> dict[int, str]:
+    """{pid: command line} of the live processes carrying the study's token."""
+    needle = f"{MARK}={token}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue  # a zombie's environment reads empty: it is dead
+            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def assert_no_process_survives(token: str, seconds: float = 30.0) -> None:
+    """Every process of the study ends within `seconds` (they die on their own; the test does not
+    wait for a time, only for them); the ones left are killed and named in the failure."""
+    try:
+        wait_until(
+            lambda: not study_processes(token),
+            lambda: (
+                f"end of the study's processes after the driver ended: {study_processes(token)}"
+            ),
+            seconds=seconds,
+        )
+    finally:
+        for pid in study_processes(token):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
