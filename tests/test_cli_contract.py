@@ -31,7 +31,12 @@ from oodeval.cli._common import FORMAT_OPT, OUTPUT_OPT
 from oodeval.cli.main import app
 from oodeval.protocols import SplitRow, write_split_csv
 from oodeval.tables import FORMATS
-from tests.helpers.interrupts import MARK, assert_no_process_survives, write_config
+from tests.helpers.interrupts import (
+    MARK,
+    assert_no_process_survives,
+    default_ctrl_c,
+    write_config,
+)
 from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -287,6 +292,7 @@ def _oodeval(args: list[str], env: dict | None = None) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own group, so the signal reaches nothing else
+        preexec_fn=default_ctrl_c,
     )
 
 

@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from oodeval.study.executors import (
     make_executor,
 )
 from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
+from tests.helpers.waiting import wait_until
 from tests.requires import requires_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,14 +131,12 @@ fail_algorithms = ["CORAL"]
         proc = subprocess.Popen(
             cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
-    deadline = time.monotonic() + 90
     try:
-        while time.monotonic() < deadline:
-            if count_stored_units(killed) >= 4:
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"the driver ended before it was killed: {log.read_text()!r}")
-            time.sleep(0.02)
+        wait_until(
+            lambda: count_stored_units(killed) >= 4,
+            lambda: f"4 stored units (driver's log: {log.read_text()!r})",
+            proc=proc,
+        )
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, while Ray's workers run its units
     finally:
         proc.wait(timeout=30)
@@ -155,7 +153,6 @@ fail_algorithms = ["CORAL"]
     reference = tmp_path / "reference"
     run_study(load_config(cfg_path), reference, workers=2, progress=False)
     assert_same_store(killed, reference)
-
 
 
 def test_submitit_local_jobs_give_the_local_executors_store(tmp_path, local_reference):

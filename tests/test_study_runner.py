@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from oodeval.study import (
 )
 from oodeval.study.config import resolve_source
 from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,19 +53,26 @@ def test_rerun_skips_finished_units(tmp_path):
 
 
 def test_kill_minus_nine_mid_study_then_resume_equals_uninterrupted_run(tmp_path):
-    cfg_path = tmp_path / "study.toml"
+    """SIGKILL of the driver and its workers with 4 or more units stored and others running.
+
+    The GroupDRO units wait for a gate file (tests/cluster_backend.py) that exists only after the
+    kill, so the study cannot finish before it, however slowly this test is scheduled; the other
+    units run 0.1 s each, so the kill also lands in running units."""
+    cfg_path, gate = tmp_path / "study.toml", tmp_path / "gate"
     cfg_path.write_text(
-        """
+        f"""
 name = "kill-test"
-backend = "oodeval.study.synthetic"
+backend = "tests.cluster_backend"
 algorithms = ["ERM", "IRM", "GroupDRO", "CORAL"]
 seeds = [0, 1]
 steps = 10
-scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 },
-             { family = "synthetic", ratio = "5:1", scale = 1 }]
+scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
+             {{ family = "synthetic", ratio = "5:1", scale = 1 }}]
 [unit_options]
 sleep = 0.1
 fail_algorithms = ["CORAL"]
+gate = "{gate}"
+gated_algorithms = ["GroupDRO"]
 """,
         encoding="utf-8",
     )
@@ -86,20 +93,19 @@ fail_algorithms = ["CORAL"]
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the workers import tests.cluster_backend
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline:
-            if (killed / "results.sqlite").exists() and count_stored_units(killed) >= 4:
-                break
-            assert proc.poll() is None, "the study finished before it could be killed"
-            time.sleep(0.02)
+        wait_until(lambda: count_stored_units(killed) >= 4, "4 stored units", proc=proc)
         os.killpg(proc.pid, signal.SIGKILL)  # the parent and its workers, mid-study
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+    gate.touch()  # from now on the GroupDRO units run
     interrupted = count_stored_units(killed)
     assert 4 <= interrupted < 16
     with sqlite3.connect(killed / "results.sqlite") as conn:

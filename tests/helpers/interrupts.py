@@ -34,6 +34,14 @@ fail_algorithms = ["CORAL"]
 """
 
 
+def default_ctrl_c() -> None:
+    """``preexec_fn`` of a child that a test interrupts: SIGINT has its default action in it, as
+    in a program started from a terminal, even where the test run inherited SIGINT ignored (a
+    background job of a non-interactive shell, e.g. ``nohup pytest &``). Python started with
+    SIGINT ignored installs no KeyboardInterrupt handler, and Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def write_config(directory: Path, *, backend: str = BACKEND, options: str = "") -> Path:
     """``DIR/study.toml``: 4 algorithms (CORAL fails) x 2 seeds x 2 scenarios, 16 units;
     `options` are more ``[unit_options]`` lines (``started_dir = ...``)."""
@@ -52,7 +60,13 @@ def start_driver(
     cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report"]
     with log.open("wb") as sink:
         return subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.PIPE, start_new_session=True
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=default_ctrl_c,
         )
 
 

@@ -24,13 +24,15 @@ def wait_until(
     *,
     seconds: float = 120.0,
     proc: subprocess.Popen | None = None,
+    every: float = POLL_SECONDS,
 ) -> None:
     """Return as soon as ``condition()`` is true.
 
     Fails the test naming `what` (a string, or a function that returns one when the test fails,
     so it can say what was seen) when `proc` (the process expected to make it true) ends first,
     with its stderr when that is a pipe, or when `seconds` pass (a guard against a hang, far
-    longer than the event needs on a loaded machine).
+    longer than the event needs on a loaded machine). `every` is the pause between two looks:
+    longer where a look is costly (asking a cluster's scheduler).
     """
     deadline = time.monotonic() + seconds
 
@@ -49,4 +51,4 @@ def wait_until(
             )
         if time.monotonic() > deadline:
             pytest.fail(f"no {named()} within {seconds:g} s")
-        time.sleep(POLL_SECONDS)
+        time.sleep(every)
