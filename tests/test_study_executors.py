@@ -50,7 +50,12 @@ def ray_address():
     ray = requires_module("ray")
     if ray.is_initialized():
         ray.shutdown()
-    context = ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    with pytest.MonkeyPatch.context() as env:
+        # Ray's workers inherit it: they import tests.cluster_backend (the kill test's gate)
+        env.setenv(
+            "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        )
+        context = ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield context.address_info["address"]
     ray.shutdown()
 
@@ -94,18 +99,23 @@ def test_killing_the_ray_driver_mid_study_then_resuming_equals_an_uninterrupted_
     tmp_path, ray_address
 ):
     cfg_path = tmp_path / "study.toml"
+    # The CORAL units (last of each seed) wait for a gate file that exists only after the kill, so
+    # the study cannot finish before it (tests/cluster_backend.py).
+    gate = tmp_path / "gate"
     cfg_path.write_text(
-        """
+        f"""
 name = "ray-kill-test"
-backend = "oodeval.study.synthetic"
+backend = "tests.cluster_backend"
 algorithms = ["ERM", "IRM", "GroupDRO", "CORAL"]
 seeds = [0, 1]
 steps = 10
-scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 },
-             { family = "synthetic", ratio = "5:1", scale = 1 }]
+scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
+             {{ family = "synthetic", ratio = "5:1", scale = 1 }}]
 [unit_options]
 sleep = 0.25
 fail_algorithms = ["CORAL"]
+gate = "{gate}"
+gated_algorithms = ["CORAL"]
 """,
         encoding="utf-8",
     )
@@ -139,7 +149,10 @@ fail_algorithms = ["CORAL"]
         )
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, while Ray's workers run its units
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+    gate.touch()  # from now on the CORAL units run
     interrupted = count_stored_units(killed)
     assert 4 <= interrupted < 16
     with sqlite3.connect(killed / "results.sqlite") as conn:
