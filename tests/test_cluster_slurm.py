@@ -207,12 +207,14 @@ def test_slurm_study_completes_and_its_store_equals_the_local_executors(tmp_path
 
 
 def test_driver_killed_mid_study_resumes_without_duplicate_or_loss(tmp_path, slurm_env):
+    # the VREx units wait for a gate file created after the kill: the study cannot end before it
+    gate = tmp_path / "gate"
     config = _write_config(
         tmp_path / "study.toml",
         "slurm-kill",
         ["ERM", "IRM", "GroupDRO", "VREx"],
         [0],
-        "sleep = 1.0",
+        f'sleep = 1.0\ngate = "{gate}"\ngated_algorithms = ["VREx"]',
     )
     out = tmp_path / "killed"
     env = _driver_env(slurm_env)
@@ -245,6 +247,7 @@ def test_driver_killed_mid_study_resumes_without_duplicate_or_loss(tmp_path, slu
     # the killed driver's jobs outlive it; the documented clean-up cancels them
     subprocess.run(["scancel", "--name", "oodeval-slurm-kill"], env=slurm_env, check=True)
     _wait(lambda: not _squeue(slurm_env, "oodeval-slurm-kill"), 60, "the old jobs to end")
+    gate.touch()
 
     stdout = _run_cli(_cli(config, out), env)
     assert f"8 units: {interrupted} already stored, {8 - interrupted} run" in stdout
