@@ -35,6 +35,7 @@ from tests.helpers.interrupts import (
     MARK,
     assert_no_process_survives,
     default_ctrl_c,
+    guard_announcer,
     write_config,
 )
 from tests.helpers.waiting import wait_until
@@ -279,9 +280,8 @@ def test_format_is_case_insensitive_and_refuses_others():
 #: still happened through ``-m`` (1 of 36 runs; console script: 36 of 36 exited 130), so it is
 #: not the test's timing. The cause in the ``-m`` path is not known.
 OODEVAL = Path(sys.executable).parent / "oodeval"
-#: A folder whose ``sitecustomize`` makes a command print `GUARDED` on stderr once it is inside its
-#: Ctrl-C guard, so the test interrupts then (tests/helpers/ctrl_c_hook/sitecustomize.py).
-CTRL_C_HOOK = REPO / "tests" / "helpers" / "ctrl_c_hook"
+#: What a command prints on stderr once it is inside its Ctrl-C guard, when started with
+#: `tests.helpers.interrupts.guard_announcer` on its path: the test interrupts then.
 GUARDED = "test: inside the Ctrl-C guard"
 
 
@@ -316,11 +316,11 @@ def test_ctrl_c_in_train_gmop_is_one_line_and_exit_130(tmp_path):
         ["openworld", "make-features", "--source", "synthetic", "--n-shots", "8",
          "--train-out", str(train), "--test-out", str(test)]
     )  # fmt: skip
-    model = tmp_path / "model.npz"
+    model, hook = tmp_path / "model.npz", guard_announcer(tmp_path / "hook")
     # The test file has new-class rows: the note about them is printed just before training.
     proc = _oodeval(
         ["openworld", "train-gmop", str(test), "--out", str(model), "--n-steps", "100000000"],
-        env={"PYTHONPATH": f"{REPO}{os.pathsep}{CTRL_C_HOOK}", "OODEVAL_TEST_ANNOUNCE": GUARDED},
+        env={"PYTHONPATH": f"{REPO}{os.pathsep}{hook}", "OODEVAL_TEST_ANNOUNCE": GUARDED},
     )
     first = proc.stderr.readline()
     assert first.startswith("note: ignoring"), first

@@ -4,7 +4,7 @@
   it is never the synchronisation itself).
 - `tests.helpers.studies`: synthetic study configs, reading and comparing stores, the paper's
   fourteen algorithms written out.
-- `tests.helpers.interrupts`: drivers of ``oodeval study run`` that a test stops, and finding
+- `tests.helpers.interrupts`: drivers of ``oodeval study run`` that a test stops, finding
   every process of one study.
 - `tests.helpers.training`: tiny synthetic scenarios for the trainer.
 - `tests.helpers.mnist`: a fake MNIST test split in IDX format.

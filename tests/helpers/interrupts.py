@@ -101,3 +101,42 @@ def assert_no_process_survives(token: str, seconds: float = 30.0) -> None:
         for pid in study_processes(token):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+#: The source of a ``sitecustomize`` module that tells a test when a command is inside its Ctrl-C
+#: guard. A Python whose ``PYTHONPATH`` holds a folder with it imports it at start-up (``site``
+#: imports ``sitecustomize``). With ``OODEVAL_TEST_ANNOUNCE`` set, every entry into
+#: `oodeval.cli._common.stops_on_ctrl_c` first enters the real guard, then prints the variable's
+#: value as one line on stderr: the test reads that line from the pipe and interrupts at once,
+#: instead of sleeping and hoping the command got there (a SIGINT that comes before the guard is
+#: caught by another handler and prints another line). Without the variable it does nothing.
+#: (Written into a test's folder, not kept as a file here: pytest's doctest collection would
+#: import it as ``sitecustomize``, which a system Python may already have.)
+GUARD_ANNOUNCER = """from __future__ import annotations
+
+import os
+
+if os.environ.get("OODEVAL_TEST_ANNOUNCE"):
+    import contextlib
+    import sys
+
+    from oodeval.cli import _common
+
+    _guard = _common.stops_on_ctrl_c
+
+    @contextlib.contextmanager
+    def _announced(*args, **kwargs):
+        with _guard(*args, **kwargs):
+            print(os.environ["OODEVAL_TEST_ANNOUNCE"], file=sys.stderr, flush=True)
+            yield
+
+    _common.stops_on_ctrl_c = _announced
+"""
+
+
+def guard_announcer(folder: Path) -> Path:
+    """`folder`, holding `GUARD_ANNOUNCER` as ``sitecustomize.py``: put it on a child's
+    ``PYTHONPATH`` and set ``OODEVAL_TEST_ANNOUNCE`` to the line it should print."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(GUARD_ANNOUNCER, encoding="utf-8")
+    return folder
