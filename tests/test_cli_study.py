@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.study import config_from_dict, preset
-from tests.test_presets import FOURTEEN
+from tests.helpers.studies import FOURTEEN
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,8 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.study import RunSummary, load_config, load_study, run_study
 from oodeval.study.executors import RayExecutor
-from tests.test_study_runner import assert_same_store
+from tests.helpers.studies import assert_same_store
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 ALGORITHMS = ["ERM", "IRM", "GroupDRO", "VREx"]
@@ -63,15 +63,18 @@ def _session(sid: int) -> dict[int, str]:
 
 
 def _kill_session(sid: int, timeout: float = 30) -> None:
-    """SIGKILL every process of session `sid`; return once none is left (or after `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while (pids := _session(sid)) and time.monotonic() < deadline:
+    """SIGKILL every process of session `sid`; return once none is left (fail after `timeout`)."""
+
+    def none_left() -> bool:
+        pids = _session(sid)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.1)
+        return not pids
+
+    wait_until(none_left, f"end of session {sid}'s processes", seconds=timeout, every=0.1)
 
 
 class RayNode:
@@ -135,14 +138,19 @@ def _nodes(address: str, env: dict[str, str]) -> dict[str, bool]:
 
 def _wait(condition, timeout: float, what: str, logs: list[Path], procs=()) -> None:
     """Poll `condition`; fail with the logs' ends on timeout or when one of `procs` ended."""
-    deadline = time.monotonic() + timeout
-    while not condition():
+
+    def tails() -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs if p.exists())
+
+    def done() -> bool:
+        if condition():
+            return True
         ended = [p.args[:3] for p in procs if p.poll() is not None]
-        if ended or time.monotonic() > deadline:
-            why = f"{ended} ended" if ended else f"timed out after {timeout:g} s"
-            tails = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs if p.exists())
-            pytest.fail(f"{why} while waiting for {what}\n{tails}")
-        time.sleep(0.2)
+        if ended:
+            pytest.fail(f"{ended} ended while waiting for {what}\n{tails()}")
+        return False
+
+    wait_until(done, lambda: f"{what}\n{tails()}", seconds=timeout, every=0.2)
 
 
 @pytest.mark.ray_cluster

@@ -20,14 +20,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from oodeval.study import load_config, load_study, run_study
-from tests.test_study_runner import assert_same_store, count_stored_units, stored_rows
+from tests.helpers.studies import assert_same_store, count_stored_units, stored_rows
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -128,11 +128,12 @@ def _sacct(
 
     slurmctld hands finished jobs to slurmdbd asynchronously, so a job can reach the accounting
     database a few seconds after its array completed: with `expect`, sacct is asked again until it
-    lists that many jobs, none of them still pending or running (or `timeout` seconds pass and the
-    last answer is returned for the caller's assertion to show).
+    lists that many jobs, none of them still pending or running (the test fails with the last
+    answer when `timeout` seconds pass first).
     """
-    deadline = time.monotonic() + timeout
-    while True:
+    rows: list[list[str]] = []
+
+    def settled() -> bool:
         out = subprocess.run(
             ["sacct", "-X", "-n", "-P", *options],
             env=env,
@@ -140,11 +141,13 @@ def _sacct(
             text=True,
             check=True,
         ).stdout
-        rows = [line.split("|") for line in out.splitlines() if line]
-        settled = not any(field in ("PENDING", "RUNNING") for row in rows for field in row)
-        if len(rows) >= expect and settled or time.monotonic() > deadline:
-            return rows
-        time.sleep(1.0)
+        rows[:] = [line.split("|") for line in out.splitlines() if line]
+        running = any(field in ("PENDING", "RUNNING") for row in rows for field in row)
+        return len(rows) >= expect and not running
+
+    what = lambda: f"{expect} finished jobs in sacct (last answer: {rows})"  # noqa: E731
+    wait_until(settled, what, seconds=timeout, every=1.0)
+    return rows
 
 
 def _squeue(env: dict[str, str], name: str) -> list[tuple[str, str]]:
@@ -177,15 +180,8 @@ scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
     return path
 
 
-
 def _wait(condition, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the driver ended while waiting for {what}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.2)
+    wait_until(condition, what, seconds=timeout, proc=proc, every=0.2)
 
 
 def test_slurm_study_completes_and_its_store_equals_the_local_executors(tmp_path, slurm_env):
@@ -211,12 +207,14 @@ def test_slurm_study_completes_and_its_store_equals_the_local_executors(tmp_path
 
 
 def test_driver_killed_mid_study_resumes_without_duplicate_or_loss(tmp_path, slurm_env):
+    # the VREx units wait for a gate file created after the kill: the study cannot end before it
+    gate = tmp_path / "gate"
     config = _write_config(
         tmp_path / "study.toml",
         "slurm-kill",
         ["ERM", "IRM", "GroupDRO", "VREx"],
         [0],
-        "sleep = 1.0",
+        f'sleep = 1.0\ngate = "{gate}"\ngated_algorithms = ["VREx"]',
     )
     out = tmp_path / "killed"
     env = _driver_env(slurm_env)
@@ -249,6 +247,7 @@ def test_driver_killed_mid_study_resumes_without_duplicate_or_loss(tmp_path, slu
     # the killed driver's jobs outlive it; the documented clean-up cancels them
     subprocess.run(["scancel", "--name", "oodeval-slurm-kill"], env=slurm_env, check=True)
     _wait(lambda: not _squeue(slurm_env, "oodeval-slurm-kill"), 60, "the old jobs to end")
+    gate.touch()
 
     stdout = _run_cli(_cli(config, out), env)
     assert f"8 units: {interrupted} already stored, {8 - interrupted} run" in stdout

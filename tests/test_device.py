@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -45,8 +44,9 @@ from oodeval.study.executors.local import _pool
 from oodeval.training import run_unit, train_models
 from oodeval.training.data import on_device, prepare_data
 from oodeval.training.options import TrainerOptions
-from tests.test_study_runner import synthetic_config
-from tests.test_training import TinyScenario
+from tests.helpers.studies import synthetic_config
+from tests.helpers.training import TinyScenario
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -266,9 +266,8 @@ def _report_device(folder: str) -> str:
 
     device = worker._STATE["trainer"]["device"]
     Path(folder, f"{os.getpid()}").write_text(device)
-    deadline = time.monotonic() + 60
-    while len(list(Path(folder).iterdir())) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)  # hold this worker, so the other task reaches the other worker
+    # hold this worker until the other one reported, so the other task reaches the other worker
+    wait_until(lambda: len(list(Path(folder).iterdir())) == 2, "report of the other worker")
     return device
 
 

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 import oodeval.algorithms as alg
 from oodeval.training import train_models
-from tests.test_training import TinyScenario
+from tests.helpers.training import TinyScenario
 
 torch.set_num_threads(1)
 

@@ -28,7 +28,7 @@ from oodeval.training import TrainingDiverged, train_models
 from oodeval.training.data import TrainingRun, prepare_data
 from oodeval.training.loop import DivergenceWatch
 from oodeval.training.options import TrainerOptions
-from tests.test_training import TinyScenario
+from tests.helpers.training import TinyScenario
 
 torch.set_num_threads(1)
 

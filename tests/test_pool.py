@@ -1,33 +1,51 @@
 """The worker pool (`oodeval.pool`): per-worker settings, Ctrl-C, abandoning, dying with the driver.
 
 The functions run in workers are defined here, at module level, so spawned processes import them.
+Workers and tests meet at barriers, files and signals, never after a fixed delay; `_block` stands
+for a unit that outlasts the test (it runs until its process is killed).
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
 import threading
-import time
 from concurrent.futures import CancelledError
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import pytest
 
 from oodeval.errors import OodevalError
 from oodeval.pool import THREAD_VARS, WorkerPool, exit_with_parent
+from tests.helpers.waiting import wait_until
 
 _ITEM: dict[str, object] = {}
 
 
-def _remember(barrier, item) -> None:
-    barrier.wait(timeout=120)  # both workers are up before either takes a task
-    _ITEM["item"] = item
+def _block() -> None:
+    """Run until this process is killed (a signal handler that returns does not end it)."""
+    while True:
+        signal.pause()
+
+
+def _announce_then_block(path: str) -> None:
+    """Write the file `path` (the test's sign that this unit is running), then `_block`."""
+    Path(path).touch()
+    _block()
+
+
+def _remember(up, together, item) -> None:
+    up.wait(timeout=120)  # both workers are up before either takes a task
+    _ITEM["item"], _ITEM["together"] = item, together
 
 
 def _pid_and_item() -> tuple[int, object]:
-    time.sleep(0.5)  # keeps this worker busy, so the other one takes the other task
+    # Returns only once the other task is running too: a worker holding this one cannot take the
+    # other, so each worker answers one (one worker taking both would break the barrier).
+    _ITEM["together"].wait(timeout=120)
     return os.getpid(), _ITEM["item"]
 
 
@@ -41,8 +59,9 @@ def _worker_state() -> dict[str, object]:
 
 
 def test_each_worker_gets_its_own_per_worker_item():
-    barrier = multiprocessing.get_context("spawn").Barrier(2)
-    pool = WorkerPool(2, initializer=_remember, initargs=(barrier,), per_worker=["a", "b"])
+    ctx = multiprocessing.get_context("spawn")
+    barriers = (ctx.Barrier(2), ctx.Barrier(2))
+    pool = WorkerPool(2, initializer=_remember, initargs=barriers, per_worker=["a", "b"])
     with pool:
         answers = [f.result(timeout=120) for f in [pool.submit(_pid_and_item) for _ in range(2)]]
     assert len({pid for pid, _ in answers}) == 2
@@ -61,13 +80,14 @@ def test_workers_ignore_ctrl_c_know_their_driver_and_run_the_threads_asked():
     assert state["threads"] == {"2"}
 
 
-def test_abandon_kills_the_workers_and_drops_their_units():
+def test_abandon_kills_the_workers_and_drops_their_units(tmp_path):
+    started = tmp_path / "started"
     with WorkerPool(1) as pool:
         pid = pool.submit(os.getpid).result(timeout=120)
-        running = pool.submit(time.sleep, 60)
-        queued = pool.submit(time.sleep, 60)
-        time.sleep(0.5)
-        pool.abandon()  # does not wait the 60 s: the unit is abandoned
+        running = pool.submit(_announce_then_block, str(started))
+        queued = pool.submit(_block)
+        wait_until(started.exists, "start of the first unit")
+        pool.abandon()  # does not wait for the unit, which never ends: it is abandoned
     with pytest.raises((BrokenProcessPool, CancelledError)):
         running.result(timeout=0)
     with pytest.raises((BrokenProcessPool, CancelledError)):
@@ -78,26 +98,29 @@ def test_abandon_kills_the_workers_and_drops_their_units():
 def test_leaving_the_pool_block_by_an_exception_abandons_the_units():
     with pytest.raises(KeyboardInterrupt), WorkerPool(1) as pool:
         pid = pool.submit(os.getpid).result(timeout=120)
-        running = pool.submit(time.sleep, 60)
+        running = pool.submit(_block)
         raise KeyboardInterrupt
     assert running.done() and not _alive(pid)
 
 
 def _exit_with(parent: int) -> None:
     exit_with_parent(parent)
-    time.sleep(60)  # reached only while `parent` is this process's parent
+    _block()  # reached only while `parent` is this process's parent
 
 
 def test_a_worker_whose_driver_is_already_gone_exits_at_once():
     """The start-up race: the driver died before the worker's set-up ran. The worker is handed
     the driver's PID, sees that its parent is another process, and leaves."""
-    gone = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0,))
+    gone = multiprocessing.get_context("spawn").Process(target=os.getpid)  # ends at once
     gone.start()
     gone.join()
     worker = multiprocessing.get_context("spawn").Process(target=_exit_with, args=(gone.pid,))
     worker.start()
-    worker.join(timeout=60)
-    assert worker.exitcode == 1
+    try:
+        worker.join(timeout=60)  # a guard: the worker exits at once, or blocks until killed
+        assert worker.exitcode == 1
+    finally:
+        worker.kill()
 
 
 def test_workers_end_themselves_when_the_driver_dies():
@@ -122,19 +145,36 @@ def _driver_with_one_worker(ready) -> None:
 def _orphan_worker(ready, parent: int) -> None:
     exit_with_parent(parent, poll_seconds=0.2)
     ready.put(os.getpid())
-    time.sleep(120)
+    _block()
 
 
-def test_a_pool_outlives_the_driver_thread_that_started_its_workers():
+def _report_parent_death_signal(path: str) -> int:
+    """In a worker: from now on a SIGUSR1 (the kernel's parent-death signal) goes to the pool's
+    handler, then, if that handler let the worker live, appends a line to the file `path`."""
+    pool_handler = signal.getsignal(signal.SIGUSR1)
+
+    def handler(signum, frame) -> None:
+        if callable(pool_handler):
+            pool_handler(signum, frame)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("handled\n")
+
+    signal.signal(signal.SIGUSR1, handler)
+    return os.getpid()
+
+
+def test_a_pool_outlives_the_driver_thread_that_started_its_workers(tmp_path):
     """Linux signals a worker when the *thread* that started it ends; a driver thread ending while
     the driver lives on must not end the pool's workers."""
-    pool = WorkerPool(1)
+    handled = tmp_path / "handled"
     first: list[int] = []
-    starter = threading.Thread(target=lambda: first.append(pool.submit(os.getpid).result(60)))
-    starter.start()
-    starter.join()
-    time.sleep(0.5)  # the signal, if any, has been delivered and handled
-    with pool:
+    with WorkerPool(1) as pool:
+        submit = functools.partial(pool.submit, _report_parent_death_signal, str(handled))
+        starter = threading.Thread(target=lambda: first.append(submit().result(60)))
+        starter.start()  # the thread's submit starts the worker
+        starter.join()
+        # the worker got the signal of its starter's end, and lived through the pool's handler
+        wait_until(handled.exists, "SIGUSR1 handled by the worker after its starter thread ended")
         assert pool.submit(os.getpid).result(timeout=60) == first[0]
 
 
@@ -147,13 +187,13 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_until_gone(pid: int, *, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    raise AssertionError(f"process {pid} was still alive {seconds} s after its driver died")
+    try:
+        wait_until(
+            lambda: not _alive(pid), f"end of process {pid} after its driver died", seconds=seconds
+        )
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _oodeval_imports(path) -> list[tuple[str, list[str]]]:

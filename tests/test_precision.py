@@ -17,7 +17,7 @@ from oodeval.algorithms.networks import (
 )
 from oodeval.errors import OodevalError
 from oodeval.training import run_unit, train_models
-from tests.test_training import SHAPE, TinyScenario, TwoGiven, synthetic_env
+from tests.helpers.training import SHAPE, TinyScenario, TwoGiven, synthetic_env
 
 torch.set_num_threads(1)
 

@@ -24,23 +24,8 @@ from oodeval.study.config import (
 )
 from oodeval.study.runner import prepare_config
 from oodeval.training.options import TrainerOptions
+from tests.helpers.studies import FOURTEEN
 
-FOURTEEN = [
-    "ERM",
-    "IRM",
-    "GroupDRO",
-    "Mixup",
-    "MLDG",
-    "CORAL",
-    "MMD",
-    "DANN",
-    "CDANN",
-    "MTL",
-    "SagNet",
-    "ARM",
-    "VREx",
-    "RSC",
-]
 GRID = [(r, s) for s in (1, 2, 3, 4) for r in ("3:1", "4:1", "5:1")]
 
 # DomainBed's hparams_registry.py defaults for its SMALL_IMAGES datasets (ColoredMNIST), copied

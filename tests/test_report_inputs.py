@@ -142,7 +142,7 @@ def test_cli_report_writes_a_page_and_rejects_unknown_files(tmp_path):
 
 @pytest.mark.browser
 def test_results_report_in_chromium_escapes_hostile_names(tmp_path):
-    from tests.browser import check_page
+    from tests.helpers.browser import check_page
 
     raw = pd.read_csv(RESULTS)
     evil = "<img src=x onerror=alert(1)>"
@@ -161,7 +161,7 @@ def test_results_report_in_chromium_escapes_hostile_names(tmp_path):
 
 @pytest.mark.browser
 def test_openworld_report_in_chromium(tmp_path):
-    from tests.browser import check_page
+    from tests.helpers.browser import check_page
 
     page_path = tmp_path / "ow.html"
     page_path.write_text(build_report(PREDICTIONS, base_classes="0-2"), encoding="utf-8")

@@ -251,7 +251,7 @@ def test_long_names_keep_the_page_short_and_in_tooltips(named_studies, source, t
     character names is laid out as the one whose names have exactly 40: same height but for the
     ellipses' wrapping (5%). Names of 12 characters are never cut: that page may be shorter, but
     not by a third (before the fix: 12,428 px against 4,246 px)."""
-    from tests.browser import check_page
+    from tests.helpers.browser import check_page
 
     assert NAME_WIDTH == 40 == LENGTHS[1]
     probe = WHERE_PROBE.replace("CHUNKS", json.dumps(_chunks()))

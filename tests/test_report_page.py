@@ -88,7 +88,7 @@ def test_hue_groups_are_drawn_in_palette_order(tmp_path):
 
 @pytest.mark.browser
 def test_page_loads_in_chromium_with_images_and_shows_names_as_text(tmp_path):
-    from tests.browser import check_page
+    from tests.helpers.browser import check_page
 
     _, path, _ = _page(tmp_path)
     page = check_page(path, "report-page-escaping.png")

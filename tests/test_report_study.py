@@ -136,7 +136,7 @@ def test_a_study_with_one_algorithm_renders_and_says_what_is_missing(tmp_path):
 
 @pytest.mark.browser
 def test_study_report_loads_in_chromium_with_every_image(study_dir, tmp_path):
-    from tests.browser import check_page
+    from tests.helpers.browser import check_page
 
     page = tmp_path / "study.html"
     page.write_text(build_report(study_dir), encoding="utf-8")
@@ -244,7 +244,7 @@ def partial_study(tmp_path_factory):
 
 def _verdict_page(directory, tmp_path, name):
     from oodeval.study.analysis import verdict_view
-    from tests.browser import check_page
+    from tests.helpers.browser import check_page
 
     page = tmp_path / f"{name}.html"
     page.write_text(build_report(directory), encoding="utf-8")

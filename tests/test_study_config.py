@@ -35,6 +35,7 @@ from oodeval.study.config import (
     scenario_key,
 )
 from oodeval.study.store import ResultStore
+from tests.helpers.mnist import fake_mnist
 
 SYNTHETIC = {
     "name": "config-test",
@@ -376,29 +377,6 @@ def test_toml_may_not_set_the_computed_identity(tmp_path):
 
 
 # -- data identity --------------------------------------------------------------------------
-def idx_bytes(array: np.ndarray) -> bytes:
-    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
-        int(d).to_bytes(4, "big") for d in array.shape
-    )
-    return header + array.astype(np.uint8).tobytes()
-
-
-def fake_mnist(folder: Path, seed: int = 0, *, gz: bool = False) -> dict[str, bytes]:
-    """A 60-image MNIST test split; returns {file stem: uncompressed bytes}."""
-    rng = np.random.default_rng(seed)
-    files = {
-        "t10k-images-idx3-ubyte": idx_bytes(rng.integers(0, 256, (60, 28, 28))),
-        "t10k-labels-idx1-ubyte": idx_bytes(np.arange(60) % 10),
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    for stem, data in files.items():
-        if gz:
-            (folder / f"{stem}.gz").write_bytes(gzip.compress(data))
-        else:
-            (folder / stem).write_bytes(data)
-    return files
-
-
 def manifest_digest(files: dict[str, bytes]) -> str:
     """The documented digest, computed independently: SHA-256 of sorted name/SHA-256 lines."""
     lines = "".join(

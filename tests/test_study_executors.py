@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,9 @@ from oodeval.study.executors import (
     SlurmExecutor,
     make_executor,
 )
+from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
+from tests.helpers.waiting import wait_until
 from tests.requires import requires_module
-from tests.test_study_runner import assert_same_store, count_stored_units, synthetic_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,12 @@ def ray_address():
     ray = requires_module("ray")
     if ray.is_initialized():
         ray.shutdown()
-    context = ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    with pytest.MonkeyPatch.context() as env:
+        # Ray's workers inherit it: they import tests.cluster_backend (the kill test's gate)
+        env.setenv(
+            "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        )
+        context = ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield context.address_info["address"]
     ray.shutdown()
 
@@ -94,18 +99,23 @@ def test_killing_the_ray_driver_mid_study_then_resuming_equals_an_uninterrupted_
     tmp_path, ray_address
 ):
     cfg_path = tmp_path / "study.toml"
+    # The CORAL units (last of each seed) wait for a gate file that exists only after the kill, so
+    # the study cannot finish before it (tests/cluster_backend.py).
+    gate = tmp_path / "gate"
     cfg_path.write_text(
-        """
+        f"""
 name = "ray-kill-test"
-backend = "oodeval.study.synthetic"
+backend = "tests.cluster_backend"
 algorithms = ["ERM", "IRM", "GroupDRO", "CORAL"]
 seeds = [0, 1]
 steps = 10
-scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 },
-             { family = "synthetic", ratio = "5:1", scale = 1 }]
+scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
+             {{ family = "synthetic", ratio = "5:1", scale = 1 }}]
 [unit_options]
 sleep = 0.25
 fail_algorithms = ["CORAL"]
+gate = "{gate}"
+gated_algorithms = ["CORAL"]
 """,
         encoding="utf-8",
     )
@@ -131,17 +141,18 @@ fail_algorithms = ["CORAL"]
         proc = subprocess.Popen(
             cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
-    deadline = time.monotonic() + 90
     try:
-        while time.monotonic() < deadline:
-            if count_stored_units(killed) >= 4:
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"the driver ended before it was killed: {log.read_text()!r}")
-            time.sleep(0.02)
+        wait_until(
+            lambda: count_stored_units(killed) >= 4,
+            lambda: f"4 stored units (driver's log: {log.read_text()!r})",
+            proc=proc,
+        )
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, while Ray's workers run its units
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+    gate.touch()  # from now on the CORAL units run
     interrupted = count_stored_units(killed)
     assert 4 <= interrupted < 16
     with sqlite3.connect(killed / "results.sqlite") as conn:
@@ -155,7 +166,6 @@ fail_algorithms = ["CORAL"]
     reference = tmp_path / "reference"
     run_study(load_config(cfg_path), reference, workers=2, progress=False)
     assert_same_store(killed, reference)
-
 
 
 def test_submitit_local_jobs_give_the_local_executors_store(tmp_path, local_reference):

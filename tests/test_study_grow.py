@@ -23,7 +23,7 @@ from oodeval.results.variance import study_checkpoints
 from oodeval.study import load_study, preset
 from oodeval.study.integrity import text_checksum
 from oodeval.study.store import SCHEMA_VERSION, STORE_NAME, verify_store
-from tests.test_study_config import fake_mnist
+from tests.helpers.mnist import fake_mnist
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 S1 = "synthetic/ratio=3:1/scale=1"

@@ -1,13 +1,9 @@
 """Stopping a study: Ctrl-C, a driver killed during start-up, and warnings raised in units.
 
-Drivers run ``oodeval study run`` in a subprocess whose environment carries a token; every process
-of that study (workers, multiprocessing's resource tracker) inherits it, so ``/proc/*/environ``
-finds them all, re-parented or not.
-
-This module doubles as a study backend (``backend = "tests.test_study_interrupts"``): the synthetic
-backend, except that a unit writes a file when it starts and the algorithm named in the
-environment variable ``OODEVAL_TEST_HANG`` sleeps ten minutes, a unit still in flight when the
-driver is stopped.
+Drivers run ``oodeval study run`` on ``tests.interrupt_backend`` (units that announce their start
+in a folder, and units that hang); every process of one study carries a token in its environment
+(`tests.helpers.interrupts`). Each test stops the driver at a moment it *observes* (a file a unit
+wrote, a process that appeared), never after a fixed delay.
 """
 
 from __future__ import annotations
@@ -15,116 +11,38 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from oodeval.study import load_config, load_study, run_study, synthetic
-from tests.test_study_runner import assert_same_store, count_stored_units, synthetic_config
-
-REPO = Path(__file__).resolve().parents[1]
-MARK = "OODEVAL_TEST_STUDY"
-
-available = synthetic.available
-build_scenario = synthetic.build_scenario
-default_hparams = synthetic.default_hparams
-sample_hparams = synthetic.sample_hparams
-
-
-def run_unit(scenario, algorithm, *, started_dir: str = "", **kwargs):
-    if started_dir:
-        Path(started_dir, f"{os.getpid()}-{algorithm}-{kwargs['seed']}").touch()
-    if os.environ.get("OODEVAL_TEST_HANG") == algorithm:
-        time.sleep(600)
-    return synthetic.run_unit(scenario, algorithm, **kwargs)
-
-
-STUDY_TOML = """
-name = "interrupt-test"
-backend = "{backend}"
-algorithms = ["ERM", "IRM", "GroupDRO", "CORAL"]
-seeds = [0, 1]
-steps = 10
-scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
-             {{ family = "synthetic", ratio = "5:1", scale = 1 }}]
-[unit_options]
-fail_algorithms = ["CORAL"]
-{options}
-"""
-
-
-def write_config(directory: Path, *, backend: str = __name__, options: str = "") -> Path:
-    path = directory / "study.toml"
-    path.write_text(STUDY_TOML.format(backend=backend, options=options), encoding="utf-8")
-    return path
-
-
-def start_driver(
-    config: Path, out: Path, log: Path, token: str, *, hang: str = ""
-) -> subprocess.Popen:
-    """``oodeval study run`` in its own session (a terminal's Ctrl-C reaches its whole group)."""
-    env = {**os.environ, MARK: token, "OODEVAL_TEST_HANG": hang}
-    cmd = [sys.executable, "-m", "oodeval.cli.main", "study", "run", str(config)]
-    cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report"]
-    with log.open("wb") as sink:
-        return subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.PIPE, start_new_session=True
-        )
-
-
-def study_processes(token: str) -> dict[int, str]:
-    """{pid: command line} of the live processes carrying the study's token."""
-    needle = f"{MARK}={token}".encode()
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle not in (entry / "environ").read_bytes().split(b"\0"):
-                continue  # a zombie's environment reads empty: it is dead
-            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return found
-
-
-def assert_no_process_survives(token: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while (left := study_processes(token)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"still running {seconds} s after the driver ended: {left}"
-
-
-
-def wait_for(condition, proc: subprocess.Popen, what: str, seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if proc.poll() is not None:
-            pytest.fail(f"the driver ended before {what}: {proc.stderr.read().decode()!r}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"no {what} within {seconds} s")
-        time.sleep(0.005)
+from oodeval.study import load_config, load_study, run_study
+from tests.helpers.interrupts import (
+    assert_no_process_survives,
+    start_driver,
+    study_processes,
+    write_config,
+)
+from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
+from tests.helpers.waiting import wait_until
 
 
 @pytest.mark.slow
 def test_ctrl_c_abandons_the_units_in_flight_and_the_same_command_resumes(tmp_path):
     """Ctrl-C while both workers run a ten-minute unit: the driver kills them instead of waiting,
     prints one line, exits 130; the store holds whole units only and the next run completes it."""
-    config = write_config(tmp_path)
+    started = tmp_path / "started"
+    started.mkdir()
+    config = write_config(tmp_path, options=f'started_dir = "{started}"')
     out, token = tmp_path / "out", uuid.uuid4().hex
     proc = start_driver(config, out, tmp_path / "driver.log", token, hang="GroupDRO")
+
+    def both_workers_hang() -> bool:
+        """Two GroupDRO units started: each worker is inside a ten-minute unit."""
+        return len([f for f in started.iterdir() if "-GroupDRO-" in f.name]) == 2
+
     try:
-        # units run scenario by scenario, seed by seed: ERM, IRM, GroupDRO (hangs), CORAL, then
-        # seed 1's ERM and IRM, and its GroupDRO hangs the second worker
-        wait_for(lambda: count_stored_units(out) >= 5, proc, "five stored units")
-        time.sleep(0.5)
+        wait_until(both_workers_hang, "two GroupDRO units started", proc=proc)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the driver and its workers
         returncode = proc.wait(timeout=60)  # not the ten minutes of the units in flight
     finally:
@@ -154,12 +72,17 @@ def test_ctrl_c_abandons_the_units_in_flight_and_the_same_command_resumes(tmp_pa
 
 
 def _has_child(token: str, driver: int) -> bool:
-    """Whether a process of the driver exists: the resource tracker or a starting worker."""
+    """a process of the driver (the resource tracker or a starting worker)"""
     return bool(set(study_processes(token)) - {driver})
 
 
+def _worker_spawned(token: str, driver: int) -> bool:
+    """a spawned worker (importing: the old worker then read its parent's PID too late)"""
+    return any("spawn_main" in cmd for pid, cmd in study_processes(token).items() if pid != driver)
+
+
 def _loads_torch(token: str, driver: int) -> bool:
-    """Whether a worker has mapped libtorch (importing torch, which takes seconds)."""
+    """a worker that mapped libtorch (importing torch, which takes seconds)"""
     for pid in set(study_processes(token)) - {driver}:
         try:
             if "libtorch" in Path(f"/proc/{pid}/maps").read_text():
@@ -169,14 +92,13 @@ def _loads_torch(token: str, driver: int) -> bool:
     return False
 
 
-def kill_driver_then_check(config: Path, tmp_path: Path, moment, delay: float) -> None:
-    """Start a driver, SIGKILL it (alone) `delay` s after ``moment(token, pid)`` holds, and check
-    that every process of its study ends."""
+def kill_driver_then_check(config: Path, tmp_path: Path, moment) -> None:
+    """Start a driver, SIGKILL it (alone) as soon as ``moment(token, pid)`` holds, and check that
+    every process of its study ends."""
     token = uuid.uuid4().hex
     proc = start_driver(config, tmp_path / "out", tmp_path / "driver.log", token)
     try:
-        wait_for(lambda: moment(token, proc.pid), proc, moment.__doc__)
-        time.sleep(delay)
+        wait_until(lambda: moment(token, proc.pid), moment.__doc__, proc=proc)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:
@@ -186,14 +108,14 @@ def kill_driver_then_check(config: Path, tmp_path: Path, moment, delay: float) -
 
 
 @pytest.mark.parametrize(
-    ("moment", "delay"),
+    "moment",
     [
-        ("start", 0.0),  # processes are being spawned
-        ("start", 0.5),  # workers import (the old worker then read its parent's PID too late)
-        ("unit", 0.0),  # a unit is running
+        "start",  # processes are being spawned
+        "import",  # a worker imports
+        "unit",  # a unit is running
     ],
 )
-def test_killing_the_driver_during_start_up_leaves_no_process(tmp_path, moment, delay):
+def test_killing_the_driver_during_start_up_leaves_no_process(tmp_path, moment):
     started = tmp_path / "started"
     started.mkdir()
     config = write_config(tmp_path, options=f'started_dir = "{started}"\nsleep = 5.0')
@@ -202,14 +124,13 @@ def test_killing_the_driver_during_start_up_leaves_no_process(tmp_path, moment, 
         """a unit started"""
         return any(started.iterdir())
 
-    kill_driver_then_check(
-        config, tmp_path, _has_child if moment == "start" else unit_started, delay
-    )
+    moments = {"start": _has_child, "import": _worker_spawned, "unit": unit_started}
+    kill_driver_then_check(config, tmp_path, moments[moment])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("moment", "delay"), [(_has_child, 0.5), (_loads_torch, 0.0)])
-def test_killing_a_real_trainer_driver_during_start_up_leaves_no_process(tmp_path, moment, delay):
+@pytest.mark.parametrize("moment", [_worker_spawned, _loads_torch])
+def test_killing_a_real_trainer_driver_during_start_up_leaves_no_process(tmp_path, moment):
     """Where the orphaned ~500 MB worker was seen: the real trainer's workers, loading torch."""
     config = tmp_path / "study.toml"
     config.write_text(
@@ -217,7 +138,7 @@ def test_killing_a_real_trainer_driver_during_start_up_leaves_no_process(tmp_pat
         'steps = 2000\nscenarios = [{ family = "sr-cmnist", ratio = "3:1", scale = 1 }]\n',
         encoding="utf-8",
     )
-    kill_driver_then_check(config, tmp_path, moment, delay)
+    kill_driver_then_check(config, tmp_path, moment)
 
 
 def test_each_distinct_warning_of_the_units_is_printed_once(tmp_path, capfd):

@@ -1,5 +1,10 @@
 """One writer per study folder: a second writer is refused naming the holder; a dead holder's lock
-is taken over; readers never wait."""
+is taken over; readers never wait.
+
+Orderings are made, not timed: a holder keeps the lock until the test closes its stdin, a study's
+units wait for a gate file the test creates, and readers run with SQLite's busy timeout at 0, so
+waiting for the writer would be an error instead of a delay.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,22 +26,28 @@ from oodeval.errors import OodevalError
 from oodeval.study.lock import LOCK_NAME, StudyLock, StudyLockedError, read_holder
 from oodeval.study.read_model import load_study
 from oodeval.study.store import ResultStore
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
 HOLD = """
-import sys, time
+import sys
 from oodeval.study.lock import study_lock
 lock = study_lock(sys.argv[1])
 print("locked", flush=True)
-time.sleep(300)
+sys.stdin.read()
 """
 
 
 def hold_lock(directory: Path) -> subprocess.Popen:
-    """A separate process that takes the folder's lock and keeps it until killed."""
+    """A separate process that takes the folder's lock and keeps it until killed (or until its
+    stdin is closed)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(directory)], cwd=REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD, str(directory)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout.readline().strip() == "locked"
     return proc
@@ -85,18 +96,33 @@ def test_two_writers_in_one_process_are_refused_too(tmp_path):
         pass
 
 
-def test_readers_do_not_wait_for_the_writer(tmp_path):
+def test_readers_do_not_wait_for_the_writer(tmp_path, monkeypatch):
+    """Readers open the store while a writer is inside a write transaction. Every connection
+    opened meanwhile has SQLite's busy timeout at 0: one that had to wait for the writer's lock
+    would fail at once with "database is locked" (as the check below shows), so readers that
+    succeed never waited."""
     with ResultStore(tmp_path, create=True) as writer:
         writer.bind_config({"name": "s", "algorithms": ["ERM"], "seeds": [0], "scenarios": [{}]})
-        writer.execute("BEGIN IMMEDIATE")  # the writer is in the middle of a transaction
-        started = time.monotonic()
+        store = tmp_path / "results.sqlite"
+        busy = sqlite3.connect(store, isolation_level=None)
+        busy.execute("BEGIN IMMEDIATE")  # a writer in the middle of a transaction
+        connect, opened = sqlite3.connect, []
+
+        def without_waiting(*args, **kwargs):
+            opened.append(args[0])
+            return connect(*args, **{**kwargs, "timeout": 0})
+
+        monkeypatch.setattr(sqlite3, "connect", without_waiting)
+        with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+            sqlite3.connect(store, isolation_level=None).execute("BEGIN IMMEDIATE")
+        del opened[:]
         study = load_study(tmp_path)
         status = CliRunner().invoke(app, ["study", "status", str(tmp_path)])
-        waited = time.monotonic() - started
-        writer.execute("ROLLBACK")
+        assert len(opened) >= 2  # both readers opened the store through the patched connect
+        busy.execute("ROLLBACK")
+        busy.close()
     assert study.counts()["done"] == 0
     assert status.exit_code == 0 and "0 done, 0 failed, 1 pending (of 1)" in status.output
-    assert waited < 25  # SQLite's busy timeout (30 s) was never waited out
 
 
 def test_a_file_system_without_locks_is_one_clear_error(tmp_path, monkeypatch):
@@ -110,41 +136,47 @@ def test_a_file_system_without_locks_is_one_clear_error(tmp_path, monkeypatch):
         StudyLock(tmp_path).acquire()
 
 
+# Every unit waits for the file `gate` (tests/cluster_backend.py): the first run cannot finish
+# before the test creates it.
 CONFIG = """
 name = "two-writers"
-backend = "oodeval.study.synthetic"
+backend = "tests.cluster_backend"
 algorithms = ["ERM", "IRM", "GroupDRO", "VREx"]
 seeds = [0]
 steps = 5
-scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 },
-             { family = "synthetic", ratio = "3:1", scale = 2 }]
+scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
+             {{ family = "synthetic", ratio = "3:1", scale = 2 }}]
 [unit_options]
-sleep = 1.5
+gate = "{gate}"
+gated_algorithms = ["ERM", "IRM", "GroupDRO", "VREx"]
 """
 
 
 def study_run(config: Path, out: Path, **kwargs) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "oodeval.cli.main", "study", "run", str(config), "--out"]
     cmd += [str(out), "--workers", "1", "--no-progress", "--no-report"]
-    return subprocess.Popen(cmd, cwd=REPO, text=True, **kwargs)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # the workers import tests.cluster_backend
+    return subprocess.Popen(cmd, cwd=REPO, env=env, text=True, **kwargs)
 
 
 def test_two_study_runs_on_one_folder_the_second_refuses_at_once(tmp_path):
-    config = tmp_path / "study.toml"
-    config.write_text(CONFIG, encoding="utf-8")
+    config, gate = tmp_path / "study.toml", tmp_path / "gate"
+    config.write_text(CONFIG.format(gate=gate), encoding="utf-8")
     out = tmp_path / "out"
     first = study_run(config, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        while (holder := read_holder(out)) is None or holder.pid != first.pid:
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline, "the first run never took the lock"
-            time.sleep(0.05)
+        wait_until(
+            lambda: getattr(read_holder(out), "pid", None) == first.pid,
+            "lock taken by the first run",
+            proc=first,
+        )
+        holder = read_holder(out)
         second = study_run(config, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         stdout, stderr = second.communicate(timeout=120)
-        # the refusal came while the first still ran: it was the lock, not a finished study
+        # the first cannot have finished (its units wait for the gate): it was the lock
         assert first.poll() is None, "the first run ended before the second was refused"
     finally:
+        gate.touch()  # the first run's units go on
         first_out, first_err = first.communicate(timeout=300)
     assert second.returncode == 2 and stdout == ""
     assert stderr.splitlines() == [

@@ -16,7 +16,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,9 @@ from oodeval.study.store import (
     UnitRecord,
     verify_store,
 )
-from tests.test_study_runner import count_stored_units
+from tests.helpers.interrupts import default_ctrl_c
+from tests.helpers.studies import count_stored_units
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -374,17 +375,15 @@ def merge_process(a: Path, b: Path, out: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_ctrl_c,  # one test interrupts it
     )
 
 
-
 def wait_for_units(process: subprocess.Popen, out: Path, at_least: int) -> int:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        count = count_stored_units(out)
-        if count >= at_least:
-            return count
-        time.sleep(0.01)
+    """Units stored once `process` has stored `at_least` of them (more may follow meanwhile)."""
+    wait_until(
+        lambda: count_stored_units(out) >= at_least, f"{at_least} stored units", proc=process
+    )
     return count_stored_units(out)
 
 

@@ -12,10 +12,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import oodeval
@@ -29,41 +27,10 @@ from oodeval.study import (
     synthetic,
     validate_config,
 )
+from tests.helpers.studies import assert_same_store, count_stored_units, synthetic_config
+from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD"]
-
-
-def synthetic_config(**overrides):
-    data = {
-        "name": "synthetic-test",
-        "backend": "oodeval.study.synthetic",
-        "algorithms": ALGOS,
-        "seeds": [0, 1],
-        "steps": 10,
-        "scenarios": [
-            {"family": "synthetic", "ratio": "3:1", "scale": 1},
-            {"family": "synthetic", "ratio": "4:1", "scale": 2},
-        ],
-    }
-    data.update(overrides)
-    return config_from_dict(data)
-
-
-def stored_rows(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Everything of a store that must be reproducible (not timings or wall-clock stamps)."""
-    study = load_study(directory)
-    # timings and clock stamps vary; versions carry a digest of the (possibly edited) sources
-    units = study.units.drop(columns=["timings", "started", "finished", "versions"])
-    units = units.assign(**{c: units[c].map(repr) for c in ("params", "hparams")})
-    return units.reset_index(drop=True), study.results.reset_index(drop=True)
-
-
-def assert_same_store(a: Path, b: Path) -> None:
-    units_a, results_a = stored_rows(a)
-    units_b, results_b = stored_rows(b)
-    pd.testing.assert_frame_equal(units_a, units_b)
-    pd.testing.assert_frame_equal(results_a, results_b, check_exact=True)
 
 
 def test_whole_study_is_deterministic_and_independent_of_worker_count(tmp_path):
@@ -86,19 +53,26 @@ def test_rerun_skips_finished_units(tmp_path):
 
 
 def test_kill_minus_nine_mid_study_then_resume_equals_uninterrupted_run(tmp_path):
-    cfg_path = tmp_path / "study.toml"
+    """SIGKILL of the driver and its workers with 4 or more units stored and others running.
+
+    The GroupDRO units wait for a gate file (tests/cluster_backend.py) that exists only after the
+    kill, so the study cannot finish before it, however slowly this test is scheduled; the other
+    units run 0.1 s each, so the kill also lands in running units."""
+    cfg_path, gate = tmp_path / "study.toml", tmp_path / "gate"
     cfg_path.write_text(
-        """
+        f"""
 name = "kill-test"
-backend = "oodeval.study.synthetic"
+backend = "tests.cluster_backend"
 algorithms = ["ERM", "IRM", "GroupDRO", "CORAL"]
 seeds = [0, 1]
 steps = 10
-scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 },
-             { family = "synthetic", ratio = "5:1", scale = 1 }]
+scenarios = [{{ family = "synthetic", ratio = "3:1", scale = 1 }},
+             {{ family = "synthetic", ratio = "5:1", scale = 1 }}]
 [unit_options]
 sleep = 0.1
 fail_algorithms = ["CORAL"]
+gate = "{gate}"
+gated_algorithms = ["GroupDRO"]
 """,
         encoding="utf-8",
     )
@@ -119,20 +93,19 @@ fail_algorithms = ["CORAL"]
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the workers import tests.cluster_backend
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline:
-            if (killed / "results.sqlite").exists() and count_stored_units(killed) >= 4:
-                break
-            assert proc.poll() is None, "the study finished before it could be killed"
-            time.sleep(0.02)
+        wait_until(lambda: count_stored_units(killed) >= 4, "4 stored units", proc=proc)
         os.killpg(proc.pid, signal.SIGKILL)  # the parent and its workers, mid-study
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+    gate.touch()  # from now on the GroupDRO units run
     interrupted = count_stored_units(killed)
     assert 4 <= interrupted < 16
     with sqlite3.connect(killed / "results.sqlite") as conn:
@@ -154,20 +127,6 @@ fail_algorithms = ["CORAL"]
     reference = tmp_path / "reference"
     run_study(load_config(cfg_path), reference, workers=2, progress=False)
     assert_same_store(killed, reference)
-
-
-def count_stored_units(directory: Path) -> int:
-    """Units in `directory`'s store, read-only and without waiting for its writer (0 while the
-    store or its tables do not exist yet)."""
-    try:
-        uri = f"{(directory / 'results.sqlite').as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=5)
-        try:
-            return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return 0
 
 
 def test_failing_unit_is_isolated_and_its_reason_stored(tmp_path):

@@ -1,0 +1,16 @@
+"""Helpers that several test modules share; no test module imports another test module.
+
+- `tests.helpers.waiting`: `wait_until`, the one polling loop (a deadline guards against hangs;
+  it is never the synchronisation itself).
+- `tests.helpers.studies`: synthetic study configs, reading and comparing stores, the paper's
+  fourteen algorithms written out.
+- `tests.helpers.interrupts`: drivers of ``oodeval study run`` that a test stops, finding
+  every process of one study.
+- `tests.helpers.training`: tiny synthetic scenarios for the trainer.
+- `tests.helpers.mnist`: a fake MNIST test split in IDX format.
+- `tests.helpers.browser`: a headless Chromium look at a local HTML page.
+
+``tests/requires.py`` stays where it is (the root ``conftest.py`` imports it) and so do the study
+backends ``tests/*_backend.py``: configs name them by module (``backend =
+"tests.checkpoint_backend"``), stored stores and fixtures included.
+"""
