@@ -110,17 +110,32 @@ MEASURES: dict[str, MeasureFunction] = {}
 better for all of them). Families are asked for by spec; they are not in this default set."""
 
 _SPECS: dict[str, MeasureSpec] = {}  # canonical spec -> family member, built once
+_BUILT_IN: set[str] = set()  # names oodeval itself registers (`freeze_built_ins`)
 
 
-def _check_new_name(name: str, split: str) -> None:
+def _check_name(name: str, split: str) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise OodevalError(
             f"measure name {name!r} must be lower-case letters, digits and _ (e.g. my_measure)"
         )
-    if name in REGISTRY or name in FAMILIES:
-        raise OodevalError(f"a measure named {name!r} is already registered; choose another name")
     if split not in SPLITS:
         raise OodevalError(f"split must be 'loo' or 'all', not {split!r}")
+
+
+def _same_code(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    """Whether `a` and `b` are one definition (a module executed again after its file changed)."""
+    return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+
+
+def _check_free(name: str, function: Callable[..., Any]) -> None:
+    """Refuse a name taken by another definition; the same definition again replaces itself."""
+    known = REGISTRY.get(name) or FAMILIES.get(name)
+    if known is None:
+        return
+    old = known.function if isinstance(known, MeasureSpec) else known.factory
+    if name in _BUILT_IN or not _same_code(old, function):
+        raise OodevalError(f"a measure named {name!r} is already registered; choose another name")
+    unregister_measure(name)
 
 
 def _first_line(function: Callable[..., Any]) -> str:
@@ -142,8 +157,9 @@ def register_measure(
     on the last axis) and returns one value per leading index; lower must be better. Once
     registered, the measure is accepted wherever measure names are (``oodeval measures
     --measures``, a study config's ``measures``, `domain_measures`, `oodeval.score`). A name
-    already registered is refused. `label` defaults to the name, `description` to the first
-    line of the docstring.
+    already registered by another definition is refused (the same function registered again,
+    by its module executed again after an edit, replaces it). `label` defaults to the name,
+    `description` to the first line of the docstring.
 
     >>> @register_measure("doc_median", label="median", min_envs=1)
     ... def doc_median(errors):
@@ -152,10 +168,10 @@ def register_measure(
     'median'
     >>> unregister_measure("doc_median")
     """
-    _check_new_name(name, split)
+    _check_name(name, split)
 
     def add(function: MeasureFunction) -> MeasureFunction:
-        _check_new_name(name, split)
+        _check_free(name, function)
         desc = _first_line(function) if description is None else description
         REGISTRY[name] = MeasureSpec(name, function, label or name, desc, min_envs, split)
         if split == "loo":
@@ -188,13 +204,13 @@ def register_measure_family(
     ('doc_power_mean:p=2', 'M_2', 0.353553390593)
     >>> unregister_measure("doc_power_mean")
     """
-    _check_new_name(name, split)
+    _check_name(name, split)
     for key in params:
         if not isinstance(key, str) or not _NAME.match(key):
             raise OodevalError(f"parameter name {key!r} of {name} must be lower-case letters")
 
     def add(factory: Callable[..., MeasureFunction]) -> Callable[..., MeasureFunction]:
-        _check_new_name(name, split)
+        _check_free(name, factory)
         desc = _first_line(factory) if description is None else description
         FAMILIES[name] = MeasureFamily(
             name, factory, dict(params), label or name, desc, min_envs, split
@@ -202,9 +218,6 @@ def register_measure_family(
         return factory
 
     return add
-
-
-_BUILT_IN: set[str] = set()
 
 
 def freeze_built_ins() -> None:
