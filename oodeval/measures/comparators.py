@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.measures._validation import error_fractions
+from oodeval.measures._validation import error_fractions, scalar_or_array
 from oodeval.measures.registry import MeasureFunction, register_measure_family
 
 __all__ = [
@@ -35,10 +35,6 @@ __all__ = [
     "quantile",
     "weighted_worst_plus_gap",
 ]
-
-
-def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
-    return float(x) if np.ndim(x) == 0 else x
 
 
 def cvar_count(alpha: float, n_envs: int) -> int:
@@ -94,7 +90,7 @@ def cvar(alpha: float) -> MeasureFunction:
     def cvar_alpha(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
         values = error_fractions(errors, accuracy=accuracy, percent=percent).values
         k = cvar_count(alpha, values.shape[-1])
-        return _scalar_or_array(np.sort(values, axis=-1)[..., -k:].mean(axis=-1))
+        return scalar_or_array(np.sort(values, axis=-1)[..., -k:].mean(axis=-1))
 
     return cvar_alpha
 
@@ -127,7 +123,7 @@ def quantile(q: float) -> MeasureFunction:
 
     def quantile_q(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
         values = error_fractions(errors, accuracy=accuracy, percent=percent).values
-        return _scalar_or_array(np.quantile(values, q, axis=-1, method="linear"))
+        return scalar_or_array(np.quantile(values, q, axis=-1, method="linear"))
 
     return quantile_q
 
@@ -150,7 +146,7 @@ def median() -> MeasureFunction:
 
     def median_of(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
         values = error_fractions(errors, accuracy=accuracy, percent=percent).values
-        return _scalar_or_array(np.median(values, axis=-1))
+        return scalar_or_array(np.median(values, axis=-1))
 
     return median_of
 
@@ -169,8 +165,9 @@ def mean_plus_std(**params: float) -> MeasureFunction:
 
     Parameters
     ----------
-    lambda : float >= 0 (a keyword: ``mean_plus_std(**{"lambda": 1.0})``; in a spec
-        ``mean_plus_std:lambda=1``)
+    **params : float
+        ``lambda`` >= 0, the one parameter (a Python keyword, hence passed as
+        ``mean_plus_std(**{"lambda": 1.0})``; in a spec ``mean_plus_std:lambda=1``)
 
     Returns
     -------
@@ -188,7 +185,7 @@ def mean_plus_std(**params: float) -> MeasureFunction:
 
     def mean_plus_lambda_std(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
         values = error_fractions(errors, accuracy=accuracy, percent=percent).values
-        return _scalar_or_array(values.mean(axis=-1) + lam * values.std(axis=-1, ddof=0))
+        return scalar_or_array(values.mean(axis=-1) + lam * values.std(axis=-1, ddof=0))
 
     return mean_plus_lambda_std
 
@@ -226,6 +223,6 @@ def weighted_worst_plus_gap(weight: float) -> MeasureFunction:
         errors: Any, *, accuracy: bool = False, percent: bool = False
     ) -> Any:
         e = error_fractions(errors, accuracy=accuracy, percent=percent)
-        return _scalar_or_array(e.worst + weight * (e.worst - e.best))
+        return scalar_or_array(e.worst + weight * (e.worst - e.best))
 
     return worst_plus_weighted_gap

@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError, listing, repeats
-from oodeval.measures._validation import ErrorFractions, as_float_array, error_fractions, to_errors
+from oodeval.measures._validation import (
+    ErrorFractions,
+    as_float_array,
+    error_fractions,
+    scalar_or_array,
+    to_errors,
+)
 from oodeval.measures.registry import (
     MEASURES,
     REGISTRY,
@@ -58,11 +64,6 @@ __all__ = [
 ]
 
 
-def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
-    """Return a Python float for 0-d results, the array otherwise."""
-    return float(x) if np.ndim(x) == 0 else x
-
-
 def _gap_term(e: ErrorFractions) -> np.ndarray:
     """Return the gap term of Eq. 6 of the worst+gap paper, (worst - best) / (N - 2).
 
@@ -95,7 +96,7 @@ def average(errors: Any, *, accuracy: bool = False, percent: bool = False) -> fl
     0.25
     """
     e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return _scalar_or_array(e.values.mean(axis=-1))
+    return scalar_or_array(e.values.mean(axis=-1))
 
 
 def worst(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -114,7 +115,7 @@ def worst(errors: Any, *, accuracy: bool = False, percent: bool = False) -> floa
     0.4
     """
     e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return _scalar_or_array(e.worst)
+    return scalar_or_array(e.worst)
 
 
 def best(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -133,7 +134,7 @@ def best(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float
     0.1
     """
     e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return _scalar_or_array(e.best)
+    return scalar_or_array(e.best)
 
 
 def gap(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -152,7 +153,7 @@ def gap(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float 
     0.3
     """
     e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return _scalar_or_array(e.worst - e.best)
+    return scalar_or_array(e.worst - e.best)
 
 
 def worst_plus_gap(
@@ -176,7 +177,7 @@ def worst_plus_gap(
     0.55
     """
     e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return _scalar_or_array(e.worst + _gap_term(e))
+    return scalar_or_array(e.worst + _gap_term(e))
 
 
 def worst_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -219,7 +220,7 @@ def gap_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> f
     0.15
     """
     e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return _scalar_or_array(_gap_term(e))
+    return scalar_or_array(_gap_term(e))
 
 
 def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -239,7 +240,7 @@ def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> 
     0.9
     """
     e = error_fractions(all_errors, accuracy=accuracy, percent=percent, name="all_errors")
-    return _scalar_or_array(e.worst)
+    return scalar_or_array(e.worst)
 
 
 _BUILT_INS = (
@@ -310,7 +311,7 @@ def domain_measures(
             values[k] = _gap_term(e)
         else:  # any other registered measure or family member
             values[k] = _registered_values(k, e.values)
-    return {k: _scalar_or_array(v) for k, v in values.items()}
+    return {k: scalar_or_array(v) for k, v in values.items()}
 
 
 def _registered_values(name: str, values: np.ndarray) -> np.ndarray:
@@ -360,7 +361,7 @@ def domain_average(accuracies: Any, *, percent: bool = False) -> float | np.ndar
     0.8
     """
     acc = _as_accuracies(accuracies, percent=percent)
-    return _scalar_or_array(acc.mean(axis=-1))
+    return scalar_or_array(acc.mean(axis=-1))
 
 
 def domain_overall(accuracies: Any, counts: Any, *, percent: bool = False) -> float | np.ndarray:
@@ -395,7 +396,7 @@ def domain_overall(accuracies: Any, counts: Any, *, percent: bool = False) -> fl
     total = n_b.sum(axis=-1)
     if np.any(total <= 0):
         raise OodevalError("counts sum to zero; Overall needs at least one test sample")
-    return _scalar_or_array((acc_b * n_b).sum(axis=-1) / total)
+    return scalar_or_array((acc_b * n_b).sum(axis=-1) / total)
 
 
 def domain_std(accuracies: Any, *, percent: bool = False) -> float | np.ndarray:
@@ -419,7 +420,7 @@ def domain_std(accuracies: Any, *, percent: bool = False) -> float | np.ndarray:
         raise OodevalError(
             "Std (NICO++ Eq. 5, ddof=1) needs >= 2 test domains, got 1; report Average only"
         )
-    return _scalar_or_array(acc.std(axis=-1, ddof=1))
+    return scalar_or_array(acc.std(axis=-1, ddof=1))
 
 
 def per_domain_summary(
