@@ -254,6 +254,14 @@ def test_specs_are_canonical() -> None:
     assert domain_measures([0.1, 0.4], ["quantile:q=1.0"]) == {"quantile:q=1": 0.4}
 
 
+@settings(max_examples=200, deadline=None)
+@given(alpha=st.floats(min_value=0.0, max_value=1.0, exclude_min=True))
+def test_a_canonical_spec_reads_back_the_same_value(alpha: float) -> None:
+    spec = get_measure(f"cvar:alpha={alpha!r}")
+    assert spec.params == {"alpha": alpha}
+    assert get_measure(spec.name) is spec and float(spec.name.split("=")[1]) == alpha
+
+
 def test_a_bad_spec_on_the_command_line_is_one_error_line(tmp_path, capsys) -> None:
     out = tmp_path / "out.csv"
     results = str(Path(__file__).parents[1] / "examples" / "results.csv")

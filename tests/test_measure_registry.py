@@ -5,6 +5,7 @@ accepted, user measures come in through a config's ``imports``, and no module ke
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 import sys
 from collections.abc import Iterator
@@ -171,13 +172,30 @@ def test_a_configs_imports_bring_its_measures(tmp_path: Path) -> None:
         )
         assert config.measures == ("file_trimmed_worst",)
         assert get_measure("file_trimmed_worst").label == "trimmed worst"
-        # the same file executed again after an edit replaces its measure instead of clashing
+        # the measure's code digest is the one the config records for its file
+        first = measure_code_digest("file_trimmed_worst")
+        assert first == config.import_digests[str(module)] == sha16(module.read_bytes())
+        # an edit alone changes nothing loaded; the file executed again (as a worker or a
+        # later command does) replaces its measure instead of clashing, with the new digest
         module.write_text(MY_MEASURES.replace("trimmed worst", "trimmed"), encoding="utf-8")
-        import_module_or_file(str(module))  # as a worker or a later command does
+        assert measure_code_digest("file_trimmed_worst") == first
+        import_module_or_file(str(module))
         assert get_measure("file_trimmed_worst").label == "trimmed"
+        assert measure_code_digest("file_trimmed_worst") == sha16(module.read_bytes()) != first
     finally:
         unregister_measure("file_trimmed_worst")
         sys.modules.pop("registry_test_measures", None)
+
+
+def sha16(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def test_built_in_digests_are_their_modules_bytes() -> None:
+    measures = ROOT / "oodeval" / "measures"
+    assert measure_code_digest("average") == sha16((measures / "domain.py").read_bytes())
+    comparators = sha16((measures / "comparators.py").read_bytes())
+    assert measure_code_digest("cvar:alpha=0.5") == measure_code_digest("median") == comparators
 
 
 def test_named_measure_lists_name_registered_measures_only() -> None:

@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,7 @@ better for all of them). Families are asked for by spec; they are not in this de
 
 _SPECS: dict[str, MeasureSpec] = {}  # canonical spec -> family member, built once
 _BUILT_IN: set[str] = set()  # names oodeval itself registers (`freeze_built_ins`)
+_DIGESTS: dict[str, str] = {}  # name -> code digest at registration (`measure_code_digest`)
 
 
 def _check_name(name: str, split: str) -> None:
@@ -174,6 +176,7 @@ def register_measure(
         _check_free(name, function)
         desc = _first_line(function) if description is None else description
         REGISTRY[name] = MeasureSpec(name, function, label or name, desc, min_envs, split)
+        _DIGESTS[name] = _code_digest(function)
         if split == "loo":
             MEASURES[name] = function
         return function
@@ -215,6 +218,7 @@ def register_measure_family(
         FAMILIES[name] = MeasureFamily(
             name, factory, dict(params), label or name, desc, min_envs, split
         )
+        _DIGESTS[name] = _code_digest(factory)
         return factory
 
     return add
@@ -232,6 +236,7 @@ def unregister_measure(name: str) -> None:
     REGISTRY.pop(name, None)
     MEASURES.pop(name, None)
     FAMILIES.pop(name, None)
+    _DIGESTS.pop(name, None)
     for spec in [s for s in _SPECS if s.split(":", 1)[0] == name]:
         del _SPECS[spec]
 
@@ -427,38 +432,42 @@ def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:
     return [n for n in names if get_measure(n).min_envs > n_envs]
 
 
-def _code_text(function: Callable[..., Any]) -> bytes:
-    """The source of the module defining `function`; its own source or bytecode without one."""
+def _code_digest(function: Callable[..., Any]) -> str:
+    """16 hex of the SHA-256 of the file defining `function` (its bytes, as
+    `oodeval.study.config.imports.code_digest` reads a config's imports), else of its own
+    source, else of its bytecode."""
     function = inspect.unwrap(function)
-    module = inspect.getmodule(function)
-    for get in (
-        lambda: inspect.getsource(module) if module is not None else None,
-        lambda: inspect.getsource(function),
-    ):
+    data: bytes | None = None
+    try:
+        path = inspect.getsourcefile(function)
+        data = Path(path).read_bytes() if path and Path(path).is_file() else None
+    except (OSError, TypeError):
+        data = None
+    if data is None:
         try:
-            text = get()
+            data = inspect.getsource(function).encode("utf-8")
         except (OSError, TypeError):
-            continue
-        if text:
-            return text.encode("utf-8")
-    code = getattr(function, "__code__", None)
-    return marshal.dumps(code) if code is not None else repr(function).encode("utf-8")
+            code = getattr(function, "__code__", None)
+            data = marshal.dumps(code) if code is not None else repr(function).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def measure_code_digest(spec: str | MeasureSpec) -> str:
-    """16 hex digits of the SHA-256 of the source of the module defining the measure.
+    """16 hex digits of the SHA-256 of the source file defining the measure, read when it was
+    registered (so an edit of the file after its import does not change what is reported).
 
-    For a plain measure that is the module of its function, for a family member the module of
-    its factory (the parameters are in the spec's name, not in the digest). A function with no
-    source file (typed at a prompt) is digested by its own source, or else its bytecode. Any
-    edit of that module changes the digest: two analyses with different digests for one
-    measure may have used different code.
+    For a plain measure that is the file of its function, for a family member the file of its
+    factory (the parameters are in the spec's name, not in the digest). The bytes are hashed
+    as a study config hashes its ``imports`` files, so a measure from such a file has the
+    digest the config records for the file. A function without a source file (typed at a
+    prompt) is digested by its own source, or else its bytecode.
 
     >>> len(measure_code_digest("average"))
     16
     """
     measure = get_measure(spec)
     head = measure.name.split(":", 1)[0]
+    if head in _DIGESTS and (head in REGISTRY or head in FAMILIES):
+        return _DIGESTS[head]
     family = FAMILIES.get(head) if head not in REGISTRY else None
-    function = family.factory if family is not None else measure.function
-    return hashlib.sha256(_code_text(function)).hexdigest()[:16]
+    return _code_digest(family.factory if family is not None else measure.function)
