@@ -262,6 +262,13 @@ def test_a_canonical_spec_reads_back_the_same_value(alpha: float) -> None:
     assert get_measure(spec.name) is spec and float(spec.name.split("=")[1]) == alpha
 
 
+def test_a_family_without_its_parameters_says_how_to_write_it() -> None:
+    with pytest.raises(OodevalError, match=r"^measure cvar needs alpha; write it as cvar:alpha="):
+        domain_measures([0.1, 0.2], ["cvar"])
+    with pytest.raises(OodevalError, match=r"^unknown measure\(s\) cvr:alpha=1; choose from"):
+        domain_measures([0.1, 0.2], ["cvr:alpha=1"])
+
+
 def test_a_bad_spec_on_the_command_line_is_one_error_line(tmp_path, capsys) -> None:
     out = tmp_path / "out.csv"
     results = str(Path(__file__).parents[1] / "examples" / "results.csv")

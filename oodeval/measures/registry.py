@@ -81,7 +81,7 @@ class MeasureSpec:
     split: str = "loo"
     """Errors it reads: ``loo`` (each LOO model on its held-out given environment) or ``all``
     (the model trained on all given environments, on every environment of E_all)."""
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """The parameters of a family member, in declared order (empty for a plain measure)."""
 
 
@@ -387,8 +387,8 @@ def check_measures(names: Sequence[str] | None = None) -> list[str]:
         try:
             spec = get_measure(n)
         except OodevalError:
-            if isinstance(n, str) and ":" in n:
-                raise
+            if isinstance(n, str) and n.split(":", 1)[0].strip() in FAMILIES:
+                raise  # a family with missing or bad parameters: its own message
             unknown.append(n)
             continue
         if spec.split != "loo":
