@@ -133,6 +133,8 @@ def test_names_are_checked_and_built_ins_kept(toys: tuple[str, str]) -> None:
         register_measure(plain)(lambda errors: errors.max(axis=-1))
     with pytest.raises(OodevalError, match="lower-case letters"):
         register_measure("My Measure")
+    with pytest.raises(OodevalError, match="min_envs of x_measure must be an integer >= 1"):
+        register_measure("x_measure", min_envs=0)
     with pytest.raises(OodevalError, match="split must be"):
         register_measure("x_measure", split="test")
     with pytest.raises(OodevalError, match="built-in"):

@@ -115,11 +115,13 @@ _BUILT_IN: set[str] = set()  # names oodeval itself registers (`freeze_built_ins
 _DIGESTS: dict[str, str] = {}  # name -> code digest at registration (`measure_code_digest`)
 
 
-def _check_name(name: str, split: str) -> None:
+def _check_name(name: str, split: str, min_envs: int) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise OodevalError(
             f"measure name {name!r} must be lower-case letters, digits and _ (e.g. my_measure)"
         )
+    if isinstance(min_envs, bool) or not isinstance(min_envs, int) or min_envs < 1:
+        raise OodevalError(f"min_envs of {name} must be an integer >= 1, got {min_envs!r}")
     if split not in SPLITS:
         raise OodevalError(f"split must be 'loo' or 'all', not {split!r}")
 
@@ -170,7 +172,7 @@ def register_measure(
     'median'
     >>> unregister_measure("doc_median")
     """
-    _check_name(name, split)
+    _check_name(name, split, min_envs)
 
     def add(function: MeasureFunction) -> MeasureFunction:
         _check_free(name, function)
@@ -207,7 +209,7 @@ def register_measure_family(
     ('doc_power_mean:p=2', 'M_2', 0.353553390593)
     >>> unregister_measure("doc_power_mean")
     """
-    _check_name(name, split)
+    _check_name(name, split, min_envs)
     for key in params:
         if not isinstance(key, str) or not _NAME.match(key):
             raise OodevalError(f"parameter name {key!r} of {name} must be lower-case letters")
