@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures import meta
+from oodeval.measures import check_measures, meta
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.read_model import Study, load_study
 from oodeval.study.store import ALL_FOLD
@@ -394,7 +394,9 @@ def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
 
 
 def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
-    names = list(measures if measures is not None else study.config.get("measures", DEFAULTS))
+    names = check_measures(
+        measures if measures is not None else study.config.get("measures", DEFAULTS)
+    )
     for extra in ("worst", "gap"):
         if extra not in names:
             names.append(extra)
