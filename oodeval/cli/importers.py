@@ -19,10 +19,12 @@ import typer
 
 from oodeval.cli._common import (
     FORMAT_OPT,
+    IMPORTS_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
     echo_output,
+    load_imports,
     reports_errors,
 )
 from oodeval.errors import OodevalError, listing
@@ -181,6 +183,7 @@ def domainbed(
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
+    imports: list[str] = IMPORTS_OPT,
 ) -> None:
     """Score a DomainBed sweep: DomainBed's tables plus worst, gap and worst+gap.
 
@@ -189,6 +192,7 @@ def domainbed(
     list of records.
     """
     check_output_path(output)
+    load_imports(imports)
     methods = list(dict.fromkeys(selection_method(s) for s in selection or SELECTION_METHODS))
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
