@@ -41,7 +41,7 @@ def analyze_command(
     measures: str | None = typer.Option(None, "--measures", metavar="SPEC,...", help=MEASURES_HELP),
     imports: list[str] = IMPORTS_OPT,
     analysis_dir: Path | None = typer.Option(
-        None, "--analysis-dir", metavar="FOLDER", help=ANALYSIS_DIR_HELP
+        None, "--analysis-dir", metavar="DIR", help=ANALYSIS_DIR_HELP
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
