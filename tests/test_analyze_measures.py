@@ -26,6 +26,7 @@ from oodeval.measures import measure_code_digest, unregister_measure
 from oodeval.study import run_study
 from tests.goldens.cases import quick_study
 from tests.helpers.studies import synthetic_config
+from tests.requires import DOMAINBED_SWEEP, requires_path
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -252,3 +253,22 @@ def test_an_analysis_warns_when_the_measure_code_differs_from_the_studys(tmp_pat
     )  # fmt: skip
     assert again.exit_code == 0, again.output
     assert "mixes versions" not in again.stderr
+
+
+def test_import_domainbed_adds_a_column_per_measure(top2_file):
+    requires_path(DOMAINBED_SWEEP, "the DomainBed VLCS sweep fixture")
+    base = ["import", "domainbed", str(DOMAINBED_SWEEP), "-s", "training_domain"]
+    long_form = runner.invoke(app, [*base, "-f", "csv"])
+    assert long_form.exit_code == 0, long_form.output
+    rows = pd.read_csv(io.StringIO(long_form.stdout))
+    # DomainBed's aggregation: per environment the mean accuracy over trials, then errors in %
+    accuracy = rows.groupby(["algorithm", "environment"])["accuracy"].mean()
+    expected = (100 * (1 - accuracy)).groupby("algorithm").apply(lambda e: np.sort(e)[-2:].mean())
+    shown = runner.invoke(app, [*base, "--imports", str(top2_file), "--measures", "top2_mean"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("Selection "))
+    assert lines[header].rstrip().endswith("mean of 2 worst")
+    for line in lines[header + 1 : header + 1 + len(expected)]:
+        algorithm, value = line.split()[3], line.split()[-1]  # after the 3-word selection name
+        assert value == f"{expected[algorithm]:.1f}", line
