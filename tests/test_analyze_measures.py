@@ -272,3 +272,25 @@ def test_import_domainbed_adds_a_column_per_measure(top2_file):
     for line in lines[header + 1 : header + 1 + len(expected)]:
         algorithm, value = line.split()[3], line.split()[-1]  # after the 3-word selection name
         assert value == f"{expected[algorithm]:.1f}", line
+
+
+def test_a_study_whose_config_names_a_users_measure_needs_its_file(tmp_path, top2_file):
+    from oodeval.study.config import DEFAULT_MEASURES
+
+    config = synthetic_config(
+        imports=[str(top2_file)], seeds=[0], measures=[*DEFAULT_MEASURES, "top2_mean"]
+    )
+    run_study(config, tmp_path / "study", workers=1, progress=False)
+    unregister_measure("top2_mean")  # as in a fresh process that has not loaded the file
+    out = tmp_path / "a"
+    missing = runner.invoke(app, ["study", "analyze", str(tmp_path / "study")])
+    assert missing.exit_code == 2
+    (line,) = missing.stderr.splitlines()
+    assert "'top2_mean'" in line and "--imports FILE" in line
+    given = runner.invoke(
+        app,
+        ["study", "analyze", str(tmp_path / "study"), "--imports", str(top2_file),
+         "--analysis-dir", str(out)],
+    )  # fmt: skip
+    assert given.exit_code == 0, given.output
+    assert "top2_mean" in pd.read_csv(out / "units.csv").columns

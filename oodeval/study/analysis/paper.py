@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures import meta
+from oodeval.measures import get_measure, meta
 from oodeval.study.analysis.versions import measure_digests
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.read_model import Study, load_study
@@ -417,6 +417,14 @@ def _with_extra(base: Sequence[str], extra: Sequence[str]) -> tuple[str, ...]:
 
 def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
     names = list(measures if measures is not None else study.config.get("measures", DEFAULTS))
+    for name in names if measures is None else ():
+        try:
+            get_measure(name)
+        except OodevalError:  # a user's measure: the file that registers it is not loaded
+            raise OodevalError(
+                f"the study's measures include {name!r}, which no loaded module registers; give "
+                "the file that registers it with --imports FILE"
+            ) from None
     for extra in ("worst", "gap"):
         if extra not in names:
             names.append(extra)
