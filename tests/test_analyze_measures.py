@@ -13,6 +13,7 @@ import io
 import os
 import sqlite3
 import stat
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -282,6 +283,7 @@ def test_a_study_whose_config_names_a_users_measure_needs_its_file(tmp_path, top
     )
     run_study(config, tmp_path / "study", workers=1, progress=False)
     unregister_measure("top2_mean")  # as in a fresh process that has not loaded the file
+    sys.modules.pop("top2_measures", None)
     out = tmp_path / "a"
     missing = runner.invoke(app, ["study", "analyze", str(tmp_path / "study")])
     assert missing.exit_code == 2
