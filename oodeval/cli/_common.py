@@ -256,3 +256,51 @@ def check_folder_path(folder: str | Path, option: str = "--out") -> None:
                 where = f"{path} is a file" if step == path else f"{path}: {step} is a file"
                 raise OodevalError(f"{option} {where}, not a folder; give a new or existing folder")
             return
+
+
+IMPORTS_OPT: Any = typer.Option(
+    None,
+    "--imports",
+    metavar="FILE",
+    help="A .py file (or module name) to import first, e.g. one that registers measures with "
+    "@register_measure; repeat for several. Loaded as a study config's `imports` are.",
+)
+
+
+def load_imports(entries: list[str] | None) -> dict[str, str]:
+    """Import each ``--imports`` entry (a ``.py`` file or a module name) through the study
+    configs' loader (`oodeval.study.config.import_module_or_file`); return {file: code digest}
+    of the ``.py`` files.
+
+    Raises OodevalError naming the entry and the fix when one cannot be imported; commands call
+    it before reading or writing anything, so a bad file is the only line a user sees.
+    """
+    if not entries:
+        return {}
+    from oodeval.study.config.imports import code_digest, import_problem, is_path_import
+
+    digests = {}
+    for entry in entries:
+        path = Path(entry).expanduser()
+        name = str(path.resolve()) if is_path_import(entry) else entry
+        if is_path_import(entry) and not path.is_file():
+            raise OodevalError(f"--imports {entry}: no such file; give the path of a .py file")
+        problem = import_problem(name, "--imports")
+        if problem is not None:
+            raise OodevalError(f"{problem}; fix the file or leave it out")
+        if is_path_import(entry):
+            digests[name] = code_digest(path)
+    return digests
+
+
+def measure_specs(measures: str | None) -> list[str] | None:
+    """A ``--measures`` list of measure names or specs (``cvar:alpha=0.25``), each checked by
+    `oodeval.measures.get_measure` and in its canonical form; None when not given."""
+    if measures is None:
+        return None
+    from oodeval.measures import get_measure
+
+    specs = [m.strip() for m in measures.split(",") if m.strip()]
+    if not specs:
+        raise OodevalError("--measures is empty; give measure names, e.g. average,cvar:alpha=0.25")
+    return list(dict.fromkeys(get_measure(m).name for m in specs))

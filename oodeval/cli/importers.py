@@ -19,13 +19,17 @@ import typer
 
 from oodeval.cli._common import (
     FORMAT_OPT,
+    IMPORTS_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
     echo_output,
+    load_imports,
+    measure_specs,
     reports_errors,
 )
 from oodeval.errors import OodevalError, listing
+from oodeval.measures import measure_label
 from oodeval.measures.meta import environment_warning
 from oodeval.results.domainbed import (
     domain_measures_table,
@@ -84,7 +88,9 @@ def _selection_tables(
     return parts
 
 
-def _measures_section(dataset: str, measures: pd.DataFrame, fmt: str) -> str:
+def _measures_section(
+    dataset: str, measures: pd.DataFrame, fmt: str, extra: tuple[str, ...] = ()
+) -> str:
     sub = measures[measures["dataset"] == dataset]
     order = {m: i for i, m in enumerate(SELECTION_METHODS)}
     sub = sub.assign(_order=sub["selection"].map(order)).sort_values(["_order", "algorithm"])
@@ -98,8 +104,9 @@ def _measures_section(dataset: str, measures: pd.DataFrame, fmt: str) -> str:
             _number(r.worst_plus_gap),
             "-" if pd.isna(r.rank_average) else str(r.rank_average),
             "-" if pd.isna(r.rank_worst_plus_gap) else str(r.rank_worst_plus_gap),
+            *(_number(record[m]) for m in extra),
         ]
-        for r in sub.itertuples(index=False)
+        for r, record in zip(sub.itertuples(index=False), sub.to_dict("records"), strict=True)
     ]
     header = [
         "Selection",
@@ -110,6 +117,7 @@ def _measures_section(dataset: str, measures: pd.DataFrame, fmt: str) -> str:
         "Worst+gap",
         "Rank (average)",
         "Rank (worst+gap)",
+        *(measure_label(m) for m in extra),
     ]
     title = (
         f"Dataset: {dataset}, measures over test environments "
@@ -118,7 +126,9 @@ def _measures_section(dataset: str, measures: pd.DataFrame, fmt: str) -> str:
     return heading(title, fmt) + "\n" + _table(header, rows, fmt)
 
 
-def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, list[str], str]:
+def domainbed_report(
+    sweep: Sweep, methods: list[str], fmt: str, extra: tuple[str, ...] = ()
+) -> tuple[str, list[str], str]:
     """The text `oodeval import domainbed` prints, the warnings for stderr ('no data', too few
     trials) and the answer line for stderr ("" for table and markdown, which open with it)."""
     selected = pd.concat([select(sweep, m) for m in methods], ignore_index=True)
@@ -134,7 +144,7 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
     if selected.empty:
         raise OodevalError(notes[0] if len(notes) == 1 else listing(notes, sep="; "))
     table = results_table(selected, sweep)
-    measures = domain_measures_table(table, sweep)
+    measures = domain_measures_table(table, sweep, extra)
     answer = sweep_answer(table, measures, SELECTION_METHODS)
     few_trials = trials_warning(table)
     if few_trials:
@@ -158,7 +168,7 @@ def domainbed_report(sweep: Sweep, methods: list[str], fmt: str) -> tuple[str, l
     ]
     for dataset in sweep.datasets:
         parts += _selection_tables(sweep, dataset, table, methods, fmt)
-        parts.append(_measures_section(dataset, measures, fmt))
+        parts.append(_measures_section(dataset, measures, fmt, extra))
     parts.append(
         "Each test-environment accuracy is a leave-one-environment-out accuracy (mean +/- "
         "std/sqrt(trials), population std, as DomainBed prints). Worst = largest error, gap = "
@@ -181,6 +191,14 @@ def domainbed(
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
+    measures: str | None = typer.Option(
+        None,
+        "--measures",
+        metavar="SPEC,...",
+        help="More measures (names or specs such as cvar:alpha=0.25, yours with --imports) as "
+        "columns of the measures tables (table and markdown formats).",
+    ),
+    imports: list[str] = IMPORTS_OPT,
 ) -> None:
     """Score a DomainBed sweep: DomainBed's tables plus worst, gap and worst+gap.
 
@@ -189,6 +207,8 @@ def domainbed(
     list of records.
     """
     check_output_path(output)
+    load_imports(imports)
+    extra = tuple(measure_specs(measures) or ())
     methods = list(dict.fromkeys(selection_method(s) for s in selection or SELECTION_METHODS))
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
@@ -199,7 +219,7 @@ def domainbed(
             f"skipped {sweep.unfinished_runs} unfinished run(s) without a `done` file",
         )
     # Warnings are printed only once the report exists, so bad input gives one error line.
-    text, report_notes, answer = domainbed_report(sweep, methods, fmt.value)
+    text, report_notes, answer = domainbed_report(sweep, methods, fmt.value, extra)
     if answer:
         typer.echo(f"answer: {answer}", err=True)
     for note in [*notes, *report_notes]:

@@ -20,10 +20,12 @@ import typer
 
 from oodeval.cli._common import (
     FORMAT_OPT,
+    IMPORTS_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
     echo_output,
+    load_imports,
     reports_errors,
 )
 from oodeval.errors import OodevalError
@@ -132,6 +134,7 @@ def measures_command(
         0.95, "--confidence", help="Level of the --bootstrap intervals, in (0, 1)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the --bootstrap resampling."),
+    imports: list[str] = IMPORTS_OPT,
 ) -> None:
     """Score a results file: every measure per algorithm and seed, checked against the ideal.
 
@@ -146,6 +149,7 @@ def measures_command(
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     check_output_path(output)
+    load_imports(imports)
     names = None
     if measures is not None:
         names = [m.strip() for m in measures.split(",") if m.strip()]

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import typer
 
-from oodeval.cli._common import reports_errors, stops_on_ctrl_c
+from oodeval.cli._common import (
+    IMPORTS_OPT,
+    load_imports,
+    measure_specs,
+    reports_errors,
+    stops_on_ctrl_c,
+)
 
 
 def report_command(
@@ -31,6 +37,15 @@ def report_command(
         help="Study folders only: report without the units that fail verification instead "
         "of refusing a damaged store; the report names them.",
     ),
+    measures: str | None = typer.Option(
+        None,
+        "--measures",
+        metavar="SPEC,...",
+        help="Study folders only: comma-separated measures (names or specs such as "
+        "cvar:alpha=0.25) to add to every table and figure, computed from the stored errors "
+        "(no unit runs; the store is only read), with their code digests.",
+    ),
+    imports: list[str] = IMPORTS_OPT,
 ) -> None:
     """Write an HTML report (figures embedded, no network needed) and print its path."""
     import warnings
@@ -38,6 +53,8 @@ def report_command(
     from oodeval.report.build import write_report
     from oodeval.study.store import StoreIntegrityWarning
 
+    load_imports(imports)
+    specs = measure_specs(measures)
     kept = f"{out} was not written (the page is written at the end); run it again"
     with stops_on_ctrl_c(kept), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StoreIntegrityWarning)
@@ -47,6 +64,7 @@ def report_command(
             base_classes=base_classes,
             percent=percent,
             exclude_damaged=exclude_damaged,
+            measures=specs,
         )
     typer.echo(str(path.resolve()))
     for w in caught:

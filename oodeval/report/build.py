@@ -45,20 +45,27 @@ def build_report(
     base_classes: str | None = None,
     percent: bool = False,
     exclude_damaged: bool = False,
+    measures: list[str] | None = None,
 ) -> str:
     """Return the report on `input_path` (a study folder, a results or a predictions file) as one
     self-contained HTML string.
 
     ``exclude_damaged`` (study folders only) reports on a damaged store without its damaged
-    units, saying so, instead of refusing it.
+    units, saying so, instead of refusing it. `measures` (study folders only): more measures for
+    every table and figure, computed from the stored errors (`oodeval.study.analysis.analyze`).
     """
     path = Path(input_path)
     kind = input_kind(path)
+    if measures is not None and kind != "study":
+        raise OodevalError(
+            f"--measures is for a study folder, and {path} is a {kind} file; its report "
+            "shows the built-in measures (leave --measures out)"
+        )
     sections: list[Section]
     if kind == "study":
         from oodeval.report.study_report import study_sections
 
-        sections = study_sections(path, exclude_damaged=exclude_damaged)
+        sections = study_sections(path, exclude_damaged=exclude_damaged, measures=measures)
         title, subtitle = "oodeval study report", f"Study folder {path}"
     elif kind == "results":
         from oodeval.report.results_report import results_sections

@@ -25,6 +25,7 @@ from oodeval.study.analysis import (
     VERDICT_FOOTNOTE,
     analyze,
     completeness_sentence,
+    measure_version_notes,
     verdict_view,
     verdict_warning,
 )
@@ -164,10 +165,9 @@ def _pm(frame: pd.DataFrame, stem: str) -> list[str]:
 def table_sections(results: dict[str, pd.DataFrame]) -> Section:
     """Tables 1, 5 and 6 of the worst+gap paper, computed on this study."""
     t5 = results["table5"]
+    ablated = [c[4:] for c in t5.columns if c.startswith("rho_")]  # the paper's three, and yours
     rename = {
-        f"{stat}_{m}": f"{stat} {measure_label(m)}"
-        for stat in ("rho", "tau")
-        for m in ("worst_only", "gap_only", "worst_plus_gap")
+        f"{stat}_{m}": f"{stat} {measure_label(m)}" for stat in ("rho", "tau") for m in ablated
     }
     tables = _table1_tables(results)
     tables.append(
@@ -192,6 +192,15 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
             results["selection_agreement"],
         )
     )
+    if "measure_digests" in results:
+        tables.append(
+            Table(
+                "The measures' code",
+                results["measure_digests"],
+                "SHA-256 (16 hex digits) of the source of the module defining each measure "
+                "(oodeval.measures.measure_code_digest): the code these numbers were computed by.",
+            )
+        )
     return Section(
         "Tables",
         intro="The measures are computed per unit from the stored errors; all math goes through "
@@ -203,13 +212,15 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
 def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
     """Table 1 (mean ± std over seeds) and, for SR-CMNIST scenarios, the paper's numbers."""
     t1 = results["table1"]
+    compared = [c[4:-5] for c in t1.columns if c.startswith("rho_") and c.endswith("_mean")]
     view1 = pd.DataFrame(
         {
             "scenario": t1["scenario"],
-            "rho worst+gap": _pm(t1, "rho_worst_plus_gap"),
-            "rho average": _pm(t1, "rho_average"),
-            "tau worst+gap": _pm(t1, "tau_worst_plus_gap"),
-            "tau average": _pm(t1, "tau_average"),
+            **{
+                f"{stat} {measure_label(m)}": _pm(t1, f"{stat}_{m}")
+                for stat in ("rho", "tau")
+                for m in compared
+            },
             "seeds": t1["n_seeds"],
             "algorithms": t1["n_algorithms"],
         }
@@ -245,16 +256,18 @@ def table6_view(t6: pd.DataFrame) -> pd.DataFrame:
         index=["scenario", "seed"], columns="measure", values="cell", aggfunc="first", sort=False
     )
     order = [m for m in SELECTION_MEASURES if m in wide.columns]
+    order += [m for m in dict.fromkeys(t6["measure"]) if m not in order]  # --measures
     wide = wide[order].rename(columns=measure_label).reset_index()
     wide.columns.name = None
     return wide
 
 
 def figure5_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Long form of Figure 5: (scale, measure, ideal, value) for worst+gap and average."""
+    """Long form of Figure 5: (scale, measure, ideal, value) for worst+gap, average and the
+    measures added with ``--measures``."""
     raw = results["figure5"]
     frames = []
-    for measure in ("worst_plus_gap", "average"):
+    for measure in list(raw.columns[list(raw.columns).index("ideal") + 1 :]):
         part = raw[["scenario", "scale", "algorithm", "seed", "ideal"]].copy()
         part["measure"] = measure_label(measure)
         part["value"] = raw[measure].to_numpy()
@@ -449,11 +462,15 @@ def _add_environment_curves(section: Section, study: Study) -> None:
             )
 
 
-def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> list[Section]:
+def study_sections(
+    directory: str | Path, *, exclude_damaged: bool = False, measures: list[str] | None = None
+) -> list[Section]:
     """All sections of the report on one study folder.
 
     A damaged store is refused (StoreDamagedError naming the damaged units) unless
-    ``exclude_damaged``; then the summary says which units were left out.
+    ``exclude_damaged``; then the summary says which units were left out. `measures`: more
+    measures for the tables and figures (`oodeval.study.analysis.analyze`), read from the store
+    opened read-only.
     """
     directory = Path(directory)
     if not (directory / "results.sqlite").exists():
@@ -472,10 +489,13 @@ def study_sections(directory: str | Path, *, exclude_damaged: bool = False) -> l
         )
         return [verdict_section(study, None, "no unit has finished yet."), summary]
     try:
-        results = analyze(study)
+        results = analyze(study, measures)
     except OodevalError as exc:
         summary.notes.append(f"The analyses could not be computed: {exc}")
         return [verdict_section(study, None, f"the analyses could not be computed: {exc}"), summary]
+    if "measure_digests" in results:
+        notes = measure_version_notes(study, results["measure_digests"])
+        summary.notes += [f"Warning: {note}." for note in notes]
     if results["units"]["algorithm"].nunique() < 2:
         summary.notes.append(
             "Only one algorithm finished: correlations and selections need at least two."

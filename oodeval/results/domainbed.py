@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
+from oodeval.measures import domain_measures, get_measure
 from oodeval.measures.domain import REGISTRY
 from oodeval.measures.meta import algorithm_ranks, answer_line
 from oodeval.results.selection import (
@@ -234,7 +235,9 @@ DOMAINBED_MEASURES = ("average", "worst", "gap", "worst_plus_gap")
 """The measures `domain_measures_table` takes over a sweep's test environments."""
 
 
-def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
+def domain_measures_table(
+    table: pd.DataFrame, sweep: Sweep, extra: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """Worst, gap and worst+gap over test environments, with rankings under average and worst+gap.
 
     Per (selection, dataset, algorithm), the trial-mean test accuracy of every test environment
@@ -243,7 +246,8 @@ def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
     worst+gap (Eq. 6: worst + gap / (N - 2); NaN when N <= 2). All in error percent, lower is
     better. Rows of an algorithm that lacks a test environment get NaN measures and no rank.
     Ranks (1 = best, ties share the smaller rank; `oodeval.measures.meta.algorithm_ranks` on the
-    values as they are) are within (selection, dataset).
+    values as they are) are within (selection, dataset). `extra`: more measures (names or specs
+    of `oodeval.measures.get_measure`, ``--measures``), one column each, in error percent.
     """
     rows = []
     for (method, dataset, algorithm), grp in table.groupby(
@@ -257,8 +261,12 @@ def domain_measures_table(table: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
             complete = len(grp) == n and n >= spec.min_envs
             value = spec.function(acc, accuracy=True, percent=True) if complete else np.nan
             row[name] = 100 * float(value)
+        for name in extra:
+            complete = len(grp) == n and n >= get_measure(name).min_envs
+            values = domain_measures(acc, [name], accuracy=True, percent=True)
+            row[name] = 100 * float(values[name]) if complete else np.nan
         rows.append(row)
-    cols = ["selection", "dataset", "algorithm", *DOMAINBED_MEASURES]
+    cols = ["selection", "dataset", "algorithm", *DOMAINBED_MEASURES, *extra]
     out = pd.DataFrame(rows, columns=cols)
     by = [out["selection"], out["dataset"]]
     for name in ("average", "worst_plus_gap"):

@@ -8,10 +8,14 @@ import typer
 
 from oodeval.cli._common import (
     FORMAT_OPT,
+    IMPORTS_OPT,
     OUTPUT_OPT,
     OutputFormat,
+    check_folder_path,
     check_output_path,
     echo_output,
+    load_imports,
+    measure_specs,
     reports_errors,
 )
 from oodeval.tables import render_frame
@@ -20,11 +24,25 @@ _EXCLUDE_HELP = (
     "Compute without the units that fail verification (damaged store) instead of refusing; "
     "every output then names the units left out."
 )
+MEASURES_HELP = (
+    "Comma-separated measures (names or specs such as cvar:alpha=0.25) to add to every table, "
+    "computed from the stored errors: no unit runs and the store is only read. The analysis "
+    "then records each measure's code digest (measure_digests.csv)."
+)
+ANALYSIS_DIR_HELP = (
+    "Folder to write the analysis files to (default: DIR/analysis), e.g. for a study folder "
+    "you may not write to."
+)
 
 
 def analyze_command(
     directory: Path = typer.Argument(..., help="Study folder."),
     exclude_damaged: bool = typer.Option(False, "--exclude-damaged", help=_EXCLUDE_HELP),
+    measures: str | None = typer.Option(None, "--measures", metavar="SPEC,...", help=MEASURES_HELP),
+    imports: list[str] = IMPORTS_OPT,
+    analysis_dir: Path | None = typer.Option(
+        None, "--analysis-dir", metavar="DIR", help=ANALYSIS_DIR_HELP
+    ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
 ) -> None:
@@ -34,21 +52,36 @@ def analyze_command(
     table and markdown print the verdict section of analysis.md and the files written; csv and
     json the verdict table (one row per measure). A store that fails verification is refused,
     naming the damaged units, unless --exclude-damaged is given.
+
+    --measures adds measures (yours too, registered by a file given with --imports) to every
+    table, computed again from the stored errors without training anything.
     """
     from oodeval.study import load_study
-    from oodeval.study.analysis import analyze, verdict_markdown, write_analysis
+    from oodeval.study.analysis import (
+        analyze,
+        measure_version_notes,
+        verdict_markdown,
+        write_analysis,
+    )
 
     check_output_path(output)
-    study = load_study(directory, exclude_damaged=exclude_damaged)
-    results = analyze(study)
-    written = write_analysis(study, results=results)
+    if analysis_dir is not None:
+        check_folder_path(analysis_dir, "--analysis-dir")
+    load_imports(imports)
+    specs = measure_specs(measures)
+    study = load_study(directory, exclude_damaged=exclude_damaged)  # read-only
+    results = analyze(study, specs)
+    written = write_analysis(study, results=results, out_dir=analysis_dir)
     if fmt.value in ("csv", "json"):
         text = render_frame(results["verdict"], fmt.value)
     else:
         paths = [f"{name}: {path}" for name, path in written.items()]
         text = "\n".join([verdict_markdown(study, results), *paths])
     echo_output(text, output)
-    for note in [*study.integrity_notes(), *study.code_notes()]:
+    versions = []
+    if "measure_digests" in results:
+        versions = measure_version_notes(study, results["measure_digests"])
+    for note in [*study.integrity_notes(), *study.code_notes(), *versions]:
         typer.echo(f"warning: {note}", err=True)
     if study.outside_note():
         typer.echo(f"note: {study.outside_note()}", err=True)

@@ -4,7 +4,9 @@ analyze` writes of them.
 - `oodeval.study.analysis.paper`: the tables, as DataFrames, under the paper's numbers
   (`analyze`: ``verdict``, ``units``, ``table1``, ..., ``figure5``; see `PAPER_REFERENCES`);
 - `oodeval.study.analysis.output`: the verdict block in words, ``analysis.md`` and the CSVs
-  (`write_analysis`).
+  (`write_analysis`);
+- `oodeval.study.analysis.versions`: the code digests of the measures an analysis computed with
+  ``--measures``, and the warnings when it mixes versions of a measure's code.
 
 All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses too.
 """
@@ -40,6 +42,7 @@ from oodeval.study.analysis.paper import (
     selection_agreement,
     unit_measures,
 )
+from oodeval.study.analysis.versions import measure_digests, measure_version_notes
 
 __all__ = [
     "ABLATION_MEASURES",
@@ -62,6 +65,8 @@ __all__ = [
     "distance_to_ideal_by_scale",
     "errors_table",
     "ideal_measure_pairs",
+    "measure_digests",
+    "measure_version_notes",
     "selected_algorithms",
     "selection_agreement",
     "unit_measures",

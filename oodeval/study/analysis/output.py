@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from oodeval.measures import meta
+from oodeval.measures import measure_label, meta
 from oodeval.study.analysis.paper import (
     CORRELATION_MEASURES,
     PAPER_REFERENCES,
     VERDICT_RESAMPLES,
     analyze,
 )
+from oodeval.study.analysis.versions import measure_version_notes
 from oodeval.study.read_model import Study, load_study
 from oodeval.tables import plus_minus, render_frame
 
@@ -147,14 +148,15 @@ def write_analysis(
     *,
     exclude_damaged: bool = False,
     results: dict[str, pd.DataFrame] | None = None,
+    out_dir: str | Path | None = None,
 ) -> dict[str, Path]:
     """Compute `analyze` for the study in `directory`; write CSVs and ``analysis.md``.
 
-    Returns {name: path} of the written files (in ``directory/analysis/``; the verdict in
-    ``verdict.csv``). A damaged store is refused unless ``exclude_damaged`` (see `load_study`);
-    then every file starts with the study's integrity notes (``# `` comment lines in the CSVs:
-    read them with ``pd.read_csv(path, comment="#")``). `results`: `analyze`'s output for this
-    study when the caller has it already.
+    Returns {name: path} of the written files (in ``directory/analysis/``, or `out_dir`; the
+    verdict in ``verdict.csv``). A damaged store is refused unless ``exclude_damaged`` (see
+    `load_study`); then every file starts with the study's integrity notes (``# `` comment lines
+    in the CSVs: read them with ``pd.read_csv(path, comment="#")``). `results`: `analyze`'s
+    output for this study when the caller has it already.
     """
     study = (
         directory
@@ -162,7 +164,7 @@ def write_analysis(
         else load_study(directory, exclude_damaged=exclude_damaged)
     )
     results = analyze(study) if results is None else results
-    out_dir = Path(study.directory) / "analysis"
+    out_dir = Path(study.directory) / "analysis" if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
     written = {}
@@ -191,12 +193,29 @@ def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
             ]
         if key == "table6":
             lines += [_markdown(results["selection_agreement"]), ""]
+    if "measure_digests" in results:
+        lines += _digest_lines(study, results["measure_digests"])
     lines += [
         f"{PAPER_REFERENCES['figure5']}'s raw pairs are in `figure5.csv`; per-unit measures in "
         "`units.csv`.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _digest_lines(study: Study, digests: pd.DataFrame) -> list[str]:
+    """The ``analysis.md`` section on the measures' code: digests, then mixed-version warnings."""
+    lines = [
+        "## Measures: code digests",
+        "",
+        "SHA-256 (16 hex digits) of the source of the module defining each measure "
+        "(`oodeval.measures.measure_code_digest`).",
+        "",
+        _markdown(digests),
+        "",
+    ]
+    notes = measure_version_notes(study, digests)
+    return lines + [x for note in notes for x in (f"Warning: {note}.", "")]
 
 
 def _markdown_header(study: Study) -> list[str]:
@@ -230,6 +249,8 @@ def _markdown_sections(
 ) -> list[tuple[str, str, pd.DataFrame]]:
     """(key, title, table) of each section of `analysis_markdown`, in order."""
     t1 = results["table1"]
+    short = {"worst_plus_gap": "W+G", "average": "AVG"}
+    compared = [c[4:-5] for c in t1.columns if c.startswith("rho_") and c.endswith("_mean")]
     table1 = pd.DataFrame(
         {
             "scenario": t1["scenario"],
@@ -238,7 +259,7 @@ def _markdown_sections(
             **{
                 f"{stat} {label}": plus_minus(t1[f"{stat}_{m}_mean"], t1[f"{stat}_{m}_std"])
                 for stat in ("rho", "tau")
-                for m, label in (("worst_plus_gap", "W+G"), ("average", "AVG"))
+                for m, label in ((m, short.get(m) or measure_label(m)) for m in compared)
             },
         }
     )

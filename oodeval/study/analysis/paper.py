@@ -38,7 +38,8 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures import check_measures, meta
+from oodeval.measures import check_measures, get_measure, meta
+from oodeval.study.analysis.versions import measure_digests
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.read_model import Study, load_study
 from oodeval.study.store import ALL_FOLD
@@ -363,12 +364,21 @@ def ideal_measure_pairs(
     return frame[keep].reset_index(drop=True)
 
 
-def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
+def analyze(
+    study: Study | str | Path, measures: Sequence[str] | None = None
+) -> dict[str, pd.DataFrame]:
     """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``verdict``,
     ``units``, ``table1``, ``table1_vs_paper``, ``table5``, ``table6``, ``selection_agreement``,
-    ``figure6``, ``figure7``, ``figure1``, ``figure5``."""
+    ``figure6``, ``figure7``, ``figure1``, ``figure5``.
+
+    `measures` (measure names or specs such as ``cvar:alpha=0.25``): more measures, computed
+    from the stored errors and added to every table beside the paper's (Tables 1, 5 and 6,
+    Figures 1, 5, 6 and 7; the verdict stays worst+gap against average); the results then also
+    hold ``measure_digests`` (`measure_digests`). Nothing is trained and the store is only read.
+    """
     study = study if isinstance(study, Study) else load_study(study)
-    frame = unit_measures(study)
+    extra = [m for m in dict.fromkeys(measures or ()) if m != "ideal"]
+    frame = unit_measures(study, [*_measure_names(study, None), *extra] if extra else None)
     have = set(frame.columns)
     needed = set(CORRELATION_MEASURES) | set(ABLATION_MEASURES)
     if not needed <= have:
@@ -376,27 +386,46 @@ def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
             f"the study's measures lack {sorted(needed - have)}; the paper's analyses need "
             f"{sorted(needed)}"
         )
-    correlations = correlation_with_ideal(frame)
-    selections = selected_algorithms(frame)
-    return {
+    compared, ablated, chosen = (
+        _with_extra(base, extra)
+        for base in (CORRELATION_MEASURES, ABLATION_MEASURES, SELECTION_MEASURES)
+    )
+    correlations = correlation_with_ideal(frame, compared)
+    selections = selected_algorithms(frame, chosen)
+    results = {
         "verdict": correlation_verdicts(frame),
         "units": frame,
         "table1": correlations,
         "table1_vs_paper": correlation_vs_paper(correlations),
-        "table5": ablation_correlations(frame),
+        "table5": ablation_correlations(frame, ablated),
         "table6": selections,
         "selection_agreement": selection_agreement(selections),
-        "figure6": degradation_by_scenario(frame),
-        "figure7": distance_to_ideal_by_scale(frame),
-        "figure1": baseline_vs_ideal_best(frame),
-        "figure5": ideal_measure_pairs(frame),
+        "figure6": degradation_by_scenario(frame, compared),
+        "figure7": distance_to_ideal_by_scale(frame, compared),
+        "figure1": baseline_vs_ideal_best(frame, chosen),
+        "figure5": ideal_measure_pairs(frame, compared),
     }
+    if measures is not None:
+        analysed = [c for c in frame.columns if c not in (*_META, "algorithm", "seed", "n_given")]
+        results["measure_digests"] = measure_digests(analysed)
+    return results
+
+
+def _with_extra(base: Sequence[str], extra: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([*base, *extra]))
 
 
 def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
-    names = check_measures(
-        measures if measures is not None else study.config.get("measures", DEFAULTS)
-    )
+    requested = measures if measures is not None else study.config.get("measures", DEFAULTS)
+    for name in requested if measures is None else ():
+        try:
+            get_measure(name)
+        except OodevalError:  # a user's measure: the file that registers it is not loaded
+            raise OodevalError(
+                f"the study's measures include {name!r}, which no loaded module registers; give "
+                "the file that registers it with --imports FILE"
+            ) from None
+    names = check_measures(requested)
     for extra in ("worst", "gap"):
         if extra not in names:
             names.append(extra)
