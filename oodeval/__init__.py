@@ -9,6 +9,8 @@ The public Python API; every name is imported on first use, so ``import oodeval`
 - `read_domainbed`: a DomainBed sweep folder -> long-form results for `score`
 - `load_study`, `analyze`: read a measure study's folder and compute the worst+gap paper's
   analyses as DataFrames
+- `register_measure`, `get_measure`: add your own measure; look one up by name or spec
+  (``cvar:alpha=0.25``)
 - `measures`: the measures themselves (`oodeval.measures.worst_plus_gap`, ...)
 - `OodevalError`: the exception raised for bad input (a `ValueError`)
 
@@ -38,6 +40,8 @@ _LAZY = {
     "read_domainbed": "oodeval.results.domainbed",
     "load_study": "oodeval.study.read_model",
     "analyze": "oodeval.study.analysis",
+    "register_measure": "oodeval.measures.registry",
+    "get_measure": "oodeval.measures.registry",
 }
 _SUBMODULES = ("measures",)
 
@@ -46,14 +50,17 @@ __all__ = [
     "Scores",
     "__version__",
     "analyze",
+    "get_measure",
     "load_study",
     "measures",
     "read_domainbed",
+    "register_measure",
     "score",
 ]
 
 if TYPE_CHECKING:  # for type checkers and documentation tools; never run
     from oodeval import measures
+    from oodeval.measures import get_measure, register_measure
     from oodeval.results.domainbed import read_domainbed
     from oodeval.results.scoring import Scores, score
     from oodeval.study.analysis import analyze

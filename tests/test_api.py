@@ -24,9 +24,11 @@ PUBLIC = [
     "Scores",
     "__version__",
     "analyze",
+    "get_measure",
     "load_study",
     "measures",
     "read_domainbed",
+    "register_measure",
     "score",
 ]
 
@@ -54,6 +56,8 @@ def test_public_names_resolve_lazily_to_the_one_implementation():
     assert oodeval.read_domainbed is read_domainbed
     assert oodeval.load_study is load_study and oodeval.analyze is analyze
     assert oodeval.measures.worst_plus_gap([0.1, 0.2, 0.4]) == pytest.approx(0.4 + 0.3)
+    assert oodeval.register_measure is oodeval.measures.register_measure
+    assert oodeval.get_measure is oodeval.measures.get_measure
     assert issubclass(oodeval.OodevalError, ValueError)
     with pytest.raises(AttributeError, match="no attribute 'scroe'"):
         oodeval.scroe  # noqa: B018

@@ -1,7 +1,12 @@
 """oodeval.measures: the evaluation measures (pure numpy/scipy).
 
+- `oodeval.measures.registry`: the one registry of measures (`register_measure`,
+  `register_measure_family`, `get_measure` for a name or a spec such as ``cvar:alpha=0.25``,
+  `measure_names`, `measure_code_digest`); every list of measure names comes from it.
 - `oodeval.measures.domain`: worst+gap paper measures (average, worst, best, gap, worst+gap, the
   Table 5 ablations, ideal) and NICO++ Eq. 5 / WILDS-style per-domain summaries.
+- `oodeval.measures.comparators`: measures beyond the paper (CVaR, quantile, median,
+  mean + lambda std, worst + W gap), registered as parameterised families.
 - `oodeval.measures.meta`: meta-evaluation across algorithms (rank correlation with the ideal
   measure, algorithm choice and ranks, selection degradation, seed statistics, bootstrap
   intervals), over arrays and over long-form tables of errors (per unit, per seed, over seeds):
@@ -12,13 +17,16 @@
   from model outputs).
 """
 
+from oodeval.measures.comparators import (
+    cvar,
+    mean_plus_std,
+    median,
+    quantile,
+    weighted_worst_plus_gap,
+)
 from oodeval.measures.domain import (
-    MEASURES,
-    REGISTRY,
-    MeasureSpec,
     average,
     best,
-    check_measures,
     domain_average,
     domain_measures,
     domain_overall,
@@ -26,11 +34,7 @@ from oodeval.measures.domain import (
     gap,
     gap_only,
     ideal,
-    measure_label,
     per_domain_summary,
-    register_measure,
-    undefined_measures,
-    unregister_measure,
     worst,
     worst_only,
     worst_plus_gap,
@@ -60,13 +64,41 @@ from oodeval.measures.meta import (
 )
 from oodeval.measures.meta import __getattr__ as __getattr__  # deprecated names
 from oodeval.measures.openworld import auroc, openworld_auc, openworld_curve, openworld_scores
+from oodeval.measures.registry import (
+    FAMILIES,
+    MEASURES,
+    REGISTRY,
+    MeasureFamily,
+    MeasureSpec,
+    check_measures,
+    freeze_built_ins,
+    get_measure,
+    measure_code_digest,
+    measure_label,
+    measure_names,
+    register_measure,
+    register_measure_family,
+    undefined_measures,
+    unregister_measure,
+)
 
 __all__ = [
+    "FAMILIES",
     "MEASURES",
     "REGISTRY",
     "register_measure",
+    "register_measure_family",
     "unregister_measure",
+    "get_measure",
+    "measure_code_digest",
+    "measure_names",
+    "MeasureFamily",
     "MeasureSpec",
+    "cvar",
+    "mean_plus_std",
+    "median",
+    "quantile",
+    "weighted_worst_plus_gap",
     "Choice",
     "answer_line",
     "auroc",
@@ -109,3 +141,5 @@ __all__ = [
     "worst_only",
     "worst_plus_gap",
 ]
+
+freeze_built_ins()  # every measure registered by now is oodeval's own

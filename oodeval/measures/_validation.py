@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -171,3 +171,44 @@ def as_class_ids(x: Any, name: str, *, check_nonnegative: bool = True) -> np.nda
     if check_nonnegative and ids.size and ids.min() < 0:
         raise OodevalError(f"{name} must hold class ids >= 0, found {int(ids.min())}")
     return ids
+
+
+class ErrorFractions(NamedTuple):
+    """Validated error fractions with their per-row extremes (computed once, reused)."""
+
+    values: np.ndarray  # (..., n_envs)
+    worst: np.ndarray  # (...,) max over environments
+    best: np.ndarray  # (...,) min over environments
+
+
+def error_fractions(
+    errors: Any, *, accuracy: bool = False, percent: bool = False, name: str = "errors"
+) -> ErrorFractions:
+    """Validate `errors` (..., n_envs) and return error fractions with row max and min.
+
+    Validation rides on the max/min reductions every measure needs: NaN propagates through them
+    and +-inf shows up in them, so the input is scanned twice instead of five times.
+
+    >>> error_fractions([[0.2, 0.5]]).worst
+    array([0.5])
+    """
+    arr = as_float_array(errors, name, check_finite=False)
+    if arr.ndim == 0:
+        raise OodevalError(
+            f"{name} must have environments on the last axis, got a scalar; pass a list of "
+            "per-environment values"
+        )
+    if arr.shape[-1] == 0:
+        raise OodevalError(f"{name} has no environments (last axis is empty, shape {arr.shape})")
+    hi = arr.max(axis=-1)
+    lo = arr.min(axis=-1)
+    if not (np.isfinite(hi).all() and np.isfinite(lo).all()):
+        as_float_array(arr, name)  # raises the shared NaN/inf message with the count
+    # range checks and their messages on the two extreme values only (none with 0 algorithms)
+    if hi.size:
+        to_errors(np.array([lo.min(), hi.max()]), accuracy=accuracy, percent=percent, name=name)
+    if percent:
+        arr, hi, lo = arr / 100.0, hi / 100.0, lo / 100.0
+    if accuracy:
+        arr, hi, lo = 1.0 - arr, 1.0 - lo, 1.0 - hi
+    return ErrorFractions(arr, hi, lo)

@@ -13,19 +13,30 @@ for every measure in `MEASURES`. Accuracies or percentages are accepted with ``a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from oodeval.errors import OodevalError, listing, repeats
-from oodeval.measures._validation import as_float_array, to_errors
+from oodeval.measures._validation import ErrorFractions, as_float_array, error_fractions, to_errors
+from oodeval.measures.registry import (
+    MEASURES,
+    REGISTRY,
+    MeasureSpec,
+    check_measures,
+    get_measure,
+    measure_label,
+    register_measure,
+    undefined_measures,
+    unregister_measure,
+)
 
 __all__ = [
     "MEASURES",
     "REGISTRY",
     "MeasureSpec",
+    "get_measure",
     "average",
     "best",
     "check_measures",
@@ -47,48 +58,12 @@ __all__ = [
 ]
 
 
-class _Errors(NamedTuple):
-    """Validated error fractions with their per-row extremes (computed once, reused)."""
-
-    values: np.ndarray  # (..., n_envs)
-    worst: np.ndarray  # (...,) max over environments
-    best: np.ndarray  # (...,) min over environments
-
-
-def _as_errors(errors: Any, *, accuracy: bool, percent: bool, name: str = "errors") -> _Errors:
-    """Validate `errors` (..., n_envs) and return error fractions with row max and min.
-
-    Validation rides on the max/min reductions every measure needs: NaN propagates through them
-    and +-inf shows up in them, so the input is scanned twice instead of five times.
-    """
-    arr = as_float_array(errors, name, check_finite=False)
-    if arr.ndim == 0:
-        raise OodevalError(
-            f"{name} must have environments on the last axis, got a scalar; pass a list of "
-            "per-environment values"
-        )
-    if arr.shape[-1] == 0:
-        raise OodevalError(f"{name} has no environments (last axis is empty, shape {arr.shape})")
-    hi = arr.max(axis=-1)
-    lo = arr.min(axis=-1)
-    if not (np.isfinite(hi).all() and np.isfinite(lo).all()):
-        as_float_array(arr, name)  # raises the shared NaN/inf message with the count
-    # range checks and their messages on the two extreme values only (none with 0 algorithms)
-    if hi.size:
-        to_errors(np.array([lo.min(), hi.max()]), accuracy=accuracy, percent=percent, name=name)
-    if percent:
-        arr, hi, lo = arr / 100.0, hi / 100.0, lo / 100.0
-    if accuracy:
-        arr, hi, lo = 1.0 - arr, 1.0 - lo, 1.0 - hi
-    return _Errors(arr, hi, lo)
-
-
 def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
     """Return a Python float for 0-d results, the array otherwise."""
     return float(x) if np.ndim(x) == 0 else x
 
 
-def _gap_term(e: _Errors) -> np.ndarray:
+def _gap_term(e: ErrorFractions) -> np.ndarray:
     """Return the gap term of Eq. 6 of the worst+gap paper, (worst - best) / (N - 2).
 
     Raises OodevalError for N <= 2 environments, where the 1/(N-2) factor is undefined.
@@ -119,7 +94,7 @@ def average(errors: Any, *, accuracy: bool = False, percent: bool = False) -> fl
     >>> average([0.1, 0.2, 0.4, 0.3])
     0.25
     """
-    e = _as_errors(errors, accuracy=accuracy, percent=percent)
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
     return _scalar_or_array(e.values.mean(axis=-1))
 
 
@@ -138,7 +113,7 @@ def worst(errors: Any, *, accuracy: bool = False, percent: bool = False) -> floa
     >>> worst([0.1, 0.2, 0.4, 0.3])
     0.4
     """
-    e = _as_errors(errors, accuracy=accuracy, percent=percent)
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
     return _scalar_or_array(e.worst)
 
 
@@ -157,7 +132,7 @@ def best(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float
     >>> best([0.1, 0.2, 0.4, 0.3])
     0.1
     """
-    e = _as_errors(errors, accuracy=accuracy, percent=percent)
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
     return _scalar_or_array(e.best)
 
 
@@ -176,7 +151,7 @@ def gap(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float 
     >>> round(gap([0.1, 0.2, 0.4, 0.3]), 12)
     0.3
     """
-    e = _as_errors(errors, accuracy=accuracy, percent=percent)
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
     return _scalar_or_array(e.worst - e.best)
 
 
@@ -200,7 +175,7 @@ def worst_plus_gap(
     >>> worst_plus_gap([0.1, 0.2, 0.4, 0.3])
     0.55
     """
-    e = _as_errors(errors, accuracy=accuracy, percent=percent)
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
     return _scalar_or_array(e.worst + _gap_term(e))
 
 
@@ -243,7 +218,7 @@ def gap_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> f
     >>> round(gap_only([0.1, 0.2, 0.4, 0.3]), 12)
     0.15
     """
-    e = _as_errors(errors, accuracy=accuracy, percent=percent)
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
     return _scalar_or_array(_gap_term(e))
 
 
@@ -263,122 +238,27 @@ def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> 
     >>> ideal([0.25, 0.31, 0.9])
     0.9
     """
-    e = _as_errors(all_errors, accuracy=accuracy, percent=percent, name="all_errors")
+    e = error_fractions(all_errors, accuracy=accuracy, percent=percent, name="all_errors")
     return _scalar_or_array(e.worst)
 
 
-@dataclass(frozen=True)
-class MeasureSpec:
-    """One measure of the registry: what to call, what it needs, and how reports name it."""
-
-    name: str
-    function: Callable[..., float | np.ndarray]
-    label: str
-    """How tables and figures print it ("worst+gap")."""
-    min_envs: int = 1
-    """Fewest environments its formula is defined for (Eq. 6 divides by N - 2: 3)."""
-    split: str = "loo"
-    """Errors it reads: ``loo`` (each LOO model on its held-out given environment) or ``all``
-    (the model trained on all given environments, on every environment of E_all)."""
-
-
-REGISTRY: dict[str, MeasureSpec] = {
-    spec.name: spec
-    for spec in (
-        MeasureSpec("average", average, "average"),
-        MeasureSpec("worst", worst, "worst"),
-        MeasureSpec("best", best, "best"),
-        MeasureSpec("gap", gap, "gap"),
-        MeasureSpec("worst_plus_gap", worst_plus_gap, "worst+gap", min_envs=3),
-        MeasureSpec("worst_only", worst_only, "worst only"),
-        MeasureSpec("gap_only", gap_only, "gap only", min_envs=3),
-        MeasureSpec("ideal", ideal, "ideal", split="all"),
-    )
-}
-"""Every measure by name: the one list the analyses, the CLI and the reports read."""
-
-MEASURES: dict[str, Callable[..., float | np.ndarray]] = {
-    name: spec.function for name, spec in REGISTRY.items() if spec.split == "loo"
-}
-"""Name -> measure function of the LOO measures; lower is better for all of them."""
-
-MeasureFunction = Callable[..., "float | np.ndarray"]
-
-
-def register_measure(
-    name: str, *, label: str | None = None, min_envs: int = 1, split: str = "loo"
-) -> Callable[[MeasureFunction], MeasureFunction]:
-    """Decorator adding a measure to `REGISTRY` (and, when ``split="loo"``, to `MEASURES`).
-
-    The function takes errors of shape ``(..., n_envs)`` (float64 error fractions, environments on
-    the last axis) and returns one value per leading index; lower must be better. Once
-    registered, the measure is accepted wherever measure names are (``oodeval measures
-    --measures``, `domain_measures`, `oodeval.score`). A name already registered is refused.
-
-    >>> @register_measure("doc_median", label="median", min_envs=1)
-    ... def doc_median(errors):
-    ...     return np.median(errors, axis=-1)
-    >>> float(domain_measures([0.1, 0.2, 0.4], ["doc_median"])["doc_median"])
-    0.2
-    >>> unregister_measure("doc_median")
-    """
-    if split not in ("loo", "all"):
-        raise ValueError(f"split must be 'loo' or 'all', not {split!r}")
-
-    def add(function: MeasureFunction) -> MeasureFunction:
-        if name in REGISTRY:
-            raise ValueError(f"a measure named {name!r} is already registered")
-        REGISTRY[name] = MeasureSpec(name, function, label or name, min_envs, split)
-        if split == "loo":
-            MEASURES[name] = function
-        return function
-
-    return add
-
-
-def unregister_measure(name: str) -> None:
-    """Remove a measure added by `register_measure` (built-in measures cannot be removed)."""
-    if name in _BUILT_IN:
-        raise ValueError(f"{name!r} is a built-in measure")
-    REGISTRY.pop(name, None)
-    MEASURES.pop(name, None)
-
-
-_BUILT_IN = frozenset(REGISTRY)
-
-
-def measure_label(name: str) -> str:
-    """How reports print measure `name` (the name itself when it is not in `REGISTRY`).
-
-    >>> measure_label("worst_plus_gap"), measure_label("my_measure")
-    ('worst+gap', 'my_measure')
-    """
-    spec = REGISTRY.get(name)
-    return spec.label if spec is not None else name
-
-
-def check_measures(names: Sequence[str] | None = None) -> list[str]:
-    """`names` as a list of LOO measures of `MEASURES` (default: all of them), or OodevalError.
-
-    >>> check_measures(["average", "gap"])
-    ['average', 'gap']
-    """
-    names = list(MEASURES) if names is None else list(names)
-    unknown = [n for n in names if n not in MEASURES]
-    if unknown:
-        raise OodevalError(
-            f"unknown measure(s) {listing(unknown)}; choose from {', '.join(MEASURES)}"
-        )
-    return names
-
-
-def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:
-    """The measures of `names` whose formula needs more than `n_envs` environments.
-
-    >>> undefined_measures(["average", "worst_plus_gap", "gap_only"], 2)
-    ['worst_plus_gap', 'gap_only']
-    """
-    return [n for n in names if REGISTRY[n].min_envs > n_envs]
+_BUILT_INS = (
+    ("average", average, "average", "mean LOO error over the N given environments (Eq. 2)", 1),
+    ("worst", worst, "worst", "largest LOO error over the given environments", 1),
+    ("best", best, "best", "smallest LOO error over the given environments", 1),
+    ("gap", gap, "gap", "worst minus best LOO error", 1),
+    ("worst_plus_gap", worst_plus_gap, "worst+gap", "worst + (worst - best) / (N - 2) (Eq. 6)", 3),
+    ("worst_only", worst_only, "worst only", "the worst term of Eq. 6 (Table 5 ablation)", 1),
+    ("gap_only", gap_only, "gap only", "the gap term of Eq. 6, (worst - best) / (N - 2)", 3),
+)
+for _name, _function, _label, _description, _min_envs in _BUILT_INS:
+    register_measure(_name, label=_label, description=_description, min_envs=_min_envs)(_function)
+register_measure(
+    "ideal",
+    label="ideal",
+    description="largest error on E_all of the model trained on all given environments (Eq. 4)",
+    split="all",
+)(ideal)
 
 
 def domain_measures(
@@ -388,13 +268,14 @@ def domain_measures(
     accuracy: bool = False,
     percent: bool = False,
 ) -> dict[str, float | np.ndarray]:
-    """Every requested measure of `MEASURES` at once, validating and reducing `errors` only once.
+    """Every requested measure at once, validating and reducing `errors` only once.
 
     Parameters
     ----------
     errors : array-like of shape (..., n_envs)
     names : sequence of str, optional
-        Keys of `MEASURES` to compute (default: all, in `MEASURES` order).
+        Names or specs (``cvar:alpha=0.25``) of LOO measures of the registry (default: every
+        measure of `MEASURES`, in its order). The keys of the result are the canonical specs.
     accuracy, percent : bool
 
     Returns
@@ -407,9 +288,11 @@ def domain_measures(
     ... # doctest: +NORMALIZE_WHITESPACE
     {'average': 0.25, 'worst': 0.4, 'best': 0.1, 'gap': 0.3, 'worst_plus_gap': 0.55,
      'worst_only': 0.4, 'gap_only': 0.15}
+    >>> domain_measures([0.1, 0.2, 0.4, 0.3], ["cvar:alpha=0.5"])
+    {'cvar:alpha=0.5': 0.35}
     """
     names = check_measures(names)
-    e = _as_errors(errors, accuracy=accuracy, percent=percent)
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
     hi, lo = e.worst, e.best
     values: dict[str, np.ndarray] = {}
     for k in names:
@@ -425,9 +308,27 @@ def domain_measures(
             values[k] = hi + _gap_term(e)
         elif k == "gap_only":
             values[k] = _gap_term(e)
-        else:  # a measure added with register_measure
-            values[k] = np.asarray(MEASURES[k](e.values), dtype=np.float64)
+        else:  # any other registered measure or family member
+            values[k] = _registered_values(k, e.values)
     return {k: _scalar_or_array(v) for k, v in values.items()}
+
+
+def _registered_values(name: str, values: np.ndarray) -> np.ndarray:
+    """Measure `name` of the registry on validated error fractions, checked for shape and N."""
+    spec = get_measure(name)
+    n = values.shape[-1]
+    if spec.min_envs > n:
+        raise OodevalError(
+            f"measure {spec.label} needs >= {spec.min_envs} environments, got N={n}; drop it "
+            "or give more environments"
+        )
+    out = np.asarray(spec.function(values), dtype=np.float64)
+    if out.shape != values.shape[:-1]:
+        raise OodevalError(
+            f"measure {name} returned shape {out.shape} for errors of shape {values.shape}; it "
+            f"must return one value per leading index (shape {values.shape[:-1]})"
+        )
+    return out
 
 
 # --- NICO++ Eq. 5: Average, Overall, Std over test domains (accuracies) -------------------------

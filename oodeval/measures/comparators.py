@@ -1,0 +1,231 @@
+"""Comparators beyond the worst+gap paper: parameterised measures of LOO errors over environments.
+
+Each family is registered in `oodeval.measures.registry` and asked for by spec:
+
+- ``cvar:alpha=A``: CVaR_alpha, the mean of the worst ceil(alpha N) environments;
+- ``quantile:q=Q`` and ``median``: numpy's linear-interpolation quantile of the errors;
+- ``mean_plus_std:lambda=L``: mean + L * std, with the population std (ddof=0);
+- ``weighted_worst_plus_gap:weight=W``: worst + W * (worst - best); W = 1/(N-2) is Eq. 6.
+
+Like every measure, each takes errors of shape ``(..., n_envs)`` (environments on the last
+axis), refuses NaN and infinities, and returns one value per leading index; lower is better.
+
+>>> from oodeval.measures.registry import get_measure
+>>> get_measure("cvar:alpha=0.5").function([0.1, 0.2, 0.4, 0.3])
+0.35
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from oodeval.errors import OodevalError
+from oodeval.measures._validation import error_fractions
+from oodeval.measures.registry import MeasureFunction, register_measure_family
+
+__all__ = [
+    "cvar",
+    "cvar_count",
+    "mean_plus_std",
+    "median",
+    "quantile",
+    "weighted_worst_plus_gap",
+]
+
+
+def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def cvar_count(alpha: float, n_envs: int) -> int:
+    """The number of worst environments CVaR_alpha averages: ceil(alpha N), computed exactly.
+
+    `alpha` is read as the decimal it prints as (0.1 is one tenth, not the binary float just
+    above it), so ``cvar_count(0.1, 10) == 1`` although ``0.1 * 10`` rounds to 1.0000000000000002
+    in some orders of evaluation.
+
+    >>> cvar_count(0.25, 4), cvar_count(0.3, 10), cvar_count(0.26, 4), cvar_count(1.0, 7)
+    (1, 3, 2, 7)
+    """
+    return math.ceil(Fraction(repr(float(alpha))) * n_envs)
+
+
+def _check_in(family: str, key: str, value: float, low: float, high: float, low_open: bool) -> None:
+    if value < low or value > high or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise OodevalError(
+            f"measure {family}: {key} must lie in {bracket}{low:g}, {high:g}], got {value:g}; "
+            f"e.g. {family}:{key}=0.25"
+        )
+
+
+@register_measure_family(
+    "cvar",
+    params={"alpha": float},
+    label="CVaR_{alpha}",
+    description="mean of the worst ceil(alpha N) LOO errors (CVaR over environments)",
+)
+def cvar(alpha: float) -> MeasureFunction:
+    """CVaR_alpha over environments: the mean of the worst k = ceil(alpha N) LOO errors.
+
+    CVaR_alpha = (1/k) sum_{i=N-k+1}^{N} R_(i), with R_(1) <= ... <= R_(N) the sorted errors
+    and 0 < alpha <= 1 (`cvar_count` computes k exactly). alpha = 1 is the average; any alpha
+    <= 1/N is the worst. Ties do not matter: the k largest values form one multiset.
+
+    Parameters
+    ----------
+    alpha : float in (0, 1]
+
+    Returns
+    -------
+    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
+
+    >>> cvar(0.5)([0.1, 0.2, 0.4, 0.3])
+    0.35
+    >>> cvar(0.25)([[0.1, 0.2, 0.4, 0.3], [0.5, 0.5, 0.0, 0.0]])
+    array([0.4, 0.5])
+    """
+    _check_in("cvar", "alpha", alpha, 0.0, 1.0, low_open=True)
+
+    def cvar_alpha(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
+        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
+        k = cvar_count(alpha, values.shape[-1])
+        return _scalar_or_array(np.sort(values, axis=-1)[..., -k:].mean(axis=-1))
+
+    return cvar_alpha
+
+
+@register_measure_family(
+    "quantile",
+    params={"q": float},
+    label="q_{q}",
+    description="q-quantile of the LOO errors (numpy's linear interpolation)",
+)
+def quantile(q: float) -> MeasureFunction:
+    """The q-quantile of the LOO errors with numpy's default linear interpolation.
+
+    With R_(1) <= ... <= R_(N) sorted, h = (N - 1) q and j = floor(h):
+    Q_q = R_(j+1) + (h - j) (R_(j+2) - R_(j+1)) (``numpy.quantile(method="linear")``, Hyndman
+    and Fan's type 7). q = 1 is the worst, q = 0 the best, q = 0.5 the median.
+
+    Parameters
+    ----------
+    q : float in [0, 1]
+
+    Returns
+    -------
+    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
+
+    >>> round(quantile(0.9)([0.1, 0.2, 0.4, 0.3]), 12)
+    0.37
+    """
+    _check_in("quantile", "q", q, 0.0, 1.0, low_open=False)
+
+    def quantile_q(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
+        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
+        return _scalar_or_array(np.quantile(values, q, axis=-1, method="linear"))
+
+    return quantile_q
+
+
+@register_measure_family(
+    "median", params={}, label="median", description="median of the LOO errors"
+)
+def median() -> MeasureFunction:
+    """The median of the LOO errors: the middle sorted value, or the mean of the middle two.
+
+    Equal to ``quantile:q=0.5`` (numpy's ``median``).
+
+    Returns
+    -------
+    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
+
+    >>> round(median()([0.1, 0.2, 0.4, 0.3]), 12)
+    0.25
+    """
+
+    def median_of(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
+        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
+        return _scalar_or_array(np.median(values, axis=-1))
+
+    return median_of
+
+
+@register_measure_family(
+    "mean_plus_std",
+    params={"lambda": float},
+    label="mean+{lambda}std",
+    description="mean + lambda * std of the LOO errors (population std, ddof=0)",
+)
+def mean_plus_std(**params: float) -> MeasureFunction:
+    """Mean plus lambda standard deviations of the LOO errors, with the population std (ddof=0).
+
+    M = (1/N) sum_n R_n + lambda sqrt((1/N) sum_n (R_n - mean)^2), lambda >= 0; lambda = 0 is
+    the average. Defined for any N >= 1 (the std of one environment is 0).
+
+    Parameters
+    ----------
+    lambda : float >= 0 (a keyword: ``mean_plus_std(**{"lambda": 1.0})``; in a spec
+        ``mean_plus_std:lambda=1``)
+
+    Returns
+    -------
+    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
+
+    >>> round(mean_plus_std(**{"lambda": 2.0})([0.1, 0.3]), 12)
+    0.4
+    """
+    lam = params["lambda"]
+    if lam < 0:
+        raise OodevalError(
+            f"measure mean_plus_std: lambda must be >= 0 (a larger spread must not help), got "
+            f"{lam:g}; e.g. mean_plus_std:lambda=1"
+        )
+
+    def mean_plus_lambda_std(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
+        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
+        return _scalar_or_array(values.mean(axis=-1) + lam * values.std(axis=-1, ddof=0))
+
+    return mean_plus_lambda_std
+
+
+@register_measure_family(
+    "weighted_worst_plus_gap",
+    params={"weight": float},
+    label="worst+{weight}gap",
+    description="worst + weight * (worst - best); weight 1/(N-2) is worst+gap (Eq. 6)",
+)
+def weighted_worst_plus_gap(weight: float) -> MeasureFunction:
+    """The worst+gap family with a fixed gap weight: worst + W (worst - best), W >= 0.
+
+    Eq. 6 of the worst+gap paper is the member W = 1/(N-2); W = 0 is the worst. A fixed W does
+    not shrink with N, so it weighs the gap more than Eq. 6 does on many environments.
+
+    Parameters
+    ----------
+    weight : float >= 0
+
+    Returns
+    -------
+    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
+
+    >>> round(weighted_worst_plus_gap(0.5)([0.1, 0.2, 0.4, 0.3]), 12)
+    0.55
+    """
+    if weight < 0:
+        raise OodevalError(
+            f"measure weighted_worst_plus_gap: weight must be >= 0, got {weight:g}; e.g. "
+            "weighted_worst_plus_gap:weight=0.5"
+        )
+
+    def worst_plus_weighted_gap(
+        errors: Any, *, accuracy: bool = False, percent: bool = False
+    ) -> Any:
+        e = error_fractions(errors, accuracy=accuracy, percent=percent)
+        return _scalar_or_array(e.worst + weight * (e.worst - e.best))
+
+    return worst_plus_weighted_gap

@@ -1,0 +1,429 @@
+"""The one registry of evaluation measures: plain measures, parameterised families, their specs.
+
+A measure is a function of errors over environments (LAST axis), vectorised over any leading
+axes, returning one value per leading index; lower is better. Each has a name, a label (how
+tables print it), a short description, the fewest environments its formula is defined for and
+the errors it reads (``split``: ``loo`` or ``all``). Every built-in goes through this registry,
+and so does a user's ``@register_measure``; every list of measure names in oodeval comes from
+here (`measure_names`, `MEASURES`).
+
+A *family* is a measure with parameters, written as a *spec* ``name:key=value[:key=value]``,
+e.g. ``cvar:alpha=0.25`` or ``mean_plus_std:lambda=1``. `get_measure` turns a plain name or a
+spec into a `MeasureSpec` whose ``name`` is the canonical spec (parameters in declared order,
+numbers as Python's shortest float text without a trailing ``.0``).
+
+>>> get_measure("worst_plus_gap").label
+'worst+gap'
+>>> "average" in measure_names()
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import marshal
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from oodeval.errors import OodevalError, listing
+
+__all__ = [
+    "FAMILIES",
+    "MEASURES",
+    "REGISTRY",
+    "MeasureFamily",
+    "MeasureFunction",
+    "MeasureSpec",
+    "check_measures",
+    "freeze_built_ins",
+    "get_measure",
+    "measure_code_digest",
+    "measure_label",
+    "measure_names",
+    "register_measure",
+    "register_measure_family",
+    "undefined_measures",
+    "unregister_measure",
+]
+
+MeasureFunction = Callable[..., "float | np.ndarray"]
+#: Reads one parameter's text (``"0.25"``) into its value, raising ValueError for bad text.
+ParamParser = Callable[[str], Any]
+
+SPLITS = ("loo", "all")
+_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """One measure: what to call, what it needs, and how reports name it.
+
+    For a family member (``cvar:alpha=0.25``) ``name`` is the canonical spec and ``params`` the
+    parsed parameters; for a plain measure ``params`` is empty.
+    """
+
+    name: str
+    function: MeasureFunction
+    label: str
+    """How tables and figures print it ("worst+gap")."""
+    description: str = ""
+    """One line: what it computes."""
+    min_envs: int = 1
+    """Fewest environments its formula is defined for (Eq. 6 divides by N - 2: 3)."""
+    split: str = "loo"
+    """Errors it reads: ``loo`` (each LOO model on its held-out given environment) or ``all``
+    (the model trained on all given environments, on every environment of E_all)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The parameters of a family member, in declared order (empty for a plain measure)."""
+
+
+@dataclass(frozen=True)
+class MeasureFamily:
+    """A parameterised measure: `factory` takes the parameters as keywords, returns the function."""
+
+    name: str
+    factory: Callable[..., MeasureFunction]
+    params: Mapping[str, type | ParamParser]
+    label: str
+    """Label template: ``{key}`` is replaced by the parameter's text; without braces the
+    parameters are appended as ``label(key=value)``."""
+    description: str = ""
+    min_envs: int = 1
+    split: str = "loo"
+
+
+REGISTRY: dict[str, MeasureSpec] = {}
+"""Every plain measure by name (built-ins and ``@register_measure``), in registration order."""
+
+FAMILIES: dict[str, MeasureFamily] = {}
+"""Every parameterised family by name (``cvar``, ``quantile``, ...)."""
+
+MEASURES: dict[str, MeasureFunction] = {}
+"""Name -> function of the plain LOO measures: what "all measures" means by default (lower is
+better for all of them). Families are asked for by spec; they are not in this default set."""
+
+_SPECS: dict[str, MeasureSpec] = {}  # canonical spec -> family member, built once
+
+
+def _check_new_name(name: str, split: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise OodevalError(
+            f"measure name {name!r} must be lower-case letters, digits and _ (e.g. my_measure)"
+        )
+    if name in REGISTRY or name in FAMILIES:
+        raise OodevalError(f"a measure named {name!r} is already registered; choose another name")
+    if split not in SPLITS:
+        raise OodevalError(f"split must be 'loo' or 'all', not {split!r}")
+
+
+def _first_line(function: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(function) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def register_measure(
+    name: str,
+    *,
+    label: str | None = None,
+    description: str | None = None,
+    min_envs: int = 1,
+    split: str = "loo",
+) -> Callable[[MeasureFunction], MeasureFunction]:
+    """Decorator adding a plain measure to `REGISTRY` (and, when ``split="loo"``, to `MEASURES`).
+
+    The function takes errors of shape ``(..., n_envs)`` (float64 error fractions, environments
+    on the last axis) and returns one value per leading index; lower must be better. Once
+    registered, the measure is accepted wherever measure names are (``oodeval measures
+    --measures``, a study config's ``measures``, `domain_measures`, `oodeval.score`). A name
+    already registered is refused. `label` defaults to the name, `description` to the first
+    line of the docstring.
+
+    >>> @register_measure("doc_median", label="median", min_envs=1)
+    ... def doc_median(errors):
+    ...     return np.median(errors, axis=-1)
+    >>> get_measure("doc_median").label
+    'median'
+    >>> unregister_measure("doc_median")
+    """
+    _check_new_name(name, split)
+
+    def add(function: MeasureFunction) -> MeasureFunction:
+        _check_new_name(name, split)
+        desc = _first_line(function) if description is None else description
+        REGISTRY[name] = MeasureSpec(name, function, label or name, desc, min_envs, split)
+        if split == "loo":
+            MEASURES[name] = function
+        return function
+
+    return add
+
+
+def register_measure_family(
+    name: str,
+    *,
+    params: Mapping[str, type | ParamParser],
+    label: str | None = None,
+    description: str | None = None,
+    min_envs: int = 1,
+    split: str = "loo",
+) -> Callable[[Callable[..., MeasureFunction]], Callable[..., MeasureFunction]]:
+    """Decorator adding a parameterised measure: the factory takes `params` as keywords.
+
+    `params` maps each parameter to ``float``, ``int`` or a parser of its text; the decorated
+    factory returns the vectorised measure function and raises OodevalError for values out of
+    range. Members are written ``name:key=value[:key=value]`` (every parameter given).
+
+    >>> @register_measure_family("doc_power_mean", params={"p": float}, label="M_{p}")
+    ... def doc_power_mean(p):
+    ...     return lambda errors: np.mean(np.asarray(errors) ** p, axis=-1) ** (1 / p)
+    >>> spec = get_measure("doc_power_mean:p=2.0")
+    >>> spec.name, spec.label, round(float(spec.function([0.3, 0.4])), 12)
+    ('doc_power_mean:p=2', 'M_2', 0.353553390593)
+    >>> unregister_measure("doc_power_mean")
+    """
+    _check_new_name(name, split)
+    for key in params:
+        if not isinstance(key, str) or not _NAME.match(key):
+            raise OodevalError(f"parameter name {key!r} of {name} must be lower-case letters")
+
+    def add(factory: Callable[..., MeasureFunction]) -> Callable[..., MeasureFunction]:
+        _check_new_name(name, split)
+        desc = _first_line(factory) if description is None else description
+        FAMILIES[name] = MeasureFamily(
+            name, factory, dict(params), label or name, desc, min_envs, split
+        )
+        return factory
+
+    return add
+
+
+_BUILT_IN: set[str] = set()
+
+
+def freeze_built_ins() -> None:
+    """Mark every measure registered so far as built-in (`oodeval.measures` calls it once)."""
+    _BUILT_IN.update(REGISTRY, FAMILIES)
+
+
+def unregister_measure(name: str) -> None:
+    """Remove a measure or family added by a user (built-in measures cannot be removed)."""
+    if name in _BUILT_IN:
+        raise OodevalError(f"{name!r} is a built-in measure; it cannot be removed")
+    REGISTRY.pop(name, None)
+    MEASURES.pop(name, None)
+    FAMILIES.pop(name, None)
+    for spec in [s for s in _SPECS if s.split(":", 1)[0] == name]:
+        del _SPECS[spec]
+
+
+def _family_template(family: MeasureFamily) -> str:
+    keys = ":".join(f"{k}=<{getattr(p, '__name__', 'value')}>" for k, p in family.params.items())
+    return f"{family.name}:{keys}" if keys else family.name
+
+
+def measure_names(*, split: str | None = "loo", families: bool = True) -> list[str]:
+    """Every registered measure: plain names, then families as templates (``cvar:alpha=<float>``).
+
+    By default the ones a user may ask for (``split="loo"``: what ``--measures`` and a config's
+    ``measures`` accept); ``split=None`` adds the ``all``-split ones (the ideal measure).
+
+    >>> measure_names(families=False)[:3]
+    ['average', 'worst', 'best']
+    """
+    names = [n for n, s in REGISTRY.items() if split is None or s.split == split]
+    if families:
+        names += [
+            _family_template(f) for f in FAMILIES.values() if split is None or f.split == split
+        ]
+    return names
+
+
+def _number_text(value: Any) -> str:
+    """Canonical text of a parameter value: 1.0 -> '1', 0.25 -> '0.25', 1e-05 -> '1e-05'."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        return str(value)
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _parse_value(family: str, key: str, parser: type | ParamParser, text: str) -> Any:
+    example = f"e.g. {family}:{key}=0.5"
+    try:
+        value = parser(text)
+    except OodevalError:
+        raise
+    except (TypeError, ValueError):
+        kind = getattr(parser, "__name__", "value")
+        raise OodevalError(
+            f"measure {family}: {key}={text!r} is not a valid {kind}; write a number, {example}"
+        ) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OodevalError(f"measure {family}: {key} must be finite, got {text}; {example}")
+    return value
+
+
+def _family_member(family: MeasureFamily, parts: Sequence[str], spec: str) -> MeasureSpec:
+    given: dict[str, str] = {}
+    for part in parts:
+        key, eq, text = (s.strip() for s in part.partition("="))
+        if not eq or not key or not text:
+            raise OodevalError(
+                f"measure spec {spec!r}: {part!r} is not key=value; write it as "
+                f"{_family_template(family)}"
+            )
+        if key not in family.params:
+            raise OodevalError(
+                f"measure {family.name} has no parameter {key!r}; write it as "
+                f"{_family_template(family)}"
+            )
+        if key in given:
+            raise OodevalError(f"measure spec {spec!r} gives {key} twice; give it once")
+        given[key] = text
+    missing = [k for k in family.params if k not in given]
+    if missing:
+        raise OodevalError(
+            f"measure {family.name} needs {listing(missing)}; write it as "
+            f"{_family_template(family)}"
+        )
+    values = {k: _parse_value(family.name, k, p, given[k]) for k, p in family.params.items()}
+    texts = {k: _number_text(v) for k, v in values.items()}
+    name = ":".join([family.name, *(f"{k}={t}" for k, t in texts.items())])
+    if name in _SPECS:
+        return _SPECS[name]
+    function = family.factory(**values)
+    if "{" in family.label:
+        label = family.label.format(**texts)
+    elif texts:
+        label = f"{family.label}({', '.join(f'{k}={t}' for k, t in texts.items())})"
+    else:
+        label = family.label
+    member = MeasureSpec(
+        name, function, label, family.description, family.min_envs, family.split, values
+    )
+    _SPECS[name] = member
+    return member
+
+
+def get_measure(spec: str | MeasureSpec) -> MeasureSpec:
+    """The measure a plain name or a spec ``name:key=value[:key=value]`` stands for.
+
+    Raises OodevalError (one line naming the fix) for an unknown name, a missing, unknown or
+    repeated parameter, or a value the family refuses. The result's ``name`` is canonical.
+
+    >>> get_measure("cvar: alpha=.250").name
+    'cvar:alpha=0.25'
+    >>> get_measure("mean_plus_std:lambda=1.0").params
+    {'lambda': 1.0}
+    """
+    if isinstance(spec, MeasureSpec):
+        return spec
+    if not isinstance(spec, str):
+        raise OodevalError(f"a measure is named by text, not {type(spec).__name__}")
+    name, *parts = (p.strip() for p in spec.strip().split(":"))
+    if name in REGISTRY:
+        if parts:
+            raise OodevalError(f"measure {name} takes no parameters; write {name}")
+        return REGISTRY[name]
+    if name in FAMILIES:
+        return _family_member(FAMILIES[name], parts, spec)
+    raise OodevalError(
+        f"unknown measure {spec!r}; choose from {', '.join(measure_names())} (or register it "
+        "with @register_measure and load its file with imports)"
+    )
+
+
+def measure_label(name: str) -> str:
+    """How reports print measure `name` (the name itself when it is not registered).
+
+    >>> measure_label("worst_plus_gap"), measure_label("cvar:alpha=0.5"), measure_label("x")
+    ('worst+gap', 'CVaR_0.5', 'x')
+    """
+    try:
+        return get_measure(name).label
+    except OodevalError:
+        return name
+
+
+def check_measures(names: Sequence[str] | None = None) -> list[str]:
+    """`names` as canonical LOO measure specs (default: every measure of `MEASURES`).
+
+    Raises OodevalError for an unknown name, a bad spec or an ``all``-split measure.
+
+    >>> check_measures(["average", "cvar:alpha=.5"])
+    ['average', 'cvar:alpha=0.5']
+    """
+    if names is None:
+        return list(MEASURES)
+    out = []
+    unknown = []
+    for n in names:
+        try:
+            spec = get_measure(n)
+        except OodevalError:
+            if isinstance(n, str) and ":" in n:
+                raise
+            unknown.append(n)
+            continue
+        if spec.split != "loo":
+            unknown.append(n)
+        else:
+            out.append(spec.name)
+    if unknown:
+        raise OodevalError(
+            f"unknown measure(s) {listing(unknown)}; choose from {', '.join(measure_names())}"
+        )
+    return out
+
+
+def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:
+    """The measures of `names` whose formula needs more than `n_envs` environments.
+
+    >>> undefined_measures(["average", "worst_plus_gap", "gap_only"], 2)
+    ['worst_plus_gap', 'gap_only']
+    """
+    return [n for n in names if get_measure(n).min_envs > n_envs]
+
+
+def _code_text(function: Callable[..., Any]) -> bytes:
+    """The source of the module defining `function`; its own source or bytecode without one."""
+    function = inspect.unwrap(function)
+    module = inspect.getmodule(function)
+    for get in (
+        lambda: inspect.getsource(module) if module is not None else None,
+        lambda: inspect.getsource(function),
+    ):
+        try:
+            text = get()
+        except (OSError, TypeError):
+            continue
+        if text:
+            return text.encode("utf-8")
+    code = getattr(function, "__code__", None)
+    return marshal.dumps(code) if code is not None else repr(function).encode("utf-8")
+
+
+def measure_code_digest(spec: str | MeasureSpec) -> str:
+    """16 hex digits of the SHA-256 of the source of the module defining the measure.
+
+    For a plain measure that is the module of its function, for a family member the module of
+    its factory (the parameters are in the spec's name, not in the digest). A function with no
+    source file (typed at a prompt) is digested by its own source, or else its bytecode. Any
+    edit of that module changes the digest: two analyses with different digests for one
+    measure may have used different code.
+
+    >>> len(measure_code_digest("average"))
+    16
+    """
+    measure = get_measure(spec)
+    head = measure.name.split(":", 1)[0]
+    family = FAMILIES.get(head) if head not in REGISTRY else None
+    function = family.factory if family is not None else measure.function
+    return hashlib.sha256(_code_text(function)).hexdigest()[:16]
