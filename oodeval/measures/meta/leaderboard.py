@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import measure_label
 from oodeval.measures.meta.choice import TIE_DECIMALS, algorithm_ranks
 from oodeval.measures.meta.columns import (
     UNIT_KEYS,
@@ -52,6 +51,7 @@ from oodeval.measures.meta.columns import (
     row_groups,
 )
 from oodeval.measures.meta.paper_tables import choices, ideal_correlations
+from oodeval.measures.registry import measure_label
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",

@@ -13,13 +13,13 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import measure_label
 from oodeval.measures.meta.leaderboard import (
     BOOTSTRAP_RESAMPLES,
     VERSUS,
     leaderboard_sentence,
     measure_leaderboard,
 )
+from oodeval.measures.registry import measure_label
 
 __all__ = [
     "LEADERBOARD_FOOTNOTE",
@@ -56,10 +56,8 @@ def study_leaderboard(
     seed: int = 0,
 ) -> pd.DataFrame:
     """The leaderboard (`meta.measure_leaderboard`) over the (scenario, seed) cells of
-    `frame`, `unit_measures`' output; `measures` default to its measure columns. Cells with a
-    single finished algorithm have no correlation and are left out (`correlatable`)."""
-    from oodeval.study.analysis.paper import correlatable
-
+    `frame`, `unit_measures`' output without single-algorithm cells (`correlatable`);
+    `measures` default to its measure columns."""
     names = leaderboard_measures(frame) if measures is None else list(measures)
     missing = [m for m in VERSUS if m not in frame.columns]
     if missing:
@@ -67,8 +65,7 @@ def study_leaderboard(
             f"the leaderboard compares every measure with {', '.join(VERSUS)}; compute "
             f"{', '.join(missing)} too"
         )
-    units = correlatable(frame)
-    board = measure_leaderboard(units, names, n_resamples=n_resamples, seed=seed)
+    board = measure_leaderboard(frame, names, n_resamples=n_resamples, seed=seed)
     return pd.DataFrame(board)
 
 

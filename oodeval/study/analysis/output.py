@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.measures import meta
+from oodeval.study.analysis.leaderboard import leaderboard_text
 from oodeval.study.analysis.paper import (
     CORRELATION_MEASURES,
     PAPER_REFERENCES,
@@ -191,6 +192,12 @@ def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
             ]
         if key == "table6":
             lines += [_markdown(results["selection_agreement"]), ""]
+    if "leaderboard" in results:
+        lines += [
+            f"## {PAPER_REFERENCES['leaderboard']}",
+            "",
+            *leaderboard_text(results["leaderboard"]),
+        ]
     lines += [
         f"{PAPER_REFERENCES['figure5']}'s raw pairs are in `figure5.csv`; per-unit measures in "
         "`units.csv`.",

@@ -39,6 +39,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures import meta
+from oodeval.study.analysis.leaderboard import study_leaderboard
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.read_model import Study, load_study
 from oodeval.study.store import ALL_FOLD
@@ -62,6 +63,7 @@ PAPER_REFERENCES = {
     "figure7": "Figure 7",
     "figure1": "Figure 1",
     "figure5": "Figure 5",
+    "leaderboard": "Measure leaderboard",
 }
 
 #: Table 1 of the worst+gap paper (SR-CMNIST, 14 algorithms, 3 seeds): means of
@@ -366,7 +368,7 @@ def ideal_measure_pairs(
 def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
     """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``verdict``,
     ``units``, ``table1``, ``table1_vs_paper``, ``table5``, ``table6``, ``selection_agreement``,
-    ``figure6``, ``figure7``, ``figure1``, ``figure5``."""
+    ``figure6``, ``figure7``, ``figure1``, ``figure5``, and the measure ``leaderboard``."""
     study = study if isinstance(study, Study) else load_study(study)
     frame = unit_measures(study)
     have = set(frame.columns)
@@ -390,6 +392,7 @@ def analyze(study: Study | str | Path) -> dict[str, pd.DataFrame]:
         "figure7": distance_to_ideal_by_scale(frame),
         "figure1": baseline_vs_ideal_best(frame),
         "figure5": ideal_measure_pairs(frame),
+        "leaderboard": study_leaderboard(correlatable(frame)),
     }
 
 
