@@ -20,8 +20,8 @@ measure across the cell's algorithms (`rank_correlation`), the choice degradatio
   losses) of the per-cell rho differences; `smallest_wilcoxon_p(n)` says how small p can get.
 
 `leaderboard_sentence` puts the result in one plain sentence. Where no ideal measure exists (a
-DomainBed sweep: no model is tested on environments it was not given beyond the held-out ones),
-`measure_rankings` gives each measure's ranking of the algorithms instead.
+DomainBed sweep, `NO_IDEAL_NOTE`), `measure_rankings` gives each measure's ranking of the
+algorithms instead.
 
 >>> units = {
 ...     "scenario": ["s"] * 4, "seed": [0] * 4, "algorithm": ["A", "B", "C", "D"],
@@ -79,9 +79,10 @@ LEADERBOARD_STATISTICS = ("spearman", "kendall", "degradation", "ideal_choice", 
 ``trend`` is ``trend_slope``/``_low``/``_high``)."""
 
 NO_IDEAL_NOTE = (
-    "no ideal measure exists here: a DomainBed sweep has no model trained on the given "
-    "environments and tested on unseen ones beyond the held-out environment, so the measures "
-    "cannot be scored against the truth; shown instead: each measure's ranking of the algorithms"
+    "no ideal measure exists for a DomainBed sweep: the ideal measure (Eq. 4) needs the errors "
+    "of a model trained on all given environments on environments it never saw, which a sweep "
+    "does not record, so no measure can be scored against it; shown instead: each measure's "
+    "ranking of the algorithms"
 )
 
 
