@@ -260,7 +260,7 @@ BAD_CONFIGS = {
         ["scenario synthetic[size=3]: TypeError:", "unexpected keyword argument 'size'"],
     ),
     "algorithm": ({"algorithms": '["ERM", "Magic"]'}, None, ["unknown algorithm(s) Magic; avail"]),
-    "measure": ({"measures": '["median"]'}, None, ["unknown measure(s) 'median'; choose from "]),
+    "measure": ({"measures": '["medain"]'}, None, ["unknown measure(s) 'medain'; choose from "]),
     "seed": ({"seeds": "[0, 4294967296]"}, None, ["seeds[1] must be <= 4_294_967_295"]),
     "negative_seed": ({"seeds": "[-1]"}, None, ["seeds[0] must be >= 0, got -1"]),
     "data_seed": ({"data_seed": "-1"}, None, ["data_seed must be >= 0, got -1"]),

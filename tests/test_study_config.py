@@ -79,7 +79,7 @@ def problems_of(data: dict) -> tuple[str, ...]:
         ({"algorithms": ["ERM", "Magic"]}, "unknown algorithm(s) Magic; available: ARM, CDANN, "),
         ({"model": "transformer"}, "unknown model 'transformer'; choose one of mlp, cnn"),
         ({"model": 3}, "model must be a non-empty string, got int 3"),
-        ({"measures": ["median"]}, "unknown measure(s) 'median'; choose from average, "),
+        ({"measures": ["medain"]}, "unknown measure(s) 'medain'; choose from average, "),
         ({"measures": ["average", "average"]}, "'measures' lists a value twice ('average')"),
         ({"hparams_mode": "grid"}, "hparams_mode must be one of default, random, got str 'grid'"),
         ({"hparams": {"ERM": {"lr": "fast"}}}, "hparams.ERM.lr must be float like its default"),

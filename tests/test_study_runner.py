@@ -214,7 +214,7 @@ def test_resuming_with_another_config_is_refused(tmp_path):
             r"has 2 given environments but worst_plus_gap, gap_only need at least 3",
         ),
         ({"scenarios": [{"family": "nope"}]}, r"unknown scenario family 'nope'"),
-        ({"measures": ["average", "median"]}, r"unknown measure\(s\) 'median'; choose from"),
+        ({"measures": ["average", "medain"]}, r"unknown measure\(s\) 'medain'; choose from"),
         ({"seeds": [0, 0]}, r"'seeds' lists a value twice"),
         ({"steps": 0}, r"steps must be >= 1"),
         ({"steps": 1.5}, r"steps must be an integer"),

@@ -27,13 +27,30 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import MEASURES
 from oodeval.measures.meta import environment_warning, interval_warning
+from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
 from oodeval.tables import render_frame, to_json
 
-__all__ = ["register", "render", "measures_command"]
+__all__ = ["MEASURES_OPT", "measures_help", "register", "render", "measures_command"]
+
+
+def measures_help() -> str:
+    """The ``--measures`` help: every measure registered when the app is built (`register`).
+
+    >>> "cvar:alpha=<float>" in measures_help()
+    True
+    """
+    return (
+        "Comma-separated measures, each a name or a parameterised spec such as "
+        f"cvar:alpha=0.25. Registered: {', '.join(measure_names())} (default: "
+        f"{', '.join(MEASURES)}). Your own: @register_measure in a module you import."
+    )
+
+
+#: ``--measures``; its help is written by `register`, so it lists the measures of that moment.
+MEASURES_OPT = typer.Option(None, "--measures", help=measures_help())
 
 
 def _header(source: str, tables: Scores) -> str:
@@ -104,11 +121,7 @@ def measures_command(
     percent: bool = typer.Option(
         False, "--percent", help="Values are percentages in [0, 100] (divided by 100)."
     ),
-    measures: str | None = typer.Option(
-        None,
-        "--measures",
-        help=f"Comma-separated subset of: {', '.join(MEASURES)} (default: all).",
-    ),
+    measures: str | None = MEASURES_OPT,
     bootstrap: int = typer.Option(
         0,
         "--bootstrap",
@@ -137,7 +150,7 @@ def measures_command(
     if measures is not None:
         names = [m.strip() for m in measures.split(",") if m.strip()]
         if not names:
-            raise OodevalError(f"--measures is empty; choose from {', '.join(MEASURES)}")
+            raise OodevalError(f"--measures is empty; choose from {', '.join(measure_names())}")
     data = read_results(results, percent=percent)
     tables = score_results(
         data, measures=names, bootstrap=bootstrap, confidence=confidence, bootstrap_seed=seed
@@ -155,5 +168,6 @@ def measures_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `measures` as a top-level command of `app`."""
+    """Add `measures` as a top-level command of `app` (its help lists the measures so far)."""
+    MEASURES_OPT.help = measures_help()
     app.command("measures")(measures_command)

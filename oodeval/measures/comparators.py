@@ -44,12 +44,12 @@ def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
 def cvar_count(alpha: float, n_envs: int) -> int:
     """The number of worst environments CVaR_alpha averages: ceil(alpha N), computed exactly.
 
-    `alpha` is read as the decimal it prints as (0.1 is one tenth, not the binary float just
-    above it), so ``cvar_count(0.1, 10) == 1`` although ``0.1 * 10`` rounds to 1.0000000000000002
-    in some orders of evaluation.
+    `alpha` is read as the decimal it prints as (0.07 is seven hundredths, not the binary float
+    next to it), so ``cvar_count(0.07, 100) == 7`` although ``0.07 * 100`` is
+    7.000000000000001 in float64, whose ceiling is 8.
 
-    >>> cvar_count(0.25, 4), cvar_count(0.3, 10), cvar_count(0.26, 4), cvar_count(1.0, 7)
-    (1, 3, 2, 7)
+    >>> cvar_count(0.25, 4), cvar_count(0.07, 100), cvar_count(0.26, 4), cvar_count(1.0, 7)
+    (1, 7, 2, 7)
     """
     return math.ceil(Fraction(repr(float(alpha))) * n_envs)
 

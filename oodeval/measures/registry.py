@@ -44,6 +44,7 @@ __all__ = [
     "freeze_built_ins",
     "get_measure",
     "measure_code_digest",
+    "measure_columns",
     "measure_label",
     "measure_names",
     "register_measure",
@@ -381,6 +382,27 @@ def check_measures(names: Sequence[str] | None = None) -> list[str]:
             f"unknown measure(s) {listing(unknown)}; choose from {', '.join(measure_names())}"
         )
     return out
+
+
+def measure_columns(columns: Sequence[Any]) -> list[str]:
+    """The entries of `columns` that name a LOO measure: plain ones in `MEASURES` order, then
+    family members and the rest in the order given.
+
+    >>> measure_columns(["seed", "cvar:alpha=0.5", "worst", "average", "ideal"])
+    ['average', 'worst', 'cvar:alpha=0.5']
+    """
+    given = [c for c in columns if isinstance(c, str)]
+    plain = [m for m in MEASURES if m in given]
+    rest = []
+    for c in given:
+        if c in MEASURES or c.split(":", 1)[0] not in FAMILIES:
+            continue
+        try:
+            if get_measure(c).split == "loo":
+                rest.append(c)
+        except OodevalError:
+            continue
+    return plain + rest
 
 
 def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import MEASURES, measure_label
 from oodeval.measures.meta.choice import tie_text
 from oodeval.measures.meta.columns import (
     UNIT_KEYS,
@@ -21,6 +20,7 @@ from oodeval.measures.meta.columns import (
     row_groups,
 )
 from oodeval.measures.meta.paper_tables import choices, seed_means
+from oodeval.measures.registry import measure_columns, measure_label, measure_names
 
 __all__ = ["ANSWER_MEASURES", "answer_line"]
 
@@ -56,7 +56,7 @@ def answer_line(
     units : table with algorithm, the measure columns[, ideal, scenario, seed] (as
         `unit_measures` returns it, or `oodeval.Scores.measures`)
     measures : the measures to name (default: `ANSWER_MEASURES` when `units` has both, else
-        every LOO measure it has, in the order of `oodeval.measures.MEASURES`)
+        every LOO measure it has: `oodeval.measures.registry.measure_columns`)
     how : how the values were aggregated, when the caller did it (replaces the seed wording)
 
     Returns
@@ -76,9 +76,11 @@ worst+gap picks the ideal's choice)"
         raise OodevalError("the table has no rows; the answer needs one row per algorithm")
     names = list(measures) if measures is not None else [m for m in ANSWER_MEASURES if m in units]
     if measures is None and len(names) < len(ANSWER_MEASURES):  # a subset chosen by the user
-        names = [m for m in MEASURES if m in units]
+        names = measure_columns(list(units))
     if not names:
-        raise OodevalError(f"the table has no measure column; give one of {', '.join(MEASURES)}")
+        raise OodevalError(
+            f"the table has no measure column; give one of {', '.join(measure_names())}"
+        )
     has_ideal = "ideal" in units
     values = list(dict.fromkeys([*names, *(["ideal"] if has_ideal else [])]))
     table = {

@@ -25,13 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError, listing
+from oodeval.measures.registry import get_measure, undefined_measures
 from oodeval.study.config.imports import import_problem
-from oodeval.study.config.keys import (
-    NEEDS_THREE_ENVS,
-    ConfigError,
-    ScenarioSpec,
-    shown,
-)
+from oodeval.study.config.keys import ConfigError, ScenarioSpec, shown
 
 if TYPE_CHECKING:  # annotations only: the schema builds on this module, not the other way
     from oodeval.study.config.schema import StudyConfig
@@ -287,7 +283,6 @@ def _scenario_problems(config: StudyConfig, backend: TrainerBackend, problems: l
     """Build every scenario, adding what is wrong to `problems`; the built ones' descriptions."""
     built = []
     names: set[str] = set()
-    needing = [m for m in config.measures if m in NEEDS_THREE_ENVS]
     for spec in config.scenarios:
         try:
             scenario = build(backend, config, spec)
@@ -295,11 +290,13 @@ def _scenario_problems(config: StudyConfig, backend: TrainerBackend, problems: l
             problems.append(str(exc))
             continue
         given = list(scenario.given_names)
-        if needing and len(given) < 3:
+        needing = undefined_measures(config.measures, len(given))
+        if needing:
+            least = max(get_measure(m).min_envs for m in needing)
             problems.append(
                 f"scenario {scenario.name} has {len(given)} given environments but "
-                f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} at least 3 "
-                "(Eq. 6 divides by N - 2); add "
+                f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} at least {least} "
+                "(their formulas are undefined for fewer, e.g. Eq. 6 divides by N - 2); add "
                 "environments or drop the measure"
             )
         elif len(given) < 2:

@@ -19,16 +19,13 @@ from typing import Any
 
 from oodeval._torch import TF32_MODES
 from oodeval.errors import SHOWN_ITEMS, OodevalError, listing
-from oodeval.measures.domain import MEASURES, undefined_measures
 from oodeval.training.options import CHECKPOINT_SELECTIONS, PRECISIONS
 
 #: The backend used when the config names none: real scenarios, algorithms and the trainer.
 #: A dotted module path stored with every study, so the module keeps this name.
 DEFAULT_BACKEND = "oodeval.study.trainer_backend"
-#: Measures the analyses can be asked for: the LOO measures of `oodeval.measures.REGISTRY`.
-KNOWN_MEASURES = tuple(MEASURES)
-#: Measures that need at least three given environments (Eq. 6 divides by N - 2).
-NEEDS_THREE_ENVS = tuple(undefined_measures(KNOWN_MEASURES, 2))
+#: The measures a config without ``measures`` analyses; any LOO measure of the registry
+#: (`oodeval.measures.registry.measure_names`) may be listed.
 DEFAULT_MEASURES = ("average", "worst_plus_gap", "worst_only", "gap_only")
 HPARAMS_MODES = ("default", "random")
 #: Largest ``steps`` (and ``eval_every``): 10 million updates is weeks of GPU time per unit.

@@ -23,12 +23,12 @@ from typing import Any
 
 from oodeval._text import read_text
 from oodeval.errors import OodevalError, listing
-from oodeval.study.config.imports import import_digests, resolved_import
+from oodeval.measures.registry import FAMILIES, get_measure, measure_names
+from oodeval.study.config.imports import import_digests, import_problem, resolved_import
 from oodeval.study.config.keys import (
     DEFAULT_BACKEND,
     DEFAULT_MEASURES,
     HPARAMS_MODES,
-    KNOWN_MEASURES,
     REQUIRED_KEYS,
     SEED_LIMIT,
     STEPS_LIMIT,
@@ -142,15 +142,52 @@ def _grid_fields(data: Mapping[str, Any], problems: list[str], bad: set[str]) ->
     values["import_digests"] = import_digests(values["imports"], data, problems)
     if len(problems) > count:
         bad.add("imports")
-    values["measures"] = _names(data, "measures", DEFAULT_MEASURES, problems)
-    unknown_measures = sorted(set(values["measures"]) - set(KNOWN_MEASURES))
-    if unknown_measures:
-        problems.append(
-            f"unknown measure(s) {listing(map(repr, unknown_measures))}; choose from "
-            f"{', '.join(KNOWN_MEASURES)}"
-        )
+    names = _names(data, "measures", DEFAULT_MEASURES, problems)
+    values["measures"] = _registered_measures(names, values["imports"], problems)
     values["seeds"] = _seeds(data["seeds"], problems) if "seeds" in data else ()
     return values
+
+
+def _registered_measures(
+    names: Sequence[str], imports: Sequence[Any], problems: list[str]
+) -> tuple[str, ...]:
+    """`names` as canonical specs of LOO measures of the registry (``cvar:alpha=0.25``).
+
+    A name the registry does not know yet may come from the config's own ``imports``: they are
+    imported then (a module that fails to import is reported by the backend's checks), and the
+    names are looked up again.
+    """
+    out, unknown = _looked_up(names, problems)
+    if unknown and imports:
+        for entry in imports:
+            if isinstance(entry, str):
+                import_problem(entry, "imports")
+        out, unknown = _looked_up(names, [])
+    if unknown:
+        problems.append(
+            f"unknown measure(s) {listing(map(repr, sorted(unknown)))}; choose from "
+            f"{', '.join(measure_names())}"
+        )
+    return tuple(out)
+
+
+def _looked_up(names: Sequence[str], problems: list[str]) -> tuple[list[str], list[str]]:
+    """The canonical specs of the known LOO measures of `names`, and the unknown names."""
+    out, unknown = [], []
+    for name in names:
+        try:
+            spec = get_measure(name)
+        except OodevalError as exc:
+            if name.split(":", 1)[0] in FAMILIES:  # a family with bad parameters: its message
+                problems.append(f"measures: {exc}")
+            else:
+                unknown.append(name)
+            continue
+        if spec.split != "loo":
+            unknown.append(name)
+        else:
+            out.append(spec.name)
+    return out, unknown
 
 
 def _ruled(
