@@ -271,7 +271,7 @@ def test_csv_is_the_study_leaderboard_and_json_holds_every_table(quick: Path) ->
     got = pd.read_csv(io.StringIO(_run([str(quick), "--measures", ",".join(names), "-f", "csv"])))
     frame = correlatable(unit_measures(load_study(quick), names))
     ref = study_leaderboard(frame, names)
-    assert got["study"].unique().tolist() == ["Study quick"]
+    assert got["study"].unique().tolist() == ["quick"]
     pd.testing.assert_frame_equal(got.drop(columns="study"), ref, check_dtype=False)
     payload = json.loads(_run([str(quick), "-f", "json", "--bootstrap", "0"]))
     assert set(payload) == {"leaderboard", "rankings", "sentences", "notes"}
@@ -281,7 +281,10 @@ def test_csv_is_the_study_leaderboard_and_json_holds_every_table(quick: Path) ->
 def test_two_studies_are_pooled(quick: Path, tmp_path: Path) -> None:
     other = quick_study(tmp_path)
     text = _run([str(quick), str(other), "--measures", "average,worst_plus_gap"])
-    assert "Pooled over 2 studies" in text and "Over 6 cells (6 scenarios x 1 seed)" in text
+    assert f"Pooled over 2 studies (quick, {other})" in text
+    assert "Over 6 cells (6 scenarios x 1 seed)" in text
+    board = pd.read_csv(io.StringIO(_run([str(quick), str(other), "-f", "csv"])))
+    assert board["study"].unique().tolist() == ["quick", str(other), "pooled"]
 
 
 def test_a_domainbed_sweep_gets_rankings_and_says_no_ideal_exists() -> None:

@@ -46,6 +46,10 @@ _MEASURES_HELP = (
 )
 
 
+POOLED = "pooled"
+"""The ``study`` label of the leaderboard over every study's cells together."""
+
+
 def default_measures() -> list[str]:
     """Every registered plain LOO measure, then `DEFAULT_FAMILY_MEMBERS`."""
     return check_measures([*measure_names(families=False), *DEFAULT_FAMILY_MEMBERS])
@@ -142,14 +146,18 @@ def _text(
     from oodeval.study.analysis.leaderboard import LEADERBOARD_FOOTNOTE, leaderboard_view
 
     parts = []
-    for title, board in boards.items():
+    studies = [label for label in boards if label != POOLED]
+    for label, board in boards.items():
+        title = f"Study {label}"
+        if label == POOLED:
+            title = f"Pooled over {len(studies)} studies ({', '.join(studies)})"
         parts.append(heading(title, fmt))
         parts.append(leaderboard_sentence(board.to_dict("list")))
         parts.append(render_frame(leaderboard_view(board), fmt, digits=3))
     if boards:
         parts.append(LEADERBOARD_FOOTNOTE)
-    for title, ranks in rankings.items():
-        parts.append(heading(title, fmt))
+    for label, ranks in rankings.items():
+        parts.append(heading(f"DomainBed sweep {label}", fmt))
         parts.append(f"Note: {NO_IDEAL_NOTE}. Cells: rank (1 = lowest error) and score.")
         for scenario, wide in _rankings_view(ranks, names):
             parts += [scenario, render_frame(wide, fmt)]
@@ -181,9 +189,11 @@ def _tables(
 
 def measures_command(
     directories: list[Path] = typer.Argument(
-        ..., help="Study folders (results.sqlite) or DomainBed sweep folders.", metavar="DIR..."
+        ..., help="Study folders (results.sqlite) or DomainBed sweep folders.", metavar="DIR"
     ),
-    measures: str | None = typer.Option(None, "--measures", help=_MEASURES_HELP),
+    measures: str | None = typer.Option(
+        None, "--measures", metavar="SPEC,...", help=_MEASURES_HELP
+    ),
     bootstrap: int = typer.Option(
         BOOTSTRAP_RESAMPLES,
         "--bootstrap",
@@ -234,17 +244,17 @@ def _run(
     for directory, kind in kinds.items():
         if kind == "study":
             label, frame = _study_frame(directory, names)
-            frames[label if label not in frames else str(directory)] = frame
+            frames[label if label not in (*frames, POOLED) else str(directory)] = frame
         else:
             units = _sweep_units(directory, names)
-            rankings[f"DomainBed sweep {directory}"] = pd.DataFrame(measure_rankings(units, names))
+            rankings[str(directory)] = pd.DataFrame(measure_rankings(units, names))
     boards = {
-        f"Study {label}": study_leaderboard(frame, names, n_resamples=bootstrap, seed=seed)
+        label: study_leaderboard(frame, names, n_resamples=bootstrap, seed=seed)
         for label, frame in frames.items()
     }
     if len(frames) > 1:
         pooled = study_leaderboard(_pooled(frames, names), names, n_resamples=bootstrap, seed=seed)
-        boards[f"Pooled over {len(frames)} studies ({', '.join(frames)})"] = pooled
+        boards[POOLED] = pooled
     board, ranks = _tables(boards, rankings)
     if fmt is OutputFormat.csv:
         text = render_frame(board if boards else ranks, "csv")
