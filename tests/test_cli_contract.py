@@ -55,6 +55,7 @@ TABLE_COMMANDS = {
     "openworld evaluate",
     "study status",
     "study analyze",
+    "study measures",
     "study verify",
     "study estimate",
     "envs list",

@@ -15,6 +15,7 @@ import pandas as pd
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
 from oodeval.measures.meta import TIE_SEPARATOR, verdict_sentence
+from oodeval.measures.meta.leaderboard import leaderboard_sentence
 from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section
 from oodeval.report.results_report import numeric_environment, report_answer
@@ -29,6 +30,7 @@ from oodeval.study.analysis import (
     verdict_view,
     verdict_warning,
 )
+from oodeval.study.analysis.leaderboard import LEADERBOARD_FOOTNOTE, leaderboard_view
 from oodeval.study.read_model import Study, load_study
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning
 from oodeval.tables import Table, plus_minus
@@ -246,6 +248,17 @@ def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
             )
         )
     return tables
+
+
+def leaderboard_section(board: pd.DataFrame) -> Section:
+    """The measure leaderboard: which measure tracks the ideal measure best over the cells."""
+    table = Table("Measures ranked by mean rho", leaderboard_view(board), LEADERBOARD_FOOTNOTE)
+    return Section(
+        PAPER_REFERENCES["leaderboard"],
+        intro=leaderboard_sentence(board.to_dict("list")),
+        tables=[table],
+        anchor="leaderboard",
+    )
 
 
 def table6_view(t6: pd.DataFrame) -> pd.DataFrame:
@@ -502,6 +515,8 @@ def study_sections(
         )
     sections = [answer_section(results), verdict_section(study, results), summary]
     sections.append(table_sections(results))
+    if "leaderboard" in results:
+        sections.append(leaderboard_section(results["leaderboard"]))
     sections.append(figure_section(study, results))
     sections.append(
         Section(
@@ -528,6 +543,7 @@ __all__ = [
     "figure1_data",
     "figure5_data",
     "figure7_data",
+    "leaderboard_section",
     "study_sections",
     "verdict_section",
 ]

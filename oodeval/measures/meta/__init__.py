@@ -14,7 +14,11 @@ import), so the numbers they print come from the same code. By responsibility:
 - `asymptotics`: the distance to the ideal measure as environments grow (Section 6.3);
 - `verdict`: does worst+gap track the ideal measure better than average, and how sure are we;
 - `answer`: the one-line answer every output opens with;
-- `caveats`: the warnings for too few algorithms or environments.
+- `caveats`: the warnings for too few algorithms or environments;
+- `leaderboard`: every measure ranked by how well it tracks the ideal measure over (scenario,
+  seed) cells, with bootstrap intervals over cells and a paired test against average and
+  worst+gap (`measure_leaderboard`, `leaderboard_sentence`); `measure_rankings` where no ideal
+  exists.
 
 Scores are "lower is better". The long-form errors table has one row per (scenario, seed,
 algorithm, split, environment):
@@ -74,6 +78,11 @@ from oodeval.measures.meta.correlation import (
     rank_correlation,
     spearman_critical_value,
 )
+from oodeval.measures.meta.leaderboard import (
+    leaderboard_sentence,
+    measure_leaderboard,
+    measure_rankings,
+)
 from oodeval.measures.meta.paper_tables import (
     baseline_vs_best,
     choices,
@@ -116,7 +125,10 @@ __all__ = [
     "environment_warning",
     "ideal_correlations",
     "interval_warning",
+    "leaderboard_sentence",
     "mean_std",
+    "measure_leaderboard",
+    "measure_rankings",
     "paired_spearman_ci",
     "rank_correlation",
     "seed_means",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.measures import measure_label, meta
+from oodeval.study.analysis.leaderboard import leaderboard_text
 from oodeval.study.analysis.paper import (
     CORRELATION_MEASURES,
     PAPER_REFERENCES,
@@ -193,6 +194,12 @@ def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
             ]
         if key == "table6":
             lines += [_markdown(results["selection_agreement"]), ""]
+    if "leaderboard" in results:
+        lines += [
+            f"## {PAPER_REFERENCES['leaderboard']}",
+            "",
+            *leaderboard_text(results["leaderboard"]),
+        ]
     if "measure_digests" in results:
         lines += _digest_lines(study, results["measure_digests"])
     lines += [

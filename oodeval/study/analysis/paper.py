@@ -39,6 +39,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures import check_measures, get_measure, meta
+from oodeval.study.analysis.leaderboard import study_leaderboard
 from oodeval.study.analysis.versions import measure_digests
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.read_model import Study, load_study
@@ -63,6 +64,7 @@ PAPER_REFERENCES = {
     "figure7": "Figure 7",
     "figure1": "Figure 1",
     "figure5": "Figure 5",
+    "leaderboard": "Measure leaderboard",
 }
 
 #: Table 1 of the worst+gap paper (SR-CMNIST, 14 algorithms, 3 seeds): means of
@@ -369,7 +371,7 @@ def analyze(
 ) -> dict[str, pd.DataFrame]:
     """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``verdict``,
     ``units``, ``table1``, ``table1_vs_paper``, ``table5``, ``table6``, ``selection_agreement``,
-    ``figure6``, ``figure7``, ``figure1``, ``figure5``.
+    ``figure6``, ``figure7``, ``figure1``, ``figure5``, and the measure ``leaderboard``.
 
     `measures` (measure names or specs such as ``cvar:alpha=0.25``): more measures, computed
     from the stored errors and added to every table beside the paper's (Tables 1, 5 and 6,
@@ -404,6 +406,7 @@ def analyze(
         "figure7": distance_to_ideal_by_scale(frame, compared),
         "figure1": baseline_vs_ideal_best(frame, chosen),
         "figure5": ideal_measure_pairs(frame, compared),
+        "leaderboard": study_leaderboard(correlatable(frame)),
     }
     if measures is not None:
         analysed = [c for c in frame.columns if c not in (*_META, "algorithm", "seed", "n_given")]

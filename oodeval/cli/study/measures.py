@@ -1,0 +1,280 @@
+"""`oodeval study measures DIR [DIR ...]`: the measure leaderboard of finished studies.
+
+Per study, then pooled over the studies: which measure orders the algorithms like the ideal
+measure best, with bootstrap intervals over (scenario, seed) cells and a paired test against
+average and worst+gap (`oodeval.measures.meta.leaderboard`). Nothing is trained and nothing is
+written: the stores are only read. A DomainBed sweep folder has no ideal measure; for it the
+command says so and prints each measure's ranking of the algorithms.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import typer
+
+from oodeval.cli._common import (
+    FORMAT_OPT,
+    OUTPUT_OPT,
+    OutputFormat,
+    check_output_path,
+    echo_output,
+    reports_errors,
+)
+from oodeval.errors import OodevalError
+from oodeval.measures.meta.leaderboard import (
+    BOOTSTRAP_RESAMPLES,
+    NO_IDEAL_NOTE,
+    VERSUS,
+    leaderboard_sentence,
+    measure_rankings,
+)
+from oodeval.measures.registry import check_measures, measure_label, measure_names
+from oodeval.tables import heading, render_frame, to_json
+
+#: The measures ranked without --measures: every registered plain measure, and one member of
+#: each comparator family (median, CVaR of the worst quarter, the 0.75 quantile, mean + 1 std).
+DEFAULT_FAMILY_MEMBERS = ("median", "cvar:alpha=0.25", "quantile:q=0.75", "mean_plus_std:lambda=1")
+
+_MEASURES_HELP = (
+    "Comma-separated measures or specs to rank (e.g. average,worst_plus_gap,cvar:alpha=0.25); "
+    "default: every registered measure plus median, cvar:alpha=0.25, quantile:q=0.75 and "
+    "mean_plus_std:lambda=1. average and worst_plus_gap are always computed, for the head to "
+    "head."
+)
+
+
+POOLED = "pooled"
+"""The ``study`` label of the leaderboard over every study's cells together."""
+
+
+def default_measures() -> list[str]:
+    """Every registered plain LOO measure, then `DEFAULT_FAMILY_MEMBERS`."""
+    return check_measures([*measure_names(families=False), *DEFAULT_FAMILY_MEMBERS])
+
+
+def folder_kind(directory: Path) -> str:
+    """``study`` (it holds results.sqlite) or ``sweep`` (run folders with results.jsonl)."""
+    if not directory.exists():
+        raise OodevalError(f"folder not found: {directory}; check the path")
+    if not directory.is_dir():
+        raise OodevalError(
+            f"{directory} is a file; give a study folder (with results.sqlite) or a DomainBed "
+            "sweep folder"
+        )
+    if (directory / "results.sqlite").is_file():
+        return "study"
+    if any((d / "results.jsonl").is_file() for d in directory.iterdir() if d.is_dir()):
+        return "sweep"
+    raise OodevalError(
+        f"{directory} holds neither a study (results.sqlite) nor a DomainBed sweep (run folders "
+        "with results.jsonl); give the folder `oodeval study run --out` wrote"
+    )
+
+
+def _study_frame(directory: Path, names: list[str]) -> tuple[str, pd.DataFrame]:
+    """The study's name and its units (`unit_measures`) with the leaderboard's measures."""
+    from oodeval.study import load_study
+    from oodeval.study.analysis import correlatable, unit_measures
+
+    study = load_study(directory)
+    frame = unit_measures(study, list(dict.fromkeys([*names, *VERSUS])))
+    return str(study.config.get("name") or directory.name), correlatable(frame)
+
+
+def _sweep_units(directory: Path, names: list[str]) -> pd.DataFrame:
+    """Per (dataset, selection method) and algorithm, each measure of the trial-mean errors
+    over the test environments (algorithms missing one are left out), as `measure_rankings`
+    reads them."""
+    from oodeval.measures.meta import unit_measures
+    from oodeval.results.domainbed import results_table, select
+    from oodeval.results.selection import SELECTION_METHODS
+    from oodeval.results.sweep import read_sweep
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unreadable lines are skipped, as `import domainbed` does
+        sweep = read_sweep(directory)
+    selected = pd.concat([select(sweep, m) for m in SELECTION_METHODS], ignore_index=True)
+    cells = results_table(selected, sweep)
+    size = cells.groupby(["selection", "dataset", "algorithm"])["environment"].transform("size")
+    cells = cells[size == cells["dataset"].map(sweep.n_envs)]
+    if cells.empty:
+        raise OodevalError(f"no algorithm of {directory} has every test environment to rank")
+    scenario = cells["dataset"] + ", " + cells["selection"].map(SELECTION_METHODS)
+    errors = pd.DataFrame(
+        {
+            "scenario": scenario,
+            "seed": "trial mean",
+            "algorithm": cells["algorithm"],
+            "split": "loo",
+            "environment": cells["environment_name"],
+            "error": 1.0 - cells["mean"] / 100.0,
+        }
+    )
+    return pd.DataFrame(unit_measures(errors, names))
+
+
+def _pooled(frames: dict[str, pd.DataFrame], names: list[str]) -> pd.DataFrame:
+    """The studies' units as one table whose cells stay apart (scenario = 'study: scenario')."""
+    keep = ["scenario", "seed", "algorithm", "n_given", "ideal", *dict.fromkeys([*names, *VERSUS])]
+    parts = [f[keep].assign(scenario=f"{label}: " + f["scenario"]) for label, f in frames.items()]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _rankings_view(rankings: pd.DataFrame, names: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """Per sweep scenario: one row per algorithm, one column per measure, 'rank (score)'."""
+    out = []
+    for scenario, part in rankings.groupby("scenario", sort=False):
+        cell = part["rank"].astype(str) + " (" + part["score"].map("{:.4f}".format) + ")"
+        wide = part.assign(cell=cell).pivot_table(
+            index="algorithm", columns="measure", values="cell", aggfunc="first", sort=True
+        )
+        wide = wide[names].rename(columns=measure_label).reset_index()
+        wide.columns.name = None
+        out.append((str(scenario), wide))
+    return out
+
+
+def _text(
+    boards: dict[str, pd.DataFrame],
+    rankings: dict[str, pd.DataFrame],
+    names: list[str],
+    fmt: str,
+) -> str:
+    from oodeval.study.analysis.leaderboard import LEADERBOARD_FOOTNOTE, leaderboard_view
+
+    parts = []
+    studies = [label for label in boards if label != POOLED]
+    for label, board in boards.items():
+        title = f"Study {label}"
+        if label == POOLED:
+            title = f"Pooled over {len(studies)} studies ({', '.join(studies)})"
+        parts.append(heading(title, fmt))
+        parts.append(leaderboard_sentence(board.to_dict("list")))
+        parts.append(render_frame(leaderboard_view(board), fmt, digits=3))
+    if boards:
+        parts.append(LEADERBOARD_FOOTNOTE)
+    for label, ranks in rankings.items():
+        parts.append(heading(f"DomainBed sweep {label}", fmt))
+        parts.append(f"Note: {NO_IDEAL_NOTE}. Cells: rank (1 = lowest error) and score.")
+        for scenario, wide in _rankings_view(ranks, names):
+            parts += [scenario, render_frame(wide, fmt)]
+    return "\n\n".join(parts)
+
+
+def _tables(
+    boards: dict[str, pd.DataFrame], rankings: dict[str, pd.DataFrame]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The leaderboards and the rankings as two long tables with a ``study`` column."""
+    board = (
+        pd.concat(
+            [b.assign(study=t).reindex(columns=["study", *b.columns]) for t, b in boards.items()],
+            ignore_index=True,
+        )
+        if boards
+        else pd.DataFrame()
+    )
+    ranks = (
+        pd.concat(
+            [r.assign(study=t).reindex(columns=["study", *r.columns]) for t, r in rankings.items()],
+            ignore_index=True,
+        )
+        if rankings
+        else pd.DataFrame()
+    )
+    return board, ranks
+
+
+def measures_command(
+    directories: list[Path] = typer.Argument(
+        ..., help="Study folders (results.sqlite) or DomainBed sweep folders.", metavar="DIR"
+    ),
+    measures: str | None = typer.Option(
+        None, "--measures", metavar="SPEC,...", help=_MEASURES_HELP
+    ),
+    bootstrap: int = typer.Option(
+        BOOTSTRAP_RESAMPLES,
+        "--bootstrap",
+        help="Bootstrap draws of (scenario, seed) cells for the 95% intervals; 0 for none.",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap draws."),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
+) -> None:
+    """Rank measures by how well they track the ideal measure, per study and pooled.
+
+    Per measure, over the (scenario, seed) cells: mean Spearman's rho and Kendall's tau-b with
+    the ideal measure, mean choice degradation, how often it picks the ideal measure's choice,
+    the slope of rho against N, 95% bootstrap intervals over cells, and wins, losses and ties
+    against average and worst+gap with a Wilcoxon signed-rank test. Nothing is trained or
+    written. A DomainBed sweep has no ideal measure: for it each measure's ranking of the
+    algorithms is shown. csv: the leaderboard rows (or, with sweeps only, the rankings); json:
+    an object with both tables and the sentences.
+    """
+    check_output_path(output)
+    names = check_measures(
+        [m.strip() for m in measures.split(",") if m.strip()] if measures else default_measures()
+    )
+    if not names:
+        raise OodevalError(f"--measures is empty; choose from {', '.join(measure_names())}")
+    if bootstrap < 0:
+        raise OodevalError(f"--bootstrap must be 0 (no intervals) or more, got {bootstrap}")
+    kinds = {d: folder_kind(d) for d in dict.fromkeys(directories)}
+    if fmt is OutputFormat.csv and len(set(kinds.values())) > 1:
+        raise OodevalError(
+            "csv holds one table: give studies and DomainBed sweeps in separate runs, or use "
+            "--format json"
+        )
+    _run(kinds, names, bootstrap, seed, fmt, output)
+
+
+def _run(
+    kinds: dict[Path, str],
+    names: list[str],
+    bootstrap: int,
+    seed: int,
+    fmt: OutputFormat,
+    output: str | None,
+) -> None:
+    from oodeval.study.analysis.leaderboard import study_leaderboard
+
+    frames, rankings = {}, {}
+    for directory, kind in kinds.items():
+        if kind == "study":
+            label, frame = _study_frame(directory, names)
+            frames[label if label not in (*frames, POOLED) else str(directory)] = frame
+        else:
+            units = _sweep_units(directory, names)
+            rankings[str(directory)] = pd.DataFrame(measure_rankings(units, names))
+    boards = {
+        label: study_leaderboard(frame, names, n_resamples=bootstrap, seed=seed)
+        for label, frame in frames.items()
+    }
+    if len(frames) > 1:
+        pooled = study_leaderboard(_pooled(frames, names), names, n_resamples=bootstrap, seed=seed)
+        boards[POOLED] = pooled
+    board, ranks = _tables(boards, rankings)
+    if fmt is OutputFormat.csv:
+        text = render_frame(board if boards else ranks, "csv")
+    elif fmt is OutputFormat.json:
+        from oodeval.tables import frame_records
+
+        sentences = [
+            {"study": t, "sentence": leaderboard_sentence(b.to_dict("list"))}
+            for t, b in boards.items()
+        ]
+        notes = [{"study": t, "note": NO_IDEAL_NOTE} for t in rankings]
+        payload = {"leaderboard": frame_records(board), "rankings": frame_records(ranks)}
+        text = to_json({**payload, "sentences": sentences, "notes": notes})
+    else:
+        text = _text(boards, rankings, names, fmt.value)
+    echo_output(text, output)
+    if rankings and fmt in (OutputFormat.csv, OutputFormat.json):
+        typer.echo(f"note: {NO_IDEAL_NOTE}", err=True)
+
+
+def register(group: typer.Typer) -> None:
+    """Add `measures` to the `study` group."""
+    group.command("measures")(reports_errors(measures_command))

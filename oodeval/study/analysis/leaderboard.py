@@ -1,0 +1,129 @@
+"""The measure leaderboard of a stored study (`oodeval.measures.meta.leaderboard` on its units):
+the ``leaderboard`` table of `study analyze` (``leaderboard.csv``), its section of
+``analysis.md`` and of the HTML report, and `oodeval study measures`.
+
+One row per measure, best first; how to read it is `LEADERBOARD_FOOTNOTE`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from oodeval.errors import OodevalError
+from oodeval.measures.meta.leaderboard import (
+    BOOTSTRAP_RESAMPLES,
+    VERSUS,
+    leaderboard_sentence,
+    measure_leaderboard,
+)
+from oodeval.measures.registry import measure_label
+
+__all__ = [
+    "LEADERBOARD_FOOTNOTE",
+    "leaderboard_measures",
+    "leaderboard_text",
+    "leaderboard_view",
+    "study_leaderboard",
+]
+
+LEADERBOARD_FOOTNOTE = (
+    "A cell is one (scenario, seed). rho, tau: mean over cells of Spearman's rho and Kendall's "
+    "tau-b across algorithms between the measure and the ideal measure (Eq. 4). degradation: "
+    "mean over cells of |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|. ideal's choice: cells where "
+    "the measure picks the ideal measure's choice. trend: least-squares slope of the cells' rho "
+    "against N, the number of given environments (n/a with one N). [low, high]: 95% percentile "
+    f"bootstrap interval, cells drawn with replacement ({BOOTSTRAP_RESAMPLES} draws, the same "
+    "for every measure). vs average, vs worst+gap: cells where the measure's rho is higher - "
+    "lower - equal, and the two-sided Wilcoxon signed-rank p of the per-cell rho differences "
+    "(scipy.stats.wilcoxon, equal cells dropped; n = cells that differ)."
+)
+
+
+def leaderboard_measures(frame: pd.DataFrame) -> list[str]:
+    """The measure columns of `unit_measures`' frame: every column after ``ideal``."""
+    columns = list(frame.columns)
+    return columns[columns.index("ideal") + 1 :]
+
+
+def study_leaderboard(
+    frame: pd.DataFrame,
+    measures: Sequence[str] | None = None,
+    *,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The leaderboard (`meta.measure_leaderboard`) over the (scenario, seed) cells of
+    `frame`, `unit_measures`' output without single-algorithm cells (`correlatable`);
+    `measures` default to its measure columns."""
+    names = leaderboard_measures(frame) if measures is None else list(measures)
+    missing = [m for m in VERSUS if m not in frame.columns]
+    if missing:
+        raise OodevalError(
+            f"the leaderboard compares every measure with {', '.join(VERSUS)}; compute "
+            f"{', '.join(missing)} too"
+        )
+    board = measure_leaderboard(frame, names, n_resamples=n_resamples, seed=seed)
+    return pd.DataFrame(board)
+
+
+def _bracket(board: pd.DataFrame, point: str, stem: str, digits: int = 3) -> list[str]:
+    out = []
+    for v, lo, hi in zip(board[point], board[f"{stem}_low"], board[f"{stem}_high"], strict=True):
+        if math.isnan(v):
+            out.append("n/a")
+        elif math.isnan(lo):
+            out.append(f"{v:.{digits}f}")
+        else:
+            out.append(f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]")
+    return out
+
+
+def _duel(board: pd.DataFrame, ref: str) -> list[str]:
+    cells = []
+    for row in board.itertuples(index=False):
+        wins, losses, ties, n, p = (
+            getattr(row, f"vs_{ref}_{k}") for k in ("wins", "losses", "ties", "n", "p")
+        )
+        test = "–" if n == 0 else f"p={p:.2g}, n={n}"
+        cells.append(f"{wins}-{losses}-{ties} ({test})")
+    return cells
+
+
+def leaderboard_view(board: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard as printed: one row per measure, intervals in brackets."""
+    picks = [
+        f"{round(share * n)} of {n}"
+        for share, n in zip(board["ideal_choice_mean"], board["n_cells"], strict=True)
+    ]
+    return pd.DataFrame(
+        {
+            "rank": board["rank"],
+            "measure": board["label"],
+            "rho [95% CI]": _bracket(board, "spearman_mean", "spearman"),
+            "tau [95% CI]": _bracket(board, "kendall_mean", "kendall"),
+            "degradation [95% CI]": _bracket(board, "degradation_mean", "degradation"),
+            "ideal's choice": picks,
+            "trend (rho per env) [95% CI]": _bracket(board, "trend_slope", "trend"),
+            **{f"vs {measure_label(ref)}": _duel(board, ref) for ref in VERSUS},
+        }
+    )
+
+
+def leaderboard_text(
+    board: pd.DataFrame, render: Callable[[pd.DataFrame], str] | None = None
+) -> list[str]:
+    """The lines of the leaderboard's section: the sentence, the table, the footnote.
+
+    `render` turns a DataFrame into table text (default: markdown as in ``analysis.md``).
+    """
+    from oodeval.tables import render_frame
+
+    view = leaderboard_view(board)
+    if render is None:
+        table = render_frame(view, "markdown", digits=3, right=[False] * len(view.columns))
+    else:
+        table = render(view)
+    return [leaderboard_sentence(board.to_dict("list")), "", table, "", LEADERBOARD_FOOTNOTE, ""]
