@@ -294,13 +294,14 @@ def load_imports(entries: list[str] | None) -> dict[str, str]:
 
 
 def measure_specs(measures: str | None) -> list[str] | None:
-    """A ``--measures`` list of measure names or specs (``cvar:alpha=0.25``), each checked by
-    `oodeval.measures.get_measure` and in its canonical form; None when not given."""
+    """A ``--measures`` list of measure names or specs (``cvar:alpha=0.25``), checked by
+    `oodeval.measures.check_measures` (every unknown one named) and in canonical form, without
+    repeats; None when not given."""
     if measures is None:
         return None
-    from oodeval.measures import get_measure
+    from oodeval.measures import check_measures, measure_names
 
     specs = [m.strip() for m in measures.split(",") if m.strip()]
     if not specs:
-        raise OodevalError("--measures is empty; give measure names, e.g. average,cvar:alpha=0.25")
-    return list(dict.fromkeys(get_measure(m).name for m in specs))
+        raise OodevalError(f"--measures is empty; choose from {', '.join(measure_names())}")
+    return list(dict.fromkeys(check_measures(specs)))

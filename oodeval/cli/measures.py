@@ -26,6 +26,7 @@ from oodeval.cli._common import (
     check_output_path,
     echo_output,
     load_imports,
+    measure_specs,
     reports_errors,
 )
 from oodeval.errors import OodevalError
@@ -150,11 +151,7 @@ def measures_command(
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     check_output_path(output)
     load_imports(imports)
-    names = None
-    if measures is not None:
-        names = [m.strip() for m in measures.split(",") if m.strip()]
-        if not names:
-            raise OodevalError(f"--measures is empty; choose from {', '.join(measure_names())}")
+    names = measure_specs(measures)
     data = read_results(results, percent=percent)
     tables = score_results(
         data, measures=names, bootstrap=bootstrap, confidence=confidence, bootstrap_seed=seed

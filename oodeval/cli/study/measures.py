@@ -17,10 +17,13 @@ import typer
 
 from oodeval.cli._common import (
     FORMAT_OPT,
+    IMPORTS_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
     echo_output,
+    load_imports,
+    measure_specs,
     reports_errors,
 )
 from oodeval.errors import OodevalError
@@ -200,6 +203,7 @@ def measures_command(
         help="Bootstrap draws of (scenario, seed) cells for the 95% intervals; 0 for none.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap draws."),
+    imports: list[str] = IMPORTS_OPT,
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
 ) -> None:
@@ -214,11 +218,8 @@ def measures_command(
     an object with both tables and the sentences.
     """
     check_output_path(output)
-    names = check_measures(
-        [m.strip() for m in measures.split(",") if m.strip()] if measures else default_measures()
-    )
-    if not names:
-        raise OodevalError(f"--measures is empty; choose from {', '.join(measure_names())}")
+    load_imports(imports)
+    names = check_measures(measure_specs(measures) or default_measures())
     if bootstrap < 0:
         raise OodevalError(f"--bootstrap must be 0 (no intervals) or more, got {bootstrap}")
     kinds = {d: folder_kind(d) for d in dict.fromkeys(directories)}
