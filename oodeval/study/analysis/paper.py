@@ -380,7 +380,8 @@ def analyze(
     """
     study = study if isinstance(study, Study) else load_study(study)
     extra = [m for m in dict.fromkeys(measures or ()) if m != "ideal"]
-    frame = unit_measures(study, [*_measure_names(study, None), *extra] if extra else None)
+    names = list(dict.fromkeys([*_measure_names(study, None), *extra]))  # a measure once
+    frame = unit_measures(study, names if extra else None)
     have = set(frame.columns)
     needed = set(CORRELATION_MEASURES) | set(ABLATION_MEASURES)
     if not needed <= have:
