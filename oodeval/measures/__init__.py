@@ -17,13 +17,7 @@
   from model outputs).
 """
 
-from oodeval.measures.comparators import (
-    cvar,
-    mean_plus_std,
-    median,
-    quantile,
-    weighted_worst_plus_gap,
-)
+from oodeval.measures import comparators  # noqa: F401  (importing it registers the comparators)
 from oodeval.measures.domain import (
     average,
     best,
@@ -96,11 +90,6 @@ __all__ = [
     "measure_names",
     "MeasureFamily",
     "MeasureSpec",
-    "cvar",
-    "mean_plus_std",
-    "median",
-    "quantile",
-    "weighted_worst_plus_gap",
     "Choice",
     "answer_line",
     "auroc",

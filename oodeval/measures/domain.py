@@ -33,6 +33,7 @@ from oodeval.measures.registry import (
     check_measures,
     get_measure,
     measure_label,
+    measure_values,
     register_measure,
     undefined_measures,
     unregister_measure,
@@ -310,26 +311,8 @@ def domain_measures(
         elif k == "gap_only":
             values[k] = _gap_term(e)
         else:  # any other registered measure or family member
-            values[k] = _registered_values(k, e.values)
+            values[k] = measure_values(k, e.values)
     return {k: scalar_or_array(v) for k, v in values.items()}
-
-
-def _registered_values(name: str, values: np.ndarray) -> np.ndarray:
-    """Measure `name` of the registry on validated error fractions, checked for shape and N."""
-    spec = get_measure(name)
-    n = values.shape[-1]
-    if spec.min_envs > n:
-        raise OodevalError(
-            f"measure {spec.label} needs >= {spec.min_envs} environments, got N={n}; drop it "
-            "or give more environments"
-        )
-    out = np.asarray(spec.function(values), dtype=np.float64)
-    if out.shape != values.shape[:-1]:
-        raise OodevalError(
-            f"measure {name} returned shape {out.shape} for errors of shape {values.shape}; it "
-            f"must return one value per leading index (shape {values.shape[:-1]})"
-        )
-    return out
 
 
 # --- NICO++ Eq. 5: Average, Overall, Std over test domains (accuracies) -------------------------

@@ -20,7 +20,6 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import marshal
 import math
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from oodeval._digest import code_digest, short_digest
 from oodeval.errors import OodevalError, listing
 
 __all__ = [
@@ -374,7 +374,7 @@ def measure_label(name: str) -> str:
 
 
 def check_measures(names: Sequence[str] | None = None) -> list[str]:
-    """`names` as canonical LOO measure specs (default: every measure of `MEASURES`).
+    """`names` as canonical LOO measure specs, each once (default: every measure of `MEASURES`).
 
     Raises OodevalError for an unknown name, a bad spec or an ``all``-split measure.
 
@@ -389,8 +389,9 @@ def check_measures(names: Sequence[str] | None = None) -> list[str]:
         try:
             spec = get_measure(n)
         except OodevalError:
-            if isinstance(n, str) and n.split(":", 1)[0].strip() in FAMILIES:
-                raise  # a family with missing or bad parameters: its own message
+            head, params = (n.split(":", 1) + [""])[:2] if isinstance(n, str) else ("", "")
+            if head.strip() in FAMILIES or (params and head.strip() in REGISTRY):
+                raise  # a known measure with missing or bad parameters: its own message
             unknown.append(n)
             continue
         if spec.split != "loo":
@@ -401,7 +402,7 @@ def check_measures(names: Sequence[str] | None = None) -> list[str]:
         raise OodevalError(
             f"unknown measure(s) {listing(unknown)}; choose from {', '.join(measure_names())}"
         )
-    return out
+    return list(dict.fromkeys(out))  # a measure asked for twice (or spelt two ways) is one
 
 
 def measure_columns(columns: Sequence[Any]) -> list[str]:
@@ -425,6 +426,36 @@ def measure_columns(columns: Sequence[Any]) -> list[str]:
     return plain + rest
 
 
+def measure_values(spec: str | MeasureSpec, values: np.ndarray) -> np.ndarray:
+    """Measure `spec` on validated error fractions `values` (shape ``(..., N)``), checked: the
+    measure's minimum N, one value per leading index, and a failing function reported in one
+    line naming the measure (a user's measure must not end a command in a traceback).
+
+    >>> measure_values("worst", np.array([[0.1, 0.3], [0.2, 0.2]])).tolist()
+    [0.3, 0.2]
+    """
+    spec = get_measure(spec)
+    n = values.shape[-1]
+    if spec.min_envs > n:
+        raise OodevalError(
+            f"measure {spec.label} needs >= {spec.min_envs} environments, got N={n}; drop it "
+            "or give more environments"
+        )
+    try:
+        out = np.asarray(spec.function(values), dtype=np.float64)
+    except Exception as exc:  # the measure's own code (often a user's) failed
+        raise OodevalError(
+            f"measure {spec.name} failed on errors of shape {values.shape} "
+            f"({type(exc).__name__}: {exc}); fix its function"
+        ) from exc
+    if out.shape != values.shape[:-1]:
+        raise OodevalError(
+            f"measure {spec.name} returned shape {out.shape} for errors of shape {values.shape}; "
+            f"it must return one value per leading index (shape {values.shape[:-1]})"
+        )
+    return out
+
+
 def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:
     """The measures of `names` whose formula needs more than `n_envs` environments.
 
@@ -435,23 +466,21 @@ def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:
 
 
 def _code_digest(function: Callable[..., Any]) -> str:
-    """16 hex of the SHA-256 of the file defining `function` (its bytes, as
-    `oodeval.study.config.imports.code_digest` reads a config's imports), else of its own
-    source, else of its bytecode."""
+    """`oodeval._digest.code_digest` of the file defining `function` (as a config's imports are
+    digested), else the short digest of its own source, else of its bytecode."""
     function = inspect.unwrap(function)
-    data: bytes | None = None
     try:
         path = inspect.getsourcefile(function)
-        data = Path(path).read_bytes() if path and Path(path).is_file() else None
+        if path and Path(path).is_file():
+            return code_digest(path)
     except (OSError, TypeError):
-        data = None
-    if data is None:
-        try:
-            data = inspect.getsource(function).encode("utf-8")
-        except (OSError, TypeError):
-            code = getattr(function, "__code__", None)
-            data = marshal.dumps(code) if code is not None else repr(function).encode("utf-8")
-    return hashlib.sha256(data).hexdigest()[:16]
+        pass  # no file: defined in a session or built at run time
+    try:
+        data = inspect.getsource(function).encode("utf-8")
+    except (OSError, TypeError):
+        code = getattr(function, "__code__", None)
+        data = marshal.dumps(code) if code is not None else repr(function).encode("utf-8")
+    return short_digest(data)
 
 
 def measure_code_digest(spec: str | MeasureSpec) -> str:

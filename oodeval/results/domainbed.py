@@ -249,6 +249,7 @@ def domain_measures_table(
     values as they are) are within (selection, dataset). `extra`: more measures (names or specs
     of `oodeval.measures.get_measure`, ``--measures``), one column each, in error percent.
     """
+    extra = tuple(m for m in dict.fromkeys(extra) if m not in DOMAINBED_MEASURES)  # once each
     rows = []
     for (method, dataset, algorithm), grp in table.groupby(
         ["selection", "dataset", "algorithm"], sort=True
@@ -262,9 +263,11 @@ def domain_measures_table(
             value = spec.function(acc, accuracy=True, percent=True) if complete else np.nan
             row[name] = 100 * float(value)
         for name in extra:
-            complete = len(grp) == n and n >= get_measure(name).min_envs
-            values = domain_measures(acc, [name], accuracy=True, percent=True)
-            row[name] = 100 * float(values[name]) if complete else np.nan
+            if len(grp) == n and n >= get_measure(name).min_envs:  # else NaN, as above
+                values = domain_measures(acc, [name], accuracy=True, percent=True)
+                row[name] = 100 * float(values[name])
+            else:
+                row[name] = np.nan
         rows.append(row)
     cols = ["selection", "dataset", "algorithm", *DOMAINBED_MEASURES, *extra]
     out = pd.DataFrame(rows, columns=cols)

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import MEASURES, check_measures, undefined_measures
 from oodeval.measures.meta import (
     TIE_DECIMALS,
     Columns,
@@ -33,6 +32,7 @@ from oodeval.measures.meta import (
     tie_text,
     unit_measures,
 )
+from oodeval.measures.registry import MEASURES, check_measures, get_measure, undefined_measures
 from oodeval.results.longform import LongResults, read_results, results_from_frame
 from oodeval.tables import frame_records
 
@@ -354,6 +354,13 @@ def _measure_names(results: LongResults, measures: Sequence[str] | None) -> list
         cheap = ",".join(n for n in names if n not in undefined) or ",".join(
             n for n in MEASURES if not undefined_measures([n], n_given)
         )
+        others = [n for n in undefined if n not in ("worst_plus_gap", "gap_only")]
+        if others:  # not Eq. 6's 1/(N-2): say which measures and what each needs
+            needs = ", ".join(f"{n} needs >= {get_measure(n).min_envs}" for n in others)
+            raise OodevalError(
+                f"{needs} given environments and there are N={n_given}: add loo rows or pass "
+                f"--measures {cheap}"
+            )
         raise OodevalError(
             f"worst+gap (Eq. 6) is undefined for N={n_given} given environments (1/(N-2)); it "
             f"needs >= 3 environments: add loo rows or pass --measures {cheap}"

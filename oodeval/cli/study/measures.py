@@ -145,8 +145,9 @@ def _text(
     rankings: dict[str, pd.DataFrame],
     names: list[str],
     fmt: str,
+    n_resamples: int,
 ) -> str:
-    from oodeval.study.analysis.leaderboard import LEADERBOARD_FOOTNOTE, leaderboard_view
+    from oodeval.study.analysis.leaderboard import leaderboard_footnote, leaderboard_view
 
     parts = []
     studies = [label for label in boards if label != POOLED]
@@ -158,7 +159,7 @@ def _text(
         parts.append(leaderboard_sentence(board.to_dict("list")))
         parts.append(render_frame(leaderboard_view(board), fmt, digits=3))
     if boards:
-        parts.append(LEADERBOARD_FOOTNOTE)
+        parts.append(leaderboard_footnote(n_resamples))
     for label, ranks in rankings.items():
         parts.append(heading(f"DomainBed sweep {label}", fmt))
         parts.append(f"Note: {NO_IDEAL_NOTE}. Cells: rank (1 = lowest error) and score.")
@@ -270,7 +271,7 @@ def _run(
         payload = {"leaderboard": frame_records(board), "rankings": frame_records(ranks)}
         text = to_json({**payload, "sentences": sentences, "notes": notes})
     else:
-        text = _text(boards, rankings, names, fmt.value)
+        text = _text(boards, rankings, names, fmt.value, bootstrap)
     echo_output(text, output)
     if rankings and fmt in (OutputFormat.csv, OutputFormat.json):
         typer.echo(f"note: {NO_IDEAL_NOTE}", err=True)

@@ -101,7 +101,8 @@ def leaderboard_cells(units: Mapping[str, Any], measures: Sequence[str]) -> Colu
     -------
     Columns: scenario, seed, measure, n_given, n_algorithms, spearman, kendall (NaN when a
     ranking is constant), degradation, ideal_choice (1.0 when the measure picks the ideal
-    measure's choice, else 0.0); cells in order of first appearance, measures in given order
+    measure's choice, or an algorithm tied with it under the ideal measure, else 0.0); cells
+    in order of first appearance, measures in given order
     """
     measures = list(dict.fromkeys(measures))
     corr = ideal_correlations(units, measures)
@@ -121,7 +122,10 @@ def leaderboard_cells(units: Mapping[str, Any], measures: Sequence[str]) -> Colu
     out["spearman"] = corr["spearman"]
     out["kendall"] = corr["kendall"]
     out["degradation"] = chosen["degradation"]
-    out["ideal_choice"] = chosen["matches_ideal"].astype(np.float64)
+    # the ideal's choice when its ideal error ties the ideal's own pick (degradation 0 after
+    # rounding): an ideal measure with tied algorithms has several choices
+    picks_ideal = np.round(np.asarray(chosen["degradation"], float), TIE_DECIMALS) == 0
+    out["ideal_choice"] = (chosen["matches_ideal"].astype(bool) | picks_ideal).astype(np.float64)
     return out
 
 
@@ -183,7 +187,8 @@ def head_to_head(rho: np.ndarray, reference: np.ndarray) -> dict[str, Any]:
     d_c = rho_c - rho_ref,c over the cells where both are defined, rounded to TIE_DECIMALS;
     wins = #{d > 0}, losses = #{d < 0}, ties = #{d = 0}. The test (`scipy.stats.wilcoxon`,
     zero_method "wilcox": ties dropped) runs on the n = wins + losses non-zero differences:
-    exact for n <= 50 without tied |d|, else scipy's normal approximation; p is NaN when n = 0.
+    exact for n <= 50 without tied |d|, else the normal approximation (chosen here, not by
+    scipy's version-dependent "auto"); p is NaN when n = 0.
 
     Returns
     -------
@@ -200,7 +205,12 @@ def head_to_head(rho: np.ndarray, reference: np.ndarray) -> dict[str, Any]:
     if n:
         from scipy import stats  # about a second to import: only when there is a test to run
 
-        p = float(stats.wilcoxon(d[d != 0], zero_method="wilcox").pvalue)
+        nonzero = d[d != 0]
+        # The rule is ours, not scipy's "auto" (which differs between versions): the exact null
+        # distribution when it is valid (n <= 50, no tied |d|), else the normal approximation.
+        exact = n <= 50 and np.unique(np.abs(nonzero)).size == n
+        method = "exact" if exact else "approx"
+        p = float(stats.wilcoxon(nonzero, zero_method="wilcox", method=method).pvalue)
     return {"wins": wins, "losses": losses, "ties": int(d.size - n), "n": n, "p": p}
 
 
@@ -334,8 +344,10 @@ def _check_options(n_resamples: Any, confidence: float, seed: Any) -> None:
         raise OodevalError(f"--bootstrap must be 0 (no intervals) or more, got {n_resamples}")
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise OodevalError(f"--seed must be an integer (same seed, same intervals), got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise OodevalError(
+            f"--seed must be an integer >= 0 (same seed, same intervals), got {seed!r}"
+        )
 
 
 def leaderboard_sentence(board: Mapping[str, Any], *, alpha: float = 0.05) -> str:

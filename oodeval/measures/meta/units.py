@@ -21,6 +21,7 @@ from oodeval.measures.meta.columns import (
     python_value,
     row_count,
 )
+from oodeval.measures.registry import measure_values
 
 __all__ = ["unit_measures"]
 
@@ -132,7 +133,7 @@ def unit_measures(errors: Mapping[str, Any], measures: Sequence[str] | None = No
         for name in (n for n, spec in REGISTRY.items() if spec.split == "all"):
             out[name] = np.empty(n_units)
             for members, matrix in _dense_by_length(unit[~loo], error[~loo], n_units):
-                out[name][members] = REGISTRY[name].function(matrix)
+                out[name][members] = measure_values(name, matrix)
     return out
 
 

@@ -2,7 +2,7 @@
 the ``leaderboard`` table of `study analyze` (``leaderboard.csv``), its section of
 ``analysis.md`` and of the HTML report, and `oodeval study measures`.
 
-One row per measure, best first; how to read it is `LEADERBOARD_FOOTNOTE`.
+One row per measure, best first; how to read it is `leaderboard_footnote`.
 """
 
 from __future__ import annotations
@@ -22,24 +22,37 @@ from oodeval.measures.meta.leaderboard import (
 from oodeval.measures.registry import measure_label
 
 __all__ = [
-    "LEADERBOARD_FOOTNOTE",
+    "leaderboard_footnote",
     "leaderboard_measures",
     "leaderboard_text",
     "leaderboard_view",
     "study_leaderboard",
 ]
 
-LEADERBOARD_FOOTNOTE = (
-    "A cell is one (scenario, seed). rho, tau: mean over cells of Spearman's rho and Kendall's "
-    "tau-b across algorithms between the measure and the ideal measure (Eq. 4). degradation: "
-    "mean over cells of |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|. ideal's choice: cells where "
-    "the measure picks the ideal measure's choice. trend: least-squares slope of the cells' rho "
-    "against N, the number of given environments (n/a with one N). [low, high]: 95% percentile "
-    f"bootstrap interval, cells drawn with replacement ({BOOTSTRAP_RESAMPLES} draws, the same "
-    "for every measure). vs average, vs worst+gap: cells where the measure's rho is higher - "
-    "lower - equal, and the two-sided Wilcoxon signed-rank p of the per-cell rho differences "
-    "(scipy.stats.wilcoxon, equal cells dropped; n = cells that differ)."
-)
+
+def leaderboard_footnote(n_resamples: int = BOOTSTRAP_RESAMPLES) -> str:
+    """How to read a leaderboard whose intervals came from `n_resamples` bootstrap draws.
+
+    >>> "(50 draws" in leaderboard_footnote(50), "no bootstrap" in leaderboard_footnote(0)
+    (True, True)
+    """
+    intervals = (
+        f"[low, high]: 95% percentile bootstrap interval, cells drawn with replacement "
+        f"({n_resamples} draws, the same for every measure). "
+        if n_resamples
+        else "There are no bootstrap intervals (0 draws). "
+    )
+    return (
+        "A cell is one (scenario, seed). rho, tau: mean over cells of Spearman's rho and "
+        "Kendall's tau-b across algorithms between the measure and the ideal measure (Eq. 4). "
+        "degradation: mean over cells of |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|. ideal's "
+        "choice: cells where the measure picks the ideal measure's choice. trend: least-squares "
+        "slope of the cells' rho against N, the number of given environments (n/a with one N). "
+        + intervals
+        + "vs average, vs worst+gap: cells where the measure's rho is higher - lower - equal, "
+        "and the two-sided Wilcoxon signed-rank p of the per-cell rho differences "
+        "(scipy.stats.wilcoxon, equal cells dropped; n = cells that differ)."
+    )
 
 
 def leaderboard_measures(frame: pd.DataFrame) -> list[str]:
@@ -126,4 +139,4 @@ def leaderboard_text(
         table = render_frame(view, "markdown", digits=3, right=[False] * len(view.columns))
     else:
         table = render(view)
-    return [leaderboard_sentence(board.to_dict("list")), "", table, "", LEADERBOARD_FOOTNOTE, ""]
+    return [leaderboard_sentence(board.to_dict("list")), "", table, "", leaderboard_footnote(), ""]

@@ -379,7 +379,7 @@ def analyze(
     hold ``measure_digests`` (`measure_digests`). Nothing is trained and the store is only read.
     """
     study = study if isinstance(study, Study) else load_study(study)
-    extra = [m for m in dict.fromkeys(measures or ()) if m != "ideal"]
+    extra = list(dict.fromkeys(check_measures([m for m in measures or () if m != "ideal"])))
     names = list(dict.fromkeys([*_measure_names(study, None), *extra]))  # a measure once
     frame = unit_measures(study, names if extra else None)
     have = set(frame.columns)

@@ -12,7 +12,6 @@ name and digest, not by where it lies.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from oodeval._digest import code_digest
 from oodeval.study.config.keys import shown
 
 #: Prefix of the keys of a unit's ``versions`` holding the code digest of each of ``imports``
@@ -50,31 +50,6 @@ def resolved_import(entry: Any, base: Path) -> Any:
         return entry
     path = Path(entry).expanduser()
     return str((path if path.is_absolute() else base / path).resolve())
-
-
-def code_digest(path: str | Path) -> str:
-    """SHA-256 (first 16 hex digits) of Python code: a file's bytes, or for a folder every
-    ``*.py`` below it (relative path and bytes, in sorted order).
-
-    Parameters
-    ----------
-    path : a ``.py`` file or a folder.
-
-    Returns
-    -------
-    str
-        ``sha256(bytes)[:16]`` in hex, the bytes being the file's, or the concatenation of
-        ``relative path + bytes`` of every ``*.py`` file below the folder.
-    """
-    path = Path(path)
-    digest = hashlib.sha256()
-    if path.is_dir():
-        for file in sorted(path.rglob("*.py")):
-            digest.update(file.relative_to(path).as_posix().encode())
-            digest.update(file.read_bytes())
-    else:
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def import_digests(
