@@ -3,6 +3,7 @@ and for the real MNIST test set (../shared, else the copy bundled with oodeval).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,16 @@ def bare_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv(MNIST_ENV_VAR, raising=False)
     monkeypatch.chdir(work)
     return work
+
+
+@pytest.fixture(autouse=True)
+def _measure_registry_restored() -> Iterator[None]:
+    """Measures a test registers (directly, or by importing a user's measure file, as a docs page
+    does) are removed after it: the registry is process-wide, and a leaked plain measure joins
+    every later default set (the goldens' outputs included)."""
+    from oodeval.measures.registry import FAMILIES, REGISTRY, unregister_measure
+
+    before = set(REGISTRY) | set(FAMILIES)
+    yield
+    for name in (set(REGISTRY) | set(FAMILIES)) - before:
+        unregister_measure(name)
