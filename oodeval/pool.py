@@ -40,6 +40,9 @@ from oodeval.errors import OodevalError
 #: Environment variables that fix the thread count of OpenMP, MKL and OpenBLAS (and of torch,
 #: which reads ``OMP_NUM_THREADS`` when it is imported).
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: Most worker processes a command starts (``--workers``): more than any one machine's cores
+#: by far, and few enough that a mistyped count is refused before anything is created.
+MAX_WORKERS = 1024
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 

@@ -317,6 +317,11 @@ CASES = [
         "out-of-range number",
         lambda f: [*PRESET, "--workers", "0", "--out", f.root / "s"],
     ),
+    C(
+        "study run",
+        "out-of-range number",
+        lambda f: [*PRESET, "--workers", "99999999999999999999", "--out", f.root / "s"],
+    ),
     C("study run", "unknown name", lambda f: [f.toml_unknown_alg, "--out", f.root / "s"]),
     C("study run", "unknown name", lambda f: ["--preset", "huge", "--out", f.root / "s"]),
     C(
@@ -356,6 +361,7 @@ CASES = [
     C("study estimate", "UTF-16 file", lambda f: [f.utf16_toml]),
     C("study estimate", "malformed TOML", lambda f: [f.bad_toml]),
     C("study estimate", "out-of-range number", lambda f: [*PRESET, "--steps-fraction", "0"]),
+    C("study estimate", "out-of-range number", lambda f: [*PRESET, "--workers", "100000000000"]),
     C("study estimate", "unknown name", lambda f: [*PRESET, "--algorithms", "NoSuchAlgorithm"]),
     # --- envs ----------------------------------------------------------------------------------
     C("envs list", "folder as output file", lambda f: ["--output", f.folder]),

@@ -323,3 +323,19 @@ def test_markdown_warns_when_units_come_from_different_sources(tmp_path):
             store.record_unit(record, rows)
     text = write_analysis(tmp_path)["markdown"].read_text(encoding="utf-8")
     assert "computed by 2 different versions of the oodeval sources" in text
+
+
+def test_a_config_with_fewer_measures_is_analysed_in_full(tmp_path):
+    """A config asking only for average and worst+gap trains its units, and `analyze` still
+    computes the ablation (worst only, gap only) from the stored errors instead of refusing
+    after training: the same Table 5 as a study whose config listed them."""
+    from oodeval.study.runner import run_study
+    from tests.helpers.studies import synthetic_config
+
+    few = synthetic_config(measures=["average", "worst_plus_gap"], seeds=[0])
+    full = synthetic_config(seeds=[0])
+    run_study(few, tmp_path / "few", workers=1, progress=False)
+    run_study(full, tmp_path / "full", workers=1, progress=False)
+    tables_few, tables_full = analyze(tmp_path / "few"), analyze(tmp_path / "full")
+    pd.testing.assert_frame_equal(tables_few["table5"], tables_full["table5"])
+    assert {"worst_only", "gap_only"} <= set(tables_few["units"].columns)

@@ -24,6 +24,7 @@ from oodeval.cli.study.options import (
     TF32_HELP,
     study_config,
 )
+from oodeval.pool import MAX_WORKERS
 from oodeval.tables import frame_records, render_frame, to_json
 
 if TYPE_CHECKING:  # the study stack is imported when the command runs
@@ -38,7 +39,9 @@ DEFAULT_SAMPLE_STEPS = 3
 def estimate_command(
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
     preset_name: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
-    workers: int | None = typer.Option(None, "--workers", min=1, help="Workers (default: cores)."),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, max=MAX_WORKERS, help="Workers (default: cores)."
+    ),
     algorithms: str | None = typer.Option(
         None,
         "--algorithms",

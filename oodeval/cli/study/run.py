@@ -31,6 +31,7 @@ from oodeval.cli.study.options import (
     study_config,
 )
 from oodeval.errors import OodevalError
+from oodeval.pool import MAX_WORKERS
 
 if TYPE_CHECKING:  # the study stack is imported when the command runs
     from oodeval.study import RunSummary, StudyConfig
@@ -43,7 +44,9 @@ def run_command(
     out: Path = typer.Option(
         ..., "--out", metavar="DIR", help="Study folder (results.sqlite goes here)."
     ),
-    workers: int | None = typer.Option(None, "--workers", min=1),  # help: with_executor_options
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, max=MAX_WORKERS
+    ),  # help: with_executor_options
     precision: str | None = typer.Option(None, "--precision", help=PRECISION_HELP),
     tf32: str | None = typer.Option(None, "--tf32", help=TF32_HELP),
     device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),

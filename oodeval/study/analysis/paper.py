@@ -430,7 +430,9 @@ def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
                 "the file that registers it with --imports FILE"
             ) from None
     names = check_measures(requested)
-    for extra in ("worst", "gap"):
+    # what the paper's tables compare is computed from the stored errors whatever the config
+    # listed (a config may ask for fewer measures; its units hold every error they need)
+    for extra in (*CORRELATION_MEASURES, *ABLATION_MEASURES, "worst", "gap"):
         if extra not in names:
             names.append(extra)
     return names
