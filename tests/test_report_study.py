@@ -12,27 +12,19 @@ from oodeval.errors import OodevalError
 from oodeval.report.build import build_report
 from oodeval.report.study_report import study_sections, table6_view
 from oodeval.study.analysis import analyze
-from oodeval.study.config import config_from_dict
 from oodeval.study.read_model import load_study
 from oodeval.study.runner import run_study
+from tests.helpers.studies import ALGOS, synthetic_config
 
-ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD"]
+#: Two Ratio 3:1 scenarios (Scales 1 and 2) of the synthetic backend.
+SCENARIOS = [
+    {"family": "synthetic", "ratio": "3:1", "scale": 1},
+    {"family": "synthetic", "ratio": "3:1", "scale": 2},
+]
 
 
 def _config(**overrides):
-    data = {
-        "name": "report-test",
-        "backend": "oodeval.study.synthetic",
-        "algorithms": ALGOS,
-        "seeds": [0, 1],
-        "steps": 10,
-        "scenarios": [
-            {"family": "synthetic", "ratio": "3:1", "scale": 1},
-            {"family": "synthetic", "ratio": "3:1", "scale": 2},
-        ],
-    }
-    data.update(overrides)
-    return config_from_dict(data)
+    return synthetic_config(**{"name": "report-test", "scenarios": SCENARIOS, **overrides})
 
 
 @pytest.fixture(scope="module")
