@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from oodeval._files import refuse_links
 from oodeval.errors import OodevalError
 from oodeval.study.executors.base import (
     Executor,
@@ -117,9 +118,9 @@ class SlurmExecutor(Executor):
         if not tasks:
             return
         submitit = self._module()
-        executor = submitit.AutoExecutor(
-            folder=Path(directory) / self.log_folder, cluster=self.cluster
-        )
+        folder = Path(directory) / self.log_folder
+        refuse_links(folder)  # submitit would write its files wherever a planted link points
+        executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
         executor.update_parameters(**self.parameters(config))
         config_json = config.to_json()
         settings = worker_settings(self.cpus_per_unit, config)
