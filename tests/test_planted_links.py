@@ -264,3 +264,18 @@ def test_a_store_repair_never_writes_through_a_link(world, monkeypatch) -> None:
     assert (study / f"{aside}-3").read_bytes() == damaged
     assert tree(world["outside"]) == outside
     assert not (study / f"{STORE_NAME}.rebuild").exists()  # the planted link was removed
+
+
+def test_the_slurm_log_folder_is_never_a_link(world) -> None:
+    """The Slurm executor keeps submitit's files in ``DIR/slurm``: a link there is refused
+    before the store is opened (nothing created), not followed by submitit."""
+    from oodeval.errors import OodevalError
+    from oodeval.study import load_config, run_study
+    from oodeval.study.executors.slurm import SlurmExecutor
+
+    folder = world["tmp"] / "slurm-study"
+    link = plant(folder / "slurm", world["empty"])
+    with pytest.raises(OodevalError, match=f"{link} is a symbolic link"):
+        run_study(load_config(world["config"]), folder, executor=SlurmExecutor(cluster="local"))
+    assert sorted(p.name for p in folder.iterdir()) == ["slurm"]
+    assert list(world["empty"].iterdir()) == []
