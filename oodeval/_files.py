@@ -90,7 +90,9 @@ def write_file(path: str | Path, data: str | bytes) -> Path:
         mode: int | None = os.lstat(path).st_mode
     except FileNotFoundError:
         mode = None
-    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if mode is not None and not stat.S_ISREG(mode):
         with os.fdopen(open_no_link(path, os.O_WRONLY), "wb") as fh:
             fh.write(raw)
         return path

@@ -279,3 +279,23 @@ def test_the_slurm_log_folder_is_never_a_link(world) -> None:
         run_study(load_config(world["config"]), folder, executor=SlurmExecutor(cluster="local"))
     assert sorted(p.name for p in folder.iterdir()) == ["slurm"]
     assert list(world["empty"].iterdir()) == []
+
+
+@pytest.mark.parametrize("dangling", [True, False])
+def test_the_one_write_place_refuses_links_dangling_or_not(world, dangling: bool) -> None:
+    """`write_file`, `make_folder` and `open_no_link` refuse a link, one that points nowhere
+    (yet) included: nothing is created at its target."""
+    from oodeval._files import make_folder, open_no_link, write_file
+    from oodeval.errors import OodevalError
+
+    target = world["outside"] / ("nowhere" if dangling else "victim.txt")
+    link = plant(world["tmp"] / "out.txt", target)
+    outside = tree(world["outside"])
+    for write in (
+        lambda: write_file(link, "x"),
+        lambda: make_folder(link),
+        lambda: open_no_link(link, os.O_WRONLY | os.O_CREAT),
+    ):
+        with pytest.raises(OodevalError, match=f"^{link} is a symbolic link; "):
+            write()
+    assert tree(world["outside"]) == outside and link.is_symlink()
