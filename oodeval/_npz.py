@@ -1,17 +1,21 @@
-"""Read users' ``.npz`` archives safely: plain arrays only, never unpickled.
+"""Read users' ``.npz`` archives safely: plain arrays only, never unpickled; write them
+without following links.
 
 One reader serves every ``.npz`` input of oodeval (prediction files, feature files, GMoP models,
-the ``npz:`` SPECs of `oodeval shift`); each caller then checks the arrays it needs.
+the ``npz:`` SPECs of `oodeval shift`); each caller then checks the arrays it needs. One writer,
+`write_npz`, serves every ``.npz`` output.
 """
 
 from __future__ import annotations
 
+import io
 import zipfile
 from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 
+from oodeval._files import write_file
 from oodeval.errors import OodevalError
 
 
@@ -82,3 +86,19 @@ def read_npz(
             except (OSError, EOFError, zipfile.BadZipFile):
                 raise refuse(f"array {name!r} is damaged") from None
     return arrays, found
+
+
+def write_npz(path: str | Path, **arrays: np.ndarray) -> Path:
+    """Write `arrays` as ``np.savez`` does (``.npz`` added to a name without it), through
+    `oodeval._files.write_file` (atomically, never through a symbolic link); return the path.
+
+    >>> import tempfile, os
+    >>> write_npz(os.path.join(tempfile.mkdtemp(), "x"), a=np.arange(3)).name
+    'x.npz'
+    """
+    path = Path(path)
+    if not path.name.endswith(".npz"):
+        path = path.with_name(path.name + ".npz")
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    return write_file(path, buffer.getvalue())

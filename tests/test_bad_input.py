@@ -100,8 +100,17 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     put("sweep/run1/done", "done\n")
     split = put("split.csv", "path,class,domain,role\nautumn/cat/0.jpg,cat,autumn,test\n")
     toml = (EXAMPLES / "study.toml").read_text(encoding="utf-8")
+    victim = put("victim.txt", "never written through a link\n")
+    link = root / "link.txt"
+    link.symlink_to(victim)
+    linked_study = root / "linked-study"  # report.html planted as a link to a file elsewhere
+    linked_study.mkdir()
+    (linked_study / "report.html").symlink_to(victim)
     return SimpleNamespace(
         root=root,
+        victim=victim,
+        link=link,
+        linked_study=linked_study,
         missing=root / "missing.csv",
         missing_dir=root / "no-such-folder",
         folder=folder,
@@ -438,6 +447,18 @@ CASES = [
     C("protocols evaluate", "empty file", lambda f: [f.empty, f.split_preds_wrong]),
     C("protocols evaluate", "wrong columns", lambda f: [f.results, f.split_preds_wrong]),
     C("protocols evaluate", "wrong columns", lambda f: [f.split, f.split_preds_wrong]),
+    # --- a symbolic link where a file is to be written (never written through) ----------------
+    C("measures", "symbolic link as output", lambda f: [f.results, "--output", f.link]),
+    C("variance", "symbolic link as output", lambda f: [f.results, "--output", f.link]),
+    C("report", "symbolic link as output", lambda f: [f.results, "--out", f.link]),
+    C("openworld score", "symbolic link as output", lambda f: [f.predictions, "--curve", f.link]),
+    C("openworld train-gmop", "symbolic link as output", lambda f: [f.binary_npz, "--out", f.link]),
+    C(
+        "openworld evaluate",
+        "symbolic link as output",
+        lambda f: [f.binary_npz, "--predictions", f.link],
+    ),
+    C("study run", "symbolic link as output", lambda f: [*PRESET, "--out", f.linked_study]),
 ]
 SRC = _shift_source_option()
 
@@ -469,6 +490,19 @@ def _assert_refused(code: int, stdout: str, stderr: str, argv: list[str]) -> Non
 def test_bad_input_is_one_error_line_with_status_2(case: Case, f: SimpleNamespace) -> None:
     argv = case.argv(f)
     _assert_refused(*_invoke(argv), argv)
+
+
+def test_a_link_named_as_output_is_named_and_left_alone(f: SimpleNamespace) -> None:
+    """Every "symbolic link as output" case names the link, and its target stays as it was
+    (bytes and modification time; `oodeval._files`)."""
+    before = (f.victim.read_bytes(), f.victim.stat().st_mtime_ns)
+    cases = [c for c in CASES if c.category == "symbolic link as output"]
+    assert len(cases) >= 7
+    for case in cases:
+        code, _, stderr = _invoke(case.argv(f))
+        assert code == 2 and "is a symbolic link; oodeval does not write through" in stderr, stderr
+    assert (f.victim.read_bytes(), f.victim.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in f.linked_study.iterdir()) == ["report.html"]
 
 
 def test_every_command_has_a_case() -> None:

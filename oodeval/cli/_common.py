@@ -24,6 +24,7 @@ import typer
 from typer.core import TyperGroup
 
 from oodeval._extras import extra_of, missing_extra_message
+from oodeval._files import refuse_links, write_file
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, render_rows, to_json
 
@@ -141,7 +142,8 @@ class DefaultCommandGroup(TyperGroup):
 
 
 def check_output_path(output: str | None) -> None:
-    """Raise OodevalError now if `output` cannot be written (a folder, or no such parent folder).
+    """Raise OodevalError now if `output` cannot be written (a symbolic link, a folder, or no
+    such parent folder).
 
     Commands call it before they read or compute anything, so a bad --output is the only line a
     user sees, not warnings about the input followed by the error.
@@ -149,6 +151,7 @@ def check_output_path(output: str | None) -> None:
     if output is None:
         return
     path = Path(output)
+    refuse_links(path)  # a file the user names is never written through a link either
     if path.is_dir():
         raise OodevalError(f"--output {output} is a folder; give a file name inside it")
     parent = path.parent
@@ -161,12 +164,12 @@ def check_output_path(output: str | None) -> None:
 
 
 def echo_output(text: str, output: str | None) -> None:
-    """Write `text` to the file `output`, or to stdout when it is None."""
+    """Write `text` to the file `output` (never through a link: `oodeval._files.write_file`),
+    or to stdout when it is None."""
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text if text.endswith("\n") else text + "\n")
+        write_file(output, text if text.endswith("\n") else text + "\n")
         typer.echo(f"wrote {output}", err=True)
 
 

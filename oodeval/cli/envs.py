@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import io
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import typer
 
+from oodeval._files import refuse_links, write_file
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -241,6 +243,7 @@ def preview(
     """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
     if per_env < 1 or max_eval < 0:
         raise OodevalError("--per-env must be >= 1 and --max-eval >= 0")
+    refuse_links(out)  # never written through a link (`oodeval._files`)
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")
     sc = scenario_of(family, source, seed, params)
@@ -291,8 +294,13 @@ def save_grid(rows, per_env: int, out: Path, *, title: str) -> None:
         axes[r][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
+    # drawn in memory, written as `oodeval._files.write_file` does (never through a link);
+    # a name without a suffix gets .png, as matplotlib's own savefig gives it
+    target = Path(out) if Path(out).suffix else Path(f"{out}.png")
+    buffer = io.BytesIO()
     try:
-        fig.savefig(out, dpi=80)
+        fig.savefig(buffer, dpi=80, format=target.suffix[1:].lower())
+        write_file(target, buffer.getvalue())
     except OSError as exc:
         raise OodevalError(f"cannot write {out}: {exc.strerror}; check the folder") from None
     finally:

@@ -28,11 +28,13 @@ log-probabilities. Example:
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
 import typer
 
+from oodeval._files import refuse_links, write_file
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -59,11 +61,12 @@ app = typer.Typer(
 
 def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> None:
     miss, hit, thresholds = openworld_curve(*samples, return_thresholds=True)
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow(["threshold", "miss_rate_b", "hit_rate_n"])
-        for row in zip(thresholds.tolist(), miss.tolist(), hit.tolist(), strict=True):
-            writer.writerow(repr(v) for v in row)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["threshold", "miss_rate_b", "hit_rate_n"])
+    for row in zip(thresholds.tolist(), miss.tolist(), hit.tolist(), strict=True):
+        writer.writerow(repr(v) for v in row)
+    write_file(path, text.getvalue())
     typer.echo(f"wrote {path}", err=True)
 
 
@@ -107,6 +110,8 @@ def score(
     A base/new pair with equal scores counts --tie (0.5 by default).
     Example: oodeval openworld examples/openworld_predictions.csv --base-classes 0-2
     """
+    if curve is not None:
+        refuse_links(curve)
     ids = parse_class_ids(base_classes) if base_classes is not None else None
     arrays = read_predictions(predictions)
     metrics, samples = score_predictions(arrays, ids, tie)

@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 import typer
 
+from oodeval._files import refuse_links
+from oodeval._npz import write_npz
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -134,6 +136,7 @@ def make_features_command(
     from oodeval.openworld.base_new import few_shot_indices
     from oodeval.openworld.features import digit_features, save_features, synthetic_features
 
+    refuse_links(train_out, test_out)  # both before either is written
     if source == "synthetic":
         fs = synthetic_features(overlap=overlap, seed=seed, n_per_class=shots + 100)
         train_idx = few_shot_indices(fs.labels, fs.base_classes, shots, seed=seed)
@@ -177,6 +180,7 @@ def train_gmop_command(
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
 
+    refuse_links(out)  # before minutes of training, not after
     where = resolve_device(device)  # a misspelt or missing device fails before any reading
     if device == "auto":
         typer.echo(f"device: auto -> {where}", err=True)
@@ -225,12 +229,14 @@ def evaluate_command(
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import evaluate_model, load_model, zero_shot_model
 
+    if predictions is not None:
+        refuse_links(predictions)
     test = load_features(features)
     model = zero_shot_model(test) if model_path is None else load_model(model_path)
     metrics = evaluate_model(model, test)
     if predictions is not None:
         out = model.predict(test.features)
-        np.savez(
+        write_npz(
             predictions,
             probs=out["outputs"],
             labels=test.labels,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import multiprocessing
 import os
 import re
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from oodeval._extras import require_extra
+from oodeval._files import write_file
 from oodeval.environments.base import Environment, Scenario
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.sources import as_image_source
@@ -191,9 +193,9 @@ class CorruptionCache:
 
     def save(self, key: str, array: np.ndarray) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{key}.{os.getpid()}.tmp.npy"
-        np.save(tmp, array, allow_pickle=False)
-        os.replace(tmp, self.path(key))
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        write_file(self.path(key), buffer.getvalue())  # atomic, never through a link
 
 
 class CorruptedScenario(Scenario):

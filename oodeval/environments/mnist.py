@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval._files import write_file
 from oodeval._text import read_text
 from oodeval.environments.source_kinds import (
     ImageSource,
@@ -250,7 +251,7 @@ def download_mnist(
                 continue
             _fetch(name, target, mirrors, retries, timeout)
     lines = [f"{KNOWN_SHA256[n]}  {n}" for n in sorted(KNOWN_SHA256) if (root / n).is_file()]
-    (root / CHECKSUM_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_file(root / CHECKSUM_FILE, "\n".join(lines) + "\n")
     return root
 
 
@@ -264,7 +265,7 @@ def _fetch(name: str, target: Path, mirrors: tuple[str, ...], retries: int, time
             tmp = target.with_suffix(target.suffix + ".part")
             try:
                 with urllib.request.urlopen(mirror + name, timeout=timeout) as resp:
-                    tmp.write_bytes(resp.read())
+                    write_file(tmp, resp.read())
             except (urllib.error.URLError, OSError, TimeoutError) as exc:
                 last = f"{mirror}{name}: {exc}"
                 tmp.unlink(missing_ok=True)

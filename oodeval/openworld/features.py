@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from oodeval._npz import read_npz
+from oodeval._npz import read_npz, write_npz
 from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_class_ids, as_float_array, check_same_length
@@ -152,7 +152,7 @@ def make_feature_set(
 
 def save_features(path: str | Path, fs: FeatureSet) -> None:
     """Write `fs` to an ``.npz`` file with the arrays listed in the module docstring."""
-    np.savez(
+    write_npz(
         path,
         features=fs.features,
         labels=fs.labels,

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from oodeval._npz import read_npz
+from oodeval._npz import read_npz, write_npz
 from oodeval._torch import deterministic_device, resolve_device, single_threaded
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
@@ -554,7 +554,7 @@ def save_model(
             arrays[f"param_{name}"] = value.detach().cpu().numpy()
     if config is not None:
         arrays["config_json"] = np.asarray(_config_json(config))
-    np.savez(path, **arrays)
+    write_npz(path, **arrays)
 
 
 def _config_json(config: GMoPConfig) -> str:

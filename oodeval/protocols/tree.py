@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval._files import write_file
 from oodeval._text import read_text
 from oodeval.environments.folders import IMAGE_SUFFIXES
 from oodeval.errors import OodevalError, listing, repeats
@@ -166,12 +167,13 @@ def check_domains(tree: ImageTree, names: Sequence[str], what: str) -> tuple[str
 def write_assignment_csv(rows: Iterable[AssignmentRow], path: str | Path) -> int:
     """Write the assignment as CSV (columns path,class,domain,role); return the number of rows."""
     n = 0
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(CSV_COLUMNS)
-        for row in rows:
-            writer.writerow((row.path, row.cls, row.domain, row.role))
-            n += 1
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        writer.writerow((row.path, row.cls, row.domain, row.role))
+        n += 1
+    write_file(path, text.getvalue())  # never through a symbolic link (`oodeval._files`)
     return n
 
 

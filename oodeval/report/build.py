@@ -7,6 +7,7 @@ import csv
 import io
 from pathlib import Path
 
+from oodeval._files import refuse_links, write_file
 from oodeval._text import read_text
 from oodeval.errors import OodevalError
 from oodeval.report.page import Section, render_page
@@ -81,8 +82,12 @@ def build_report(
 
 
 def write_report(input_path: str | Path, out: str | Path, **kwargs: object) -> Path:
-    """Build the report on `input_path` and write it to `out`; return the written path."""
+    """Build the report on `input_path` and write it to `out`; return the written path.
+
+    `out` must not be a symbolic link (refused before the report is built; `oodeval._files`).
+    """
     out = Path(out)
+    refuse_links(out)
     if out.is_dir():
         raise OodevalError(
             f"--out {out} is a folder; give the HTML file's name, e.g. {out}/report.html"
@@ -93,5 +98,4 @@ def write_report(input_path: str | Path, out: str | Path, **kwargs: object) -> P
     html = build_report(input_path, **kwargs)  # type: ignore[arg-type]
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
-    return out
+    return write_file(out, html)

@@ -8,6 +8,7 @@ holder writes into the lock file. Readers (status, analyze, report, verify) neve
 The kernel releases a `flock` when its holder dies, however it dies (SIGKILL included), so a dead
 holder's lock is free: the next writer takes it over and overwrites the stale holder line. The
 file itself is never deleted (deleting a lock file lets two processes lock two different files).
+A symbolic link where the file should be is refused, never followed (`oodeval._files`).
 
 Where it works: local file systems, and NFS (v4, or v3 with lockd), where Linux implements
 `flock` with NFS byte-range locks shared by every client; a holder on another host that died
@@ -27,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from oodeval._files import open_no_link
 from oodeval._time import utc_timestamp
 from oodeval.errors import OodevalError
 
@@ -101,7 +103,7 @@ class StudyLock:
                 "running a study needs POSIX file locks (Linux, macOS); run it there, or in WSL"
             )
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_no_link(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # a link is refused
         except OSError as exc:
             raise OodevalError(
                 f"cannot create the lock file {self.path} ({exc.strerror}); the study folder must "

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oodeval._files import refuse_links
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.study.config import (
@@ -143,6 +144,7 @@ def run_study(
     validated = validate_config(config, backend, device_here=not elsewhere)
     tasks = plan_units(config, validated)
     names = {scenario_key(spec): name for spec, name, _given, _params in validated["scenarios"]}
+    refuse_links(*units_executor.folders_in(Path(directory)))  # the store checks its own files
     with ResultStore(directory, create=True) as store:  # the writer: holds DIR/study.lock
         names.update(_stored_scenario_names(store, config, backend, names))
         changes = store.bind_config(config.to_dict(), scenario_names=names)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from oodeval._extras import require_extra
+from oodeval._files import refuse_links
 from oodeval.cli._common import (
     check_folder_path,
     command_path,
@@ -72,6 +73,8 @@ def run_command(
     from oodeval.study import run_study
 
     check_folder_path(out)
+    if report:  # refused now, not after the run (the store's own files: when it is opened)
+        refuse_links(Path(out) / "report.html")
     chosen = executor_from_options(executor, workers, executor_values)
     config_ = study_config(config, preset_name, precision, device, tf32)
     _require_extras(config_, report)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from oodeval._files import refuse_links, write_file
 from oodeval.measures import measure_label, meta
 from oodeval.study.analysis.leaderboard import leaderboard_text
 from oodeval.study.analysis.paper import (
@@ -165,17 +166,18 @@ def write_analysis(
         else load_study(directory, exclude_damaged=exclude_damaged)
     )
     results = analyze(study) if results is None else results
-    out_dir = Path(study.directory) / "analysis" if out_dir is None else Path(out_dir)
+    if out_dir is None:  # a name of oodeval's own: never a link (`oodeval._files`)
+        out_dir = Path(study.directory) / "analysis"
+        refuse_links(out_dir)
+    out_dir = Path(out_dir)
+    written = {name: out_dir / f"{name}.csv" for name in results}
+    written["markdown"] = out_dir / "analysis.md"
+    refuse_links(*written.values())  # all of them before the first is written
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
-    written = {}
     for name, frame in results.items():
-        path = out_dir / f"{name}.csv"
-        path.write_text(notes + frame.to_csv(index=False, float_format="%.6g"), encoding="utf-8")
-        written[name] = path
-    path = out_dir / "analysis.md"
-    path.write_text(analysis_markdown(study, results), encoding="utf-8")
-    written["markdown"] = path
+        write_file(written[name], notes + frame.to_csv(index=False, float_format="%.6g"))
+    write_file(written["markdown"], analysis_markdown(study, results))
     return written
 
 

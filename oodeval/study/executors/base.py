@@ -107,6 +107,14 @@ class Executor(ABC):
         devices this machine cannot check: the workers check them when they start."""
         return False
 
+    def folders_in(self, directory: Path) -> tuple[Path, ...]:
+        """The folders inside the study folder `directory` this executor writes to (its logs).
+
+        `run_study` refuses a symbolic link at any of them before it opens the store
+        (`oodeval._files`). By default none.
+        """
+        return ()
+
     def check(self) -> None:
         """Raise OodevalError now if this executor cannot run here (a missing extra, no Slurm).
 

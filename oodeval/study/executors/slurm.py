@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from oodeval._files import refuse_links
 from oodeval.errors import OodevalError
 from oodeval.study.executors.base import (
     Executor,
@@ -111,15 +112,18 @@ class SlurmExecutor(Executor):
         if self.mem_gb is not None and not self.mem_gb > 0:
             raise OodevalError(f"Slurm memory must be > 0 GB, got {self.mem_gb!r}")
 
+    def folders_in(self, directory: Path) -> tuple[Path, ...]:
+        return (Path(directory) / self.log_folder,)
+
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
         from oodeval.study.worker import failed_outcome, run_tasks
 
         if not tasks:
             return
         submitit = self._module()
-        executor = submitit.AutoExecutor(
-            folder=Path(directory) / self.log_folder, cluster=self.cluster
-        )
+        (folder,) = self.folders_in(directory)
+        refuse_links(folder)  # submitit would write wherever a link points (`run_study` checks)
+        executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
         executor.update_parameters(**self.parameters(config))
         config_json = config.to_json()
         settings = worker_settings(self.cpus_per_unit, config)

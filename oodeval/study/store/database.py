@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from oodeval._files import open_no_link
 from oodeval.errors import OodevalError
 from oodeval.study.store.records import StoreDamagedError
 from oodeval.study.store.schema import (
@@ -25,6 +26,7 @@ from oodeval.study.store.schema import (
     RESTORE_HINT,
     SCHEMA_SQL,
     SCHEMA_VERSION,
+    SIDE_SUFFIXES,
     STORE_NAME,
     UNIT_COLUMNS,
 )
@@ -218,12 +220,31 @@ def decode_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
+def writer_files(path: Path) -> tuple[Path, ...]:
+    """The store file `path` and the files SQLite writes beside it (``-wal``, ``-shm``,
+    ``-journal``): the names a writer checks are no symbolic links before it connects (SQLite
+    follows links).
+
+    >>> [p.name for p in writer_files(Path("s/results.sqlite"))]
+    ['results.sqlite', 'results.sqlite-wal', 'results.sqlite-shm', 'results.sqlite-journal']
+    """
+    return (path, *(path.with_name(path.name + suffix) for suffix in SIDE_SUFFIXES))
+
+
+def fresh_sqlite_file(path: Path) -> sqlite3.Connection:
+    """A connection to a new SQLite file at `path`, a temporary name of oodeval's own: whatever
+    stands there and at its side files (a stale copy, a planted link) is removed first, so
+    SQLite never writes through a link."""
+    for stale in writer_files(path):
+        stale.unlink(missing_ok=True)  # removes a link itself, never what it points to
+    return sqlite3.connect(path, isolation_level=None)
+
+
 def create_store(path: Path) -> None:
     """Create an empty store with its tables under a temporary name and move it into place, so
     `path` never exists without its schema (a 0-byte store is always damage)."""
     tmp = path.with_name(path.name + ".new")
-    tmp.unlink(missing_ok=True)
-    conn = sqlite3.connect(tmp, isolation_level=None)
+    conn = fresh_sqlite_file(tmp)
     try:
         conn.executescript(SCHEMA_SQL)
         conn.execute("INSERT INTO study(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
@@ -284,17 +305,28 @@ def fsync(path: Path) -> None:
 
 
 def link_or_copy(original: Path, target: Path) -> None:
-    """Make `target` a hard link to `original`, or a copy where links are not possible."""
+    """Make `target` (a new name) a hard link to `original`, or a copy where links are not
+    possible; the copy is created exclusively, so it never writes through a link at `target`."""
     try:
         os.link(original, target)
+    except FileExistsError:
+        raise
     except OSError:
-        shutil.copy2(original, target)
+        with (
+            open(original, "rb") as src,
+            os.fdopen(open_no_link(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as dst,
+        ):
+            shutil.copyfileobj(src, dst)
+        shutil.copystat(original, target)
 
 
-def unused_path(path: Path) -> Path:
-    """`path`, or ``path-2``, ``path-3``, ... the first that does not exist."""
+def unused_path(path: Path, *, with_suffixes: Sequence[str] = ()) -> Path:
+    """`path`, or ``path-2``, ``path-3``, ... the first name that is not taken, by a file or a
+    link (dangling or not), nor with any of `with_suffixes` added."""
     candidate, n = path, 1
-    while candidate.exists():
+    while any(
+        os.path.lexists(candidate.with_name(candidate.name + s)) for s in ("", *with_suffixes)
+    ):
         n += 1
         candidate = path.with_name(f"{path.name}-{n}")
     return candidate

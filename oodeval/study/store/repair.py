@@ -25,6 +25,7 @@ from oodeval._time import utc_file_stamp, utc_timestamp
 from oodeval.study.integrity import named, printable
 from oodeval.study.store.database import (
     StoreFile,
+    fresh_sqlite_file,
     fsync,
     link_or_copy,
     or_default,
@@ -185,7 +186,9 @@ def rebuild(db: StoreFile, earlier: int) -> SetAside:
         raise StoreDamagedError(f"{db.path}: {contents.health.problems[0]}; {RESTORE_HINT}")
     study = db.study_rows()
     kept_quarantine = or_default(lambda: db.execute("SELECT * FROM quarantine").fetchall(), [])
-    aside = unused_path(db.directory / f"{STORE_NAME}.damaged-{utc_file_stamp()}")
+    aside = unused_path(
+        db.directory / f"{STORE_NAME}.damaged-{utc_file_stamp()}", with_suffixes=("-wal",)
+    )
     record = {
         "at": utc_timestamp(),
         "damaged_copy": aside.name,
@@ -197,8 +200,7 @@ def rebuild(db: StoreFile, earlier: int) -> SetAside:
     study.update(rebuilt=json.dumps(rebuilt_records(study) + [record]), schema=SCHEMA_VERSION)
     configs = _history_to_keep(db, contents, study["config"], old_schema)
     tmp = db.directory / f"{STORE_NAME}.rebuild"
-    tmp.unlink(missing_ok=True)
-    new = sqlite3.connect(tmp, isolation_level=None)
+    new = fresh_sqlite_file(tmp)
     try:
         new.executescript(SCHEMA_SQL)
         new.execute("BEGIN IMMEDIATE")

@@ -19,10 +19,11 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._files import refuse_links
 from oodeval.errors import OodevalError
 from oodeval.study.config import ConfigChanges
-from oodeval.study.lock import StudyLock
-from oodeval.study.store.database import StoreFile, create_store
+from oodeval.study.lock import LOCK_NAME, StudyLock
+from oodeval.study.store.database import StoreFile, create_store, writer_files
 from oodeval.study.store.history import (
     append_config,
     config_differs,
@@ -74,6 +75,8 @@ class ResultStore(StoreFile):
                 f"no study in {self.directory} ({STORE_NAME} missing); "
                 "start one with `oodeval study run`"
             )
+        if create:  # SQLite follows links itself: none may stand where the writer writes
+            refuse_links(self.directory / LOCK_NAME, *writer_files(self.path))
         try:
             if create:
                 self.directory.mkdir(parents=True, exist_ok=True)

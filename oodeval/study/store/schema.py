@@ -10,6 +10,8 @@ from __future__ import annotations
 
 #: The store's file name inside a study folder.
 STORE_NAME = "results.sqlite"
+#: The files SQLite keeps beside the store while it writes (``results.sqlite-wal`` ...).
+SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 #: The schema this oodeval writes: 1 had no checksums, 2 no config history.
 SCHEMA_VERSION = "3"
 #: The fold of the model trained on every given environment (a leave-one-out model's fold is the

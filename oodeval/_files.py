@@ -1,0 +1,113 @@
+"""Writing files and folders without following symbolic links: the one place oodeval writes.
+
+A study folder may be shared, copied or unpacked from someone else's archive, so a name in it
+(``analysis/``, ``report.html``, ``study.lock``, ``results.sqlite`` and its ``-wal``/``-shm``/
+``-journal`` files) may be a symbolic link to a file or folder elsewhere. Following it would
+overwrite that file, fill that folder, or write into another study's store. So every file
+oodeval writes goes through `write_file` (a temporary file made in the same folder, then
+``os.replace``, which replaces a link rather than following it), a folder it makes through
+`make_folder`, and a file it opens for writing in place through `open_no_link` (``O_NOFOLLOW``).
+Each first refuses a link where the file should be with `refuse_links`: one line naming it,
+before anything is written.
+
+The rule for paths a user names: a file named on the command line (``--out report.html``,
+``--output table.csv``) must not be a link either; a folder named there (``study run --out
+DIR``, ``--analysis-dir``) may be one, as may any folder above a written file: the user chose
+it. The names oodeval picks inside a folder never are.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from oodeval.errors import OodevalError
+
+__all__ = ["link_refusal", "make_folder", "open_no_link", "refuse_links", "write_file"]
+
+
+def link_refusal(path: str | Path) -> OodevalError:
+    """The one-line refusal of a symbolic link at `path`, where oodeval would write.
+
+    >>> print(link_refusal("study/report.html"))  # doctest: +NORMALIZE_WHITESPACE
+    study/report.html is a symbolic link; oodeval does not write through links it did not
+    create: remove it, or choose another folder
+    """
+    return OodevalError(
+        f"{path} is a symbolic link; oodeval does not write through links it did not create: "
+        "remove it, or choose another folder"
+    )
+
+
+def refuse_links(*paths: str | Path) -> None:
+    """Raise `link_refusal` for the first of `paths` that is a symbolic link (dangling or not).
+
+    Only the last part of each path is looked at (``os.lstat``): folders above it may be links.
+    """
+    for path in paths:
+        if os.path.islink(path):
+            raise link_refusal(path)
+
+
+def make_folder(path: str | Path) -> Path:
+    """Create the folder `path` (and missing folders above it), or reuse it; refuse when
+    `path` itself is a symbolic link. Returns it as a Path."""
+    path = Path(path)
+    refuse_links(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def open_no_link(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open(path, flags | O_NOFOLLOW | O_CLOEXEC, mode)``: a file descriptor; a symbolic
+    link at `path` is refused (`link_refusal`) instead of followed, even one planted after a
+    check."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise link_refusal(path) from None
+        raise
+
+
+def write_file(path: str | Path, data: str | bytes) -> Path:
+    """Write `data` (text as UTF-8) to the file `path`, never through a symbolic link.
+
+    A regular file (or none) is replaced atomically: `data` goes into a new temporary file in
+    the same folder (created exclusively, keeping an existing file's permissions), which then
+    replaces `path` (``os.replace`` replaces a link, never follows it), so a reader sees the old
+    file or the new one, never half of one. A device or pipe the user named (``/dev/null``) is
+    written in place. A link at `path` is refused (`link_refusal`) and nothing is written.
+    Returns `path` as a Path.
+    """
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    refuse_links(path)
+    try:
+        mode: int | None = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        with os.fdopen(open_no_link(path, os.O_WRONLY), "wb") as fh:
+            fh.write(raw)
+        return path
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = open_no_link(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:  # name the file asked for, not the temporary one
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            if mode is not None:
+                os.fchmod(fh.fileno(), stat.S_IMODE(mode))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
