@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -253,7 +254,7 @@ def preview(
         if j in picks:
             rows.append((f"eval {env.name}", env))
     save_grid(rows, per_env, out, title=sc.name)
-    typer.echo(f"wrote {out} ({len(rows)} environments x {per_env} samples)", err=True)
+    typer.echo(safe_text(f"wrote {out} ({len(rows)} environments x {per_env} samples)"), err=True)
 
 
 def as_rgb(image: np.ndarray) -> np.ndarray:

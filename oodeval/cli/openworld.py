@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -64,7 +65,7 @@ def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> None:
         writer.writerow(["threshold", "miss_rate_b", "hit_rate_n"])
         for row in zip(thresholds.tolist(), miss.tolist(), hit.tolist(), strict=True):
             writer.writerow(repr(v) for v in row)
-    typer.echo(f"wrote {path}", err=True)
+    typer.echo(safe_text(f"wrote {path}"), err=True)
 
 
 # --------------------------------------------------------------------------------------------

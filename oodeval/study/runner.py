@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oodeval._text import safe_text
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.study.config import (
@@ -148,7 +149,7 @@ def run_study(
         changes = store.bind_config(config.to_dict(), scenario_names=names)
         set_aside = store.move_damaged_aside()  # damaged units leave the store and run again
         if set_aside.summary():
-            print(f"warning: {set_aside.summary()}", file=sys.stderr)
+            print(safe_text(f"warning: {set_aside.summary()}"), file=sys.stderr)
         statuses = store.statuses()
         todo = [
             t
@@ -255,7 +256,7 @@ def progress_bar(total: int, *, enabled: bool, desc: str = "study") -> Any:
 
     return tqdm(
         total=total,
-        desc=desc,
+        desc=safe_text(desc),
         unit="unit",
         file=sys.stderr,
         disable=not enabled,
