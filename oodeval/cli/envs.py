@@ -222,10 +222,13 @@ def show(
         f"E_all: {len(sc.all_names)} environments ({sc.all_names[0]} ... {sc.all_names[-1]}), "
         f"{'/'.join(str(c) for c in eval_counts)} held-out images each"
     )
+    lines, e_all = [safe_text(line) for line in lines], safe_text(e_all)
     if fmt is OutputFormat.markdown:
         text = "  \n".join(lines) + "\n\n" + render_frame(given, "markdown") + "\n\n" + e_all
     else:
-        lines += [f"  {name:<24} {sizes['given'][name]:>7} images" for name in sc.given_names]
+        lines += [
+            f"  {safe_text(name):<24} {sizes['given'][name]:>7} images" for name in sc.given_names
+        ]
         text = "\n".join([*lines, e_all])
     echo_output(text, output)
 

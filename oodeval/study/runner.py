@@ -238,11 +238,13 @@ def _store_units(
             failed += record.status == "failed"
             unit = f"{task.scenario} {task.algorithm} seed {task.seed}"
             if record.status == "failed":
-                bar.write(f"failed: {unit}: {record.failure}", file=sys.stderr)
+                bar.write(safe_text(f"failed: {unit}: {record.failure}"), file=sys.stderr)
             for message in outcome.warnings:
                 if message not in warned:
                     warned.add(message)
-                    bar.write(f"warning: {message} (first raised by {unit})", file=sys.stderr)
+                    bar.write(
+                        safe_text(f"warning: {message} (first raised by {unit})"), file=sys.stderr
+                    )
             bar.set_postfix(done=done, failed=failed, refresh=False)
             bar.update(1)
             if on_unit is not None:
