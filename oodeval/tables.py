@@ -34,6 +34,7 @@ all use it.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "FORMATS",
     "EMPTY",
     "Table",
+    "csv_text",
     "format_cell",
     "frame_cells",
     "frame_records",
@@ -195,6 +197,30 @@ def markdown_table(
     return "\n".join([line(header), rule, *(line(r) for r in rows)])
 
 
+def csv_text(frame: pd.DataFrame, *, float_format: str | None = None) -> str:
+    """`frame` (index dropped) as CSV text with ``\\n`` line ends, every name exact.
+
+    Fields are quoted where needed (a comma, a quote, a newline); pandas leaves a carriage
+    return unquoted, which a reader takes for a line end, so a frame holding one in a text cell
+    or a column name has every text field quoted (``csv.QUOTE_NONNUMERIC``) instead.
+
+    >>> print(csv_text(pd.DataFrame({"algorithm": ["ERM", "a,b"], "error": [0.5, 0.25]})), end="")
+    algorithm,error
+    ERM,0.5
+    "a,b",0.25
+    """
+    texts = [frame[c] for c in frame.columns if frame[c].dtype.kind not in "iufcbmM"]
+    carriage = any("\r" in str(c) for c in frame.columns) or any(
+        col.astype(str).str.contains("\r", regex=False).any() for col in texts
+    )
+    return frame.to_csv(
+        index=False,
+        lineterminator="\n",
+        float_format=float_format,
+        quoting=csv.QUOTE_NONNUMERIC if carriage else csv.QUOTE_MINIMAL,
+    )
+
+
 def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """`frame`'s rows as plain-Python records: numpy scalars unwrapped, NaN and NA as None."""
     records = []
@@ -240,7 +266,7 @@ def render_frame(
     digit. `right` overrides which columns are right-aligned (default: the numeric ones).
     """
     if fmt == "csv":
-        return frame.to_csv(index=False, lineterminator="\n")
+        return csv_text(frame)
     if fmt == "json":
         return to_json(frame_records(frame))
     header, rows = frame_cells(frame, digits)

@@ -22,7 +22,7 @@ from oodeval.study.analysis.paper import (
 )
 from oodeval.study.analysis.versions import measure_version_notes
 from oodeval.study.read_model import Study, load_study
-from oodeval.tables import plus_minus, render_frame
+from oodeval.tables import csv_text, plus_minus, render_frame
 
 __all__ = [
     "VERDICT_FOOTNOTE",
@@ -172,7 +172,7 @@ def write_analysis(
     written = {}
     for name, frame in results.items():
         path = out_dir / f"{name}.csv"
-        path.write_text(notes + frame.to_csv(index=False, float_format="%.6g"), encoding="utf-8")
+        path.write_text(notes + csv_text(frame, float_format="%.6g"), encoding="utf-8")
         written[name] = path
     path = out_dir / "analysis.md"
     path.write_text(analysis_markdown(study, results), encoding="utf-8")
