@@ -2,7 +2,8 @@
 
 Algorithm ``HOSTILE[k]`` behaves as the k-th synthetic algorithm; its name holds a newline, a
 tab, a bidi override (U+202E), a pipe or a backslash, as a user's registered name may. A
-scenario given a ``label`` is named ``label``.
+scenario given a ``label`` is named ``label``. The synthetic backend's test hooks
+(``fail_algorithms``, ``warn_algorithms``) take the hostile names.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def build_scenario(family: str, *, label: str = "", **params: Any) -> Any:
 
 
 def run_unit(scenario: Any, algorithm: str, **options: Any) -> Any:
+    for hook in ("fail_algorithms", "warn_algorithms"):  # the test hooks name hostile names
+        if hook in options:
+            options[hook] = [_synthetic(a) for a in options[hook]]
     result = synthetic.run_unit(scenario, _synthetic(algorithm), **options)
     result.algorithm = algorithm
     return result

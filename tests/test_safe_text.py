@@ -306,6 +306,32 @@ def test_the_html_report_shows_bidi_and_newlines_escaped(hostile_study, tmp_path
     assert "copy\\u202eof" in html and "Group|DRO" in html
 
 
+HOSTILE_TOML = r"""
+name = "study\nwith\u202Ename"
+backend = "tests.hostile_backend"
+algorithms = ["ERM\nnew", "IRM\there", "V\u202EREx", "Group|DRO"]
+seeds = [0]
+steps = 5
+scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1, label = "scen\t1\u2066" }]
+[unit_options]
+fail_algorithms = ["ERM\nnew"]
+warn_algorithms = ["V\u202EREx"]
+"""
+
+
+def test_study_run_prints_failures_and_warnings_of_hostile_units_one_line_each(tmp_path):
+    config = tmp_path / "hostile.toml"
+    config.write_text(HOSTILE_TOML, encoding="utf-8")
+    argv = ["study", "run", str(config), "--out", str(tmp_path / "s"), "--no-progress"]
+    code, out, err = invoke(argv)  # (the bar redraws itself with its own carriage returns)
+    assert code == 0, err
+    assert_clean(out + err)
+    failed = [line for line in err.splitlines() if line.startswith("failed: ")]
+    assert len(failed) == 1 and failed[0].startswith("failed: scen\\t1\\u2066 ERM\\nnew seed 0: ")
+    warned = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert any("(first raised by scen\\t1\\u2066 V\\u202eREx seed 0)" in w for w in warned), err
+
+
 # ----------------------------------------------------------------------------- paths in errors
 
 
