@@ -1,17 +1,24 @@
-"""Read a user's text file (CSV, JSON lines, TOML) as UTF-8, refusing anything else in one line.
+"""Users' text in and out: read a user's text file (CSV, JSON lines, TOML) as UTF-8, refusing
+anything else in one line, and show users' names and paths safely on a terminal.
 
 Every file reader of oodeval goes through `read_text`, so a binary file, UTF-16 text or a folder
 gets the same one-line `OodevalError` naming the file and the fix, never a UnicodeDecodeError.
+
+Every text and markdown output (tables, notes, warnings, errors, echoed paths, progress-bar
+descriptions, the HTML report's names) goes through `safe_text`, so a name holding a newline, a
+tab or a bidi override prints as one line, in order, with the character shown as ``\\n``,
+``\\t``, ``\\u202e``. CSV and JSON outputs keep names exact.
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 from pathlib import Path
 
 from oodeval.errors import OodevalError
 
-__all__ = ["read_text"]
+__all__ = ["read_text", "safe_text"]
 
 # Byte-order marks of the encodings a spreadsheet or editor may use instead of UTF-8. UTF-32's
 # little-endian mark starts with UTF-16's, so it is tested first.
@@ -64,3 +71,40 @@ def read_text(path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV
     if reason is not None:
         raise OodevalError(f"{what} {path} is not UTF-8 text ({reason}); save it as {save_as}")
     return data.decode("utf-8-sig")
+
+
+# Characters `safe_text` shows as escapes: the backslash (so that an escape is unambiguous), C0
+# controls with DEL, C1 controls, the bidi controls (embeddings and overrides U+202A-202E,
+# isolates U+2066-2069, marks U+200E/U+200F and U+061C), the line and paragraph separators
+# U+2028/U+2029, and lone surrogates (a file name that is not UTF-8, which a terminal cannot
+# even encode).
+_UNSAFE = re.compile(
+    "[\\\\\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_SHORT = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe_text(text: object) -> str:
+    """`text` as one terminal-safe line: control, bidi and separator characters shown as escapes.
+
+    Newline, tab and carriage return become ``\\n``, ``\\t``, ``\\r``; the other C0 and C1
+    controls and DEL become ``\\xNN``; the bidi controls (U+202A-202E, U+2066-2069, U+200E,
+    U+200F, U+061C), U+2028/U+2029 and lone surrogates become ``\\uNNNN``. A backslash becomes
+    ``\\\\``, so the escaped form is unambiguous: reading the escapes back gives `text` again.
+    Any other text, the common case, is returned unchanged.
+
+    >>> print(safe_text("ERM\\nIRM\\t\\u202emixup"))
+    ERM\\nIRM\\t\\u202emixup
+    >>> print(safe_text("C:\\\\runs"), safe_text("sr-cmnist/ratio=3:1"))
+    C:\\\\runs sr-cmnist/ratio=3:1
+    """
+    text = str(text)
+    return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text

@@ -11,6 +11,10 @@ prints a pandas DataFrame in one of the four output formats every table-printing
 - ``json``: a list of records (one object per row, NaN as null), ``json.loads`` gives it back;
 - ``markdown``: a GitHub-flavoured table (`markdown_table`), ``|`` in a cell escaped.
 
+In the table and markdown formats every cell and header goes through `oodeval._text.safe_text`:
+a newline, tab, control or bidi character in a name is shown as an escape (``\\n``, ``\\t``,
+``\\u202e``) so one row stays one line, in order; csv and json keep every name exact.
+
 >>> frame = pd.DataFrame({"algorithm": ["ERM", "IRM"], "error": [0.25, float("nan")]})
 >>> print(render_frame(frame, "table"))
 algorithm   error
@@ -24,11 +28,13 @@ IRM           nan
 >>> json.loads(render_frame(frame, "json"))
 [{'algorithm': 'ERM', 'error': 0.25}, {'algorithm': 'IRM', 'error': None}]
 
-This module imports only numpy and pandas, so `results`, `study` and `cli` can all use it.
+This module imports only numpy, pandas and `oodeval._text`, so `results`, `study` and `cli` can
+all use it.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -38,10 +44,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from oodeval._text import safe_text
+
 __all__ = [
     "FORMATS",
     "EMPTY",
     "Table",
+    "csv_text",
     "format_cell",
     "frame_cells",
     "frame_records",
@@ -137,6 +146,7 @@ def text_table(
     """An aligned plain-text table: columns two spaces apart, trailing spaces removed.
 
     Columns flagged in `right` are right-aligned (header included); the others left-aligned.
+    Cells go through `safe_text`, so each row is one line whatever its names hold.
 
     >>> print(text_table(["role", "images"], [["train", "12"], ["test", "3"]], right=[False, True]))
     role   images
@@ -146,13 +156,13 @@ def text_table(
     if not rows:
         return EMPTY
     right = list(right) if right is not None else [False] * len(header)
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    cells = [[safe_text(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(c) for c in col) for col in zip(*cells, strict=True)]
     return "\n".join(
         "  ".join(
-            str(c).rjust(w) if r else str(c).ljust(w)
-            for c, w, r in zip(row, widths, right, strict=True)
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
         ).rstrip()
-        for row in [header, *rows]
+        for row in cells
     )
 
 
@@ -163,7 +173,9 @@ def markdown_table(
     right: Sequence[bool] | None = None,
     compact_rule: bool = False,
 ) -> str:
-    """A GitHub-flavoured markdown table; ``|`` inside a cell is escaped as ``\\|``.
+    """A GitHub-flavoured markdown table; ``|`` inside a cell is escaped as ``\\|``, after
+    `safe_text` (a backslash doubled, control and bidi characters shown as escapes), so a cell
+    never splits the row or ends it.
 
     The rule under the header is ``| --- | ---: |`` (``---:`` for the columns flagged in
     `right`), or ``|---|---:|`` with `compact_rule`, the form DomainBed-style tables print.
@@ -180,9 +192,33 @@ def markdown_table(
     rule = "|" + "|".join(marks) + "|" if compact_rule else "| " + " | ".join(marks) + " |"
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(safe_text(c).replace("|", "\\|") for c in cells) + " |"
 
     return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+def csv_text(frame: pd.DataFrame, *, float_format: str | None = None) -> str:
+    """`frame` (index dropped) as CSV text with ``\\n`` line ends, every name exact.
+
+    Fields are quoted where needed (a comma, a quote, a newline); pandas leaves a carriage
+    return unquoted, which a reader takes for a line end, so a frame holding one in a text cell
+    or a column name has every text field quoted (``csv.QUOTE_NONNUMERIC``) instead.
+
+    >>> print(csv_text(pd.DataFrame({"algorithm": ["ERM", "a,b"], "error": [0.5, 0.25]})), end="")
+    algorithm,error
+    ERM,0.5
+    "a,b",0.25
+    """
+    texts = [frame[c] for c in frame.columns if frame[c].dtype.kind not in "iufcbmM"]
+    carriage = any("\r" in str(c) for c in frame.columns) or any(
+        col.astype(str).str.contains("\r", regex=False).any() for col in texts
+    )
+    return frame.to_csv(
+        index=False,
+        lineterminator="\n",
+        float_format=float_format,
+        quoting=csv.QUOTE_NONNUMERIC if carriage else csv.QUOTE_MINIMAL,
+    )
 
 
 def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -230,7 +266,7 @@ def render_frame(
     digit. `right` overrides which columns are right-aligned (default: the numeric ones).
     """
     if fmt == "csv":
-        return frame.to_csv(index=False, lineterminator="\n")
+        return csv_text(frame)
     if fmt == "json":
         return to_json(frame_records(frame))
     header, rows = frame_cells(frame, digits)
@@ -259,5 +295,6 @@ def render_rows(
 
 
 def heading(text: str, fmt: str) -> str:
-    """A section title: a markdown level-3 heading, or DomainBed's ``-------- text``."""
-    return f"### {text}" if fmt == "markdown" else f"-------- {text}"
+    """A section title: a markdown level-3 heading, or DomainBed's ``-------- text``; `text`
+    through `safe_text`."""
+    return f"### {safe_text(text)}" if fmt == "markdown" else f"-------- {safe_text(text)}"

@@ -173,6 +173,8 @@ PRESET = ["--preset", "quick"]
 CASES = [
     # --- measures --------------------------------------------------------------------------
     C("measures", "missing file", lambda f: [f.missing]),
+    # a newline and a bidi override in the path: still one line (shown as \n, \u202e)
+    C("measures", "missing file", lambda f: [f.root / "no\nsuch\u202e.csv"]),
     C("measures", "folder instead of file", lambda f: [f.folder]),
     C("measures", "binary file", lambda f: [f.binary]),
     C("measures", "UTF-16 file", lambda f: [f.utf16]),
@@ -346,6 +348,7 @@ CASES = [
     C("study run", "N<3 for worst+gap", lambda f: [f.toml_2envs, "--out", f.root / "s"]),
     C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile]),
     C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile / "s"]),
+    C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile / "a\nb"]),
     C("study status", "missing file", lambda f: [f.missing_dir]),
     C("study status", "file instead of folder", lambda f: [f.afile]),
     C("study status", "empty folder", lambda f: [f.folder]),

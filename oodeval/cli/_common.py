@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 
 from oodeval._extras import extra_of, missing_extra_message
 from oodeval._files import refuse_links, write_file
+from oodeval._text import safe_text
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, render_rows, to_json
 
@@ -56,8 +57,9 @@ OUTPUT_OPT: Any = typer.Option(
 
 
 def fail(message: str) -> typer.Exit:
-    """Print `message` as one line on stderr and return the Exit(2) to raise."""
-    typer.echo(f"error: {message}", err=True)
+    """Print `message` as one line on stderr (through `safe_text`: a newline or bidi character in
+    a name or path shows as an escape) and return the Exit(2) to raise."""
+    typer.echo(f"error: {safe_text(message)}", err=True)
     return typer.Exit(code=USAGE_ERROR)
 
 
@@ -83,7 +85,7 @@ def reports_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except OodevalError as exc:
-            raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+            raise fail(str(exc).strip() or type(exc).__name__) from None
         except ModuleNotFoundError as exc:  # an optional extra's module (torch...) is missing
             extra = extra_of(exc)
             if extra is None:
@@ -170,7 +172,7 @@ def echo_output(text: str, output: str | None) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
         write_file(output, text if text.endswith("\n") else text + "\n")
-        typer.echo(f"wrote {output}", err=True)
+        typer.echo(safe_text(f"wrote {output}"), err=True)
 
 
 @contextmanager
@@ -193,7 +195,7 @@ INTERRUPTED_BACKSTOP = "stopped before it finished; run the same command again"
 
 def interrupted(line: str) -> typer.Exit:
     """Print `line` (what was kept, how to go on) on stderr and return the Exit(130) to raise."""
-    typer.echo(line, err=True)
+    typer.echo(safe_text(line), err=True)
     return typer.Exit(code=INTERRUPTED)
 
 
@@ -235,7 +237,7 @@ def render_lines(lines: list[str], fmt: OutputFormat) -> str:
     """A report of ``item: detail`` lines: as written for ``table``, else as the (item, detail)
     table of `lines_frame` in csv, json (records) or markdown."""
     if fmt is OutputFormat.table:
-        return "\n".join(lines)
+        return "\n".join(safe_text(line) for line in lines)
     return render_frame(lines_frame(lines), fmt.value)
 
 

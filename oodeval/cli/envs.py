@@ -22,6 +22,7 @@ import numpy as np
 import typer
 
 from oodeval._files import refuse_links, write_file
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -223,10 +224,13 @@ def show(
         f"E_all: {len(sc.all_names)} environments ({sc.all_names[0]} ... {sc.all_names[-1]}), "
         f"{'/'.join(str(c) for c in eval_counts)} held-out images each"
     )
+    lines, e_all = [safe_text(line) for line in lines], safe_text(e_all)
     if fmt is OutputFormat.markdown:
         text = "  \n".join(lines) + "\n\n" + render_frame(given, "markdown") + "\n\n" + e_all
     else:
-        lines += [f"  {name:<24} {sizes['given'][name]:>7} images" for name in sc.given_names]
+        lines += [
+            f"  {safe_text(name):<24} {sizes['given'][name]:>7} images" for name in sc.given_names
+        ]
         text = "\n".join([*lines, e_all])
     echo_output(text, output)
 
@@ -256,7 +260,7 @@ def preview(
         if j in picks:
             rows.append((f"eval {env.name}", env))
     save_grid(rows, per_env, out, title=sc.name)
-    typer.echo(f"wrote {out} ({len(rows)} environments x {per_env} samples)", err=True)
+    typer.echo(safe_text(f"wrote {out} ({len(rows)} environments x {per_env} samples)"), err=True)
 
 
 def as_rgb(image: np.ndarray) -> np.ndarray:

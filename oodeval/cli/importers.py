@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     IMPORTS_OPT,
@@ -162,9 +163,11 @@ def domainbed_report(
             )
         return render_frame(long_form(selected, sweep), fmt), notes, answer
     parts = [
-        answer,
-        f"Sweep {sweep.path}: {sweep.n_runs} finished runs, {len(sweep.records)} records"
-        f" ({sweep.unfinished_runs} unfinished runs skipped).",
+        safe_text(answer),
+        safe_text(
+            f"Sweep {sweep.path}: {sweep.n_runs} finished runs, {len(sweep.records)} records"
+            f" ({sweep.unfinished_runs} unfinished runs skipped)."
+        ),
     ]
     for dataset in sweep.datasets:
         parts += _selection_tables(sweep, dataset, table, methods, fmt)
@@ -221,9 +224,9 @@ def domainbed(
     # Warnings are printed only once the report exists, so bad input gives one error line.
     text, report_notes, answer = domainbed_report(sweep, methods, fmt.value, extra)
     if answer:
-        typer.echo(f"answer: {answer}", err=True)
+        typer.echo(safe_text(f"answer: {answer}"), err=True)
     for note in [*notes, *report_notes]:
-        typer.echo(f"warning: {note}", err=True)
+        typer.echo(safe_text(f"warning: {note}"), err=True)
     echo_output(text, output)
 
 

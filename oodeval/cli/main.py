@@ -9,6 +9,7 @@ from types import ModuleType
 import typer
 
 from oodeval import __version__
+from oodeval._text import safe_text
 from oodeval.cli import (
     envs,
     importers,
@@ -98,10 +99,11 @@ def run(args: list[str] | None = None) -> int:
             message = message.replace("Value error, ", "").rstrip(".")
             ctx = getattr(exc, "ctx", None)
             where = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
-            typer.echo(f"error: {message}{where}", err=True)
+            typer.echo(safe_text(f"error: {message}{where}"), err=True)
             return USAGE_ERROR
         if "ClickException" in kinds:
-            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)  # type: ignore[attr-defined]
+            message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+            typer.echo(safe_text(f"error: {message}"), err=True)
             return int(getattr(exc, "exit_code", 1))
         if "Abort" in kinds:
             typer.echo("aborted", err=True)

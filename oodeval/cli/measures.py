@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     IMPORTS_OPT,
@@ -34,7 +35,7 @@ from oodeval.measures.meta import environment_warning, interval_warning
 from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
-from oodeval.tables import render_frame, to_json
+from oodeval.tables import heading, render_frame, to_json
 
 __all__ = ["MEASURES_OPT", "measures_help", "register", "render", "measures_command"]
 
@@ -99,15 +100,16 @@ def render(tables: Scores, fmt: str, source: str = "results") -> str:
         return to_json({"source": source, **tables.to_dict()})
     if fmt == "csv":
         return _as_long_csv(tables)
-    parts = [tables.answer]
+    parts = [safe_text(tables.answer)]
     if fmt == "markdown":
-        parts.append(f"_{_header(source, tables)}_")
+        parts.append(safe_text(f"_{_header(source, tables)}_"))
         for _, title, df in tables.sections():
-            parts.append(f"### {title}\n\n{render_frame(df, 'markdown', compact_rule=True)}")
+            table = render_frame(df, "markdown", compact_rule=True)
+            parts.append(f"{heading(title, 'markdown')}\n\n{table}")
     else:
-        parts.append(_header(source, tables))
+        parts.append(safe_text(_header(source, tables)))
         for _, title, df in tables.sections():
-            parts.append(f"{title}\n{render_frame(df, 'table')}")
+            parts.append(f"{safe_text(title)}\n{render_frame(df, 'table')}")
     return "\n\n".join(parts) + "\n"
 
 
@@ -158,14 +160,14 @@ def measures_command(
     )
     echo_output(render(tables, fmt.value, source=str(results)), output)
     if fmt.value in ("csv", "json"):
-        typer.echo(f"answer: {tables.answer}", err=True)
+        typer.echo(safe_text(f"answer: {tables.answer}"), err=True)
     for note in tables.notes:
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(safe_text(f"note: {note}"), err=True)
     warnings = [environment_warning(tables.info["n_given"])]
     if tables.correlations is not None:
         warnings.append(interval_warning(len(tables.info["algorithms"])))
     for warning in filter(None, warnings):
-        typer.echo(f"warning: {warning}", err=True)
+        typer.echo(safe_text(f"warning: {warning}"), err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -35,6 +35,7 @@ import numpy as np
 import typer
 
 from oodeval._files import refuse_links, write_file
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -67,7 +68,7 @@ def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> None:
     for row in zip(thresholds.tolist(), miss.tolist(), hit.tolist(), strict=True):
         writer.writerow(repr(v) for v in row)
     write_file(path, text.getvalue())
-    typer.echo(f"wrote {path}", err=True)
+    typer.echo(safe_text(f"wrote {path}"), err=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import typer
 
 from oodeval._files import refuse_links
 from oodeval._npz import write_npz
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -147,7 +148,9 @@ def make_features_command(
     save_features(train_out, train)
     save_features(test_out, test)
     typer.echo(
-        f"wrote {train_out} ({train.labels.size} rows) and {test_out} ({test.labels.size} rows)",
+        safe_text(
+            f"wrote {train_out} ({train.labels.size} rows) and {test_out} ({test.labels.size} rows)"
+        ),
         err=True,
     )
 
@@ -205,7 +208,7 @@ def train_gmop_command(
     ):
         model = trainer(train, config, device=where)
     save_model(out, model, config)
-    typer.echo(f"wrote {out}", err=True)
+    typer.echo(safe_text(f"wrote {out}"), err=True)
 
 
 def evaluate_command(
@@ -245,7 +248,7 @@ def evaluate_command(
             base_predictions=out["base_predictions"],
             new_predictions=out["new_predictions"],
         )
-        typer.echo(f"wrote {predictions}", err=True)
+        typer.echo(safe_text(f"wrote {predictions}"), err=True)
     echo_output(render_metrics(metrics, fmt), output)
 
 

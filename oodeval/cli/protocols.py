@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
-from oodeval._text import read_text
+from oodeval._text import read_text, safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -77,9 +77,9 @@ def render_counts(rows: list) -> str:
 
 def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -> None:
     n = write_assignment_csv(rows, out)
-    typer.echo(f"{header}; wrote {n} rows to {out}")
+    typer.echo(safe_text(f"{header}; wrote {n} rows to {out}"))
     for note in notes or []:
-        typer.echo(note)
+        typer.echo(safe_text(note))
     typer.echo(render_counts(rows))
 
 

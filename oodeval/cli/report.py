@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     IMPORTS_OPT,
     load_imports,
@@ -66,10 +67,10 @@ def report_command(
             exclude_damaged=exclude_damaged,
             measures=specs,
         )
-    typer.echo(str(path.resolve()))
+    typer.echo(safe_text(path.resolve()))
     for w in caught:
         if issubclass(w.category, StoreIntegrityWarning):
-            typer.echo(f"warning: {w.message}", err=True)
+            typer.echo(safe_text(f"warning: {w.message}"), err=True)
 
 
 def register(parent: typer.Typer) -> None:

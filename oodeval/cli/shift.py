@@ -14,6 +14,7 @@ from enum import Enum
 import pandas as pd
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -98,8 +99,8 @@ def render_report(names: tuple[str, str], result: object, counts: tuple[int, int
     opts = result.options  # type: ignore[attr-defined]
     seeds = result.seeds  # type: ignore[attr-defined]
     lines = [
-        f"train set: {names[0]} ({counts[0]} images)",
-        f"test set: {names[1]} ({counts[1]} images)",
+        safe_text(f"train set: {names[0]} ({counts[0]} images)"),
+        safe_text(f"test set: {names[1]} ({counts[1]} images)"),
         f"hypothesis {opts['hypothesis']}, {opts['steps']} steps, {len(seeds)} seed(s) "
         f"{list(seeds)}; held-out halves, 0-1 disagreement; mean and std (ddof=1) over seeds",
     ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -125,7 +126,7 @@ def variance(
         table = variance_table(checkpoints, last=last, ddof=ddof, oracle=oracle)
     # Printed after the table is computed, so bad input gives only the error line.
     for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+        typer.echo(safe_text(f"warning: {w.message}"), err=True)
     if fmt.value in ("csv", "json"):
         full = pd.concat([table, average_over_environments(table)], ignore_index=True)
         text = render_frame(full, fmt.value)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from oodeval._text import safe_text
 from oodeval.measures.domain import measure_label
 from oodeval.report.names import FIGURE_WIDTH, short_labels
 
@@ -84,8 +85,14 @@ def color_for(i: int) -> str:
 
 
 def plain(text: object) -> str:
-    """`text` as matplotlib shows it literally: `$` would otherwise start mathtext."""
-    return str(text).replace("$", r"\$")
+    """`text` as matplotlib shows it literally: `$` would otherwise start mathtext, and a tab,
+    control or bidi character is shown as its `safe_text` escape (no font draws it, and a bidi
+    override would reverse the label).
+
+    >>> print(plain("a$b\\u202ec"))
+    a\\$b\\u202ec
+    """
+    return safe_text(text).replace("$", r"\$")
 
 
 class _Labels:

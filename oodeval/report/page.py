@@ -3,7 +3,9 @@ figures.
 
 Every string that may come from a user's file (algorithm, environment and file names) reaches the
 page only escaped (Jinja2 with autoescaping on, or markupsafe), so `<script>` in a name is shown
-as text. Names can be any length: the page shows them shortened (`oodeval.report.names`) with the
+as text, and after `oodeval._text.safe_text`, so a bidi override (U+202E) in a name is shown as
+``\\u202e`` instead of reversing the text after it, and a newline as ``\\n``, as the terminal
+shows them. Names can be any length: the page shows them shortened (`oodeval.report.names`) with the
 full text in a tooltip (``title``) and in the collapsed "Full names" list at the end, so a
 5,000-character name costs one line, not a page.
 """
@@ -19,6 +21,7 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from oodeval import __version__
+from oodeval._text import safe_text
 from oodeval._time import utc_minute_stamp
 from oodeval.report.figures import Figure
 from oodeval.report.names import NAME_WIDTH, TEXT_WIDTH, shorten
@@ -45,20 +48,23 @@ class Section:
 
 
 class _Clipper:
-    """Escaped text, shortened to a width with the full text in a tooltip; remembers every text
-    it shortened, for the page's list of full names."""
+    """Escaped text (`safe_text`, then HTML-escaped), shortened to a width with the full text in a
+    tooltip; remembers every text it shortened, for the page's list of full names."""
 
     def __init__(self) -> None:
         self.full: dict[str, None] = {}
 
     def __call__(self, text: object, width: int = TEXT_WIDTH) -> Markup:
-        text = "" if text is None else str(text)
+        text = "" if text is None else safe_text(text)
         if len(text) <= width:
             return escape(text)
-        return self.labelled(shorten(text, width), text)
+        return self._tooltip(shorten(text, width), text)
 
     def labelled(self, short: str, full: str) -> Markup:
         """`short` with `full` as its tooltip (and in the list of full names)."""
+        return self._tooltip(safe_text(short), safe_text(full))
+
+    def _tooltip(self, short: str, full: str) -> Markup:
         self.full[full] = None
         return Markup('<span class="clip" title="{}">{}</span>').format(full, short)
 
@@ -138,7 +144,7 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
     views = [_section_view(s, i, clip) for i, s in enumerate(sections)]
     heading = (clip(title, TEXT_WIDTH), clip(subtitle, 2 * NAME_WIDTH))
     return template.render(
-        title=shorten(title, TEXT_WIDTH),
+        title=shorten(safe_text(title), TEXT_WIDTH),
         heading=heading[0],
         subtitle=heading[1],
         generated=utc_minute_stamp(),

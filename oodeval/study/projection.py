@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from oodeval._text import safe_text
 from oodeval.study.config import StudyConfig
 from oodeval.tables import text_table
 
@@ -66,9 +67,11 @@ class Estimate:
             n_min = int(self.per_n["n_given"].min())
             sampled = sorted(set(self.samples.loc[self.samples["role"] == "sample", "algorithm"]))
             lines.append(
-                f"every algorithm timed at N_given={n_min}: their mean unit costs "
-                f"{self.mix_factor:.2f}x the sampled ({', '.join(sampled)}); every N is scaled "
-                "by it"
+                safe_text(
+                    f"every algorithm timed at N_given={n_min}: their mean unit costs "
+                    f"{self.mix_factor:.2f}x the sampled ({', '.join(sampled)}); every N is "
+                    "scaled by it"
+                )
             )
         hours = self.projected_seconds / 3600.0
         lines.append(

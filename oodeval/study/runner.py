@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from oodeval._files import refuse_links
+from oodeval._text import safe_text
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.study.config import (
@@ -150,7 +151,7 @@ def run_study(
         changes = store.bind_config(config.to_dict(), scenario_names=names)
         set_aside = store.move_damaged_aside()  # damaged units leave the store and run again
         if set_aside.summary():
-            print(f"warning: {set_aside.summary()}", file=sys.stderr)
+            print(safe_text(f"warning: {set_aside.summary()}"), file=sys.stderr)
         statuses = store.statuses()
         todo = [
             t
@@ -239,11 +240,13 @@ def _store_units(
             failed += record.status == "failed"
             unit = f"{task.scenario} {task.algorithm} seed {task.seed}"
             if record.status == "failed":
-                bar.write(f"failed: {unit}: {record.failure}", file=sys.stderr)
+                bar.write(safe_text(f"failed: {unit}: {record.failure}"), file=sys.stderr)
             for message in outcome.warnings:
                 if message not in warned:
                     warned.add(message)
-                    bar.write(f"warning: {message} (first raised by {unit})", file=sys.stderr)
+                    bar.write(
+                        safe_text(f"warning: {message} (first raised by {unit})"), file=sys.stderr
+                    )
             bar.set_postfix(done=done, failed=failed, refresh=False)
             bar.update(1)
             if on_unit is not None:
@@ -257,7 +260,7 @@ def progress_bar(total: int, *, enabled: bool, desc: str = "study") -> Any:
 
     return tqdm(
         total=total,
-        desc=desc,
+        desc=safe_text(desc),
         unit="unit",
         file=sys.stderr,
         disable=not enabled,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     IMPORTS_OPT,
@@ -75,18 +76,18 @@ def analyze_command(
     if fmt.value in ("csv", "json"):
         text = render_frame(results["verdict"], fmt.value)
     else:
-        paths = [f"{name}: {path}" for name, path in written.items()]
+        paths = [safe_text(f"{name}: {path}") for name, path in written.items()]
         text = "\n".join([verdict_markdown(study, results), *paths])
     echo_output(text, output)
     versions = []
     if "measure_digests" in results:
         versions = measure_version_notes(study, results["measure_digests"])
     for note in [*study.integrity_notes(), *study.code_notes(), *versions]:
-        typer.echo(f"warning: {note}", err=True)
+        typer.echo(safe_text(f"warning: {note}"), err=True)
     if study.outside_note():
-        typer.echo(f"note: {study.outside_note()}", err=True)
+        typer.echo(safe_text(f"note: {study.outside_note()}"), err=True)
     if study.data_note() and fmt.value in ("csv", "json"):  # the verdict block has it otherwise
-        typer.echo(f"note: {study.data_note()}", err=True)
+        typer.echo(safe_text(f"note: {study.data_note()}"), err=True)
 
 
 def register(group: typer.Typer) -> None:

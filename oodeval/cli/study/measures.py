@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     IMPORTS_OPT,
@@ -156,7 +157,7 @@ def _text(
         if label == POOLED:
             title = f"Pooled over {len(studies)} studies ({', '.join(studies)})"
         parts.append(heading(title, fmt))
-        parts.append(leaderboard_sentence(board.to_dict("list")))
+        parts.append(safe_text(leaderboard_sentence(board.to_dict("list"))))
         parts.append(render_frame(leaderboard_view(board), fmt, digits=3))
     if boards:
         parts.append(leaderboard_footnote(n_resamples))
@@ -164,7 +165,7 @@ def _text(
         parts.append(heading(f"DomainBed sweep {label}", fmt))
         parts.append(f"Note: {NO_IDEAL_NOTE}. Cells: rank (1 = lowest error) and score.")
         for scenario, wide in _rankings_view(ranks, names):
-            parts += [scenario, render_frame(wide, fmt)]
+            parts += [safe_text(scenario), render_frame(wide, fmt)]
     return "\n\n".join(parts)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import check_folder_path, reports_errors, stops_on_ctrl_c
 
 
@@ -32,7 +33,7 @@ def merge_command(
     # StudyInterrupted: the unit being copied was rolled back, its message says what is merged.
     with stops_on_ctrl_c("while reading the inputs; nothing was written"):
         summary = merge_studies(inputs, out, progress=progress)
-    typer.echo(summary.line())
+    typer.echo(safe_text(summary.line()))
 
 
 def register(group: typer.Typer) -> None:

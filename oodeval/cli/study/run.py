@@ -18,6 +18,7 @@ import typer
 
 from oodeval._extras import require_extra
 from oodeval._files import refuse_links
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     check_folder_path,
     command_path,
@@ -191,14 +192,16 @@ def _print_device(config: StudyConfig, executor: Executor) -> None:
 def _print_summary(summary: RunSummary, out: Path) -> None:
     """The config's changes, the units run and stored, and the data note."""
     if summary.changes is not None and summary.changes.describe():
-        typer.echo(f"config: {summary.changes.describe()} (stored units are kept)")
+        typer.echo(safe_text(f"config: {summary.changes.describe()} (stored units are kept)"))
     typer.echo(
-        f"{summary.planned} units: {summary.skipped} already stored, {summary.ran} run "
-        f"({summary.done} done, {summary.failed} failed) in {summary.wall_seconds:.1f} s; "
-        f"store: {Path(out) / 'results.sqlite'}"
+        safe_text(
+            f"{summary.planned} units: {summary.skipped} already stored, {summary.ran} run "
+            f"({summary.done} done, {summary.failed} failed) in {summary.wall_seconds:.1f} s; "
+            f"store: {Path(out) / 'results.sqlite'}"
+        )
     )
     if summary.data_note:
-        typer.echo(f"note: {summary.data_note}")
+        typer.echo(safe_text(f"note: {summary.data_note}"))
 
 
 def _write_report(out: Path) -> None:
@@ -210,4 +213,4 @@ def _write_report(out: Path) -> None:
         "writes the report"
     ):
         path = write_report(out, Path(out) / "report.html")
-    typer.echo(f"report: {path.resolve()}")
+    typer.echo(safe_text(f"report: {path.resolve()}"))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -39,7 +40,7 @@ def status_command(
     study = load_study(directory, exclude_damaged=True)
     counts = study.counts()
     damaged = f"{counts['damaged']} damaged, " if counts["damaged"] else ""
-    title = (
+    title = safe_text(
         f"study {study.config.get('name')}: {counts['done']} done, {counts['failed']} failed, "
         f"{damaged}{counts['pending']} pending (of {counts['planned']})"
     )
@@ -59,11 +60,11 @@ def status_command(
             }
         )
     elif fmt is OutputFormat.markdown:
-        bullets = "\n".join(f"- {n}" for n in notes)
+        bullets = "\n".join(safe_text(f"- {n}") for n in notes)
         text = "\n\n".join([title, render_frame(coverage, "markdown"), bullets])
     else:
         rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
-        text = "\n".join([title, text_table(list(coverage.columns), rows), *notes])
+        text = "\n".join([title, text_table(list(coverage.columns), rows), *map(safe_text, notes)])
     echo_output(text, output)
 
 

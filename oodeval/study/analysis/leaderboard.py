@@ -132,6 +132,7 @@ def leaderboard_text(
 
     `render` turns a DataFrame into table text (default: markdown as in ``analysis.md``).
     """
+    from oodeval._text import safe_text
     from oodeval.tables import render_frame
 
     view = leaderboard_view(board)
@@ -139,4 +140,5 @@ def leaderboard_text(
         table = render_frame(view, "markdown", digits=3, right=[False] * len(view.columns))
     else:
         table = render(view)
-    return [leaderboard_sentence(board.to_dict("list")), "", table, "", leaderboard_footnote(), ""]
+    sentence = safe_text(leaderboard_sentence(board.to_dict("list")))
+    return [sentence, "", table, "", leaderboard_footnote(), ""]

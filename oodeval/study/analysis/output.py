@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval._files import refuse_links, write_file
+from oodeval._text import safe_text
 from oodeval.measures import measure_label, meta
 from oodeval.study.analysis.leaderboard import leaderboard_text
 from oodeval.study.analysis.paper import (
@@ -22,7 +23,7 @@ from oodeval.study.analysis.paper import (
 )
 from oodeval.study.analysis.versions import measure_version_notes
 from oodeval.study.read_model import Study, load_study
-from oodeval.tables import plus_minus, render_frame
+from oodeval.tables import csv_text, plus_minus, render_frame
 
 __all__ = [
     "VERDICT_FOOTNOTE",
@@ -131,14 +132,14 @@ def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     warning = verdict_warning(verdicts)
     return "\n".join(
         [
-            f"Verdict: {meta.verdict_sentence(verdicts, *CORRELATION_MEASURES)}",
+            safe_text(f"Verdict: {meta.verdict_sentence(verdicts, *CORRELATION_MEASURES)}"),
             "",
             completeness_sentence(study),
             "",
-            *([f"Note: {note}.", ""] if note else []),
+            *([safe_text(f"Note: {note}."), ""] if note else []),
             _markdown(verdict_view(verdicts)),
             "",
-            *([f"Warning: {warning}.", ""] if warning else []),
+            *([safe_text(f"Warning: {warning}."), ""] if warning else []),
             VERDICT_FOOTNOTE,
             "",
         ]
@@ -176,7 +177,7 @@ def write_analysis(
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
     for name, frame in results.items():
-        write_file(written[name], notes + frame.to_csv(index=False, float_format="%.6g"))
+        write_file(written[name], notes + csv_text(frame, float_format="%.6g"))
     write_file(written["markdown"], analysis_markdown(study, results))
     return written
 
@@ -224,31 +225,33 @@ def _digest_lines(study: Study, digests: pd.DataFrame) -> list[str]:
         "",
     ]
     notes = measure_version_notes(study, digests)
-    return lines + [x for note in notes for x in (f"Warning: {note}.", "")]
+    return lines + [x for note in notes for x in (safe_text(f"Warning: {note}."), "")]
 
 
 def _markdown_header(study: Study) -> list[str]:
     counts = study.counts()
     lines = [
-        f"# Study analysis: {study.config.get('name', 'study')}",
+        safe_text(f"# Study analysis: {study.config.get('name', 'study')}"),
         "",
-        f"Units: {counts['done']} done, {counts['failed']} failed, "
-        + (f"{counts['damaged']} damaged (excluded), " if counts.get("damaged") else "")
-        + f"{counts['pending']} pending "
-        f"(of {counts['planned']}). Source: `{study.config.get('source')}`, steps "
-        f"{study.config.get('steps')}, model `{study.config.get('model')}`, precision "
-        f"{(study.config.get('trainer') or {}).get('precision', 'fp32')}.",
+        safe_text(
+            f"Units: {counts['done']} done, {counts['failed']} failed, "
+            + (f"{counts['damaged']} damaged (excluded), " if counts.get("damaged") else "")
+            + f"{counts['pending']} pending "
+            f"(of {counts['planned']}). Source: `{study.config.get('source')}`, steps "
+            f"{study.config.get('steps')}, model `{study.config.get('model')}`, precision "
+            f"{(study.config.get('trainer') or {}).get('precision', 'fp32')}."
+        ),
         "",
     ]
     for note in study.integrity_notes():
-        lines += [f"**Warning:** {note}", ""]
-    lines += [x for note in study.code_notes() for x in (f"Warning: {note}.", "")]
+        lines += [safe_text(f"**Warning:** {note}"), ""]
+    lines += [x for note in study.code_notes() for x in (safe_text(f"Warning: {note}."), "")]
     if study.outside_note():
-        lines += [f"Note: {study.outside_note()}.", ""]
+        lines += [safe_text(f"Note: {study.outside_note()}."), ""]
     failed = study.units[study.units["status"] == "failed"]
     if len(failed):
         lines += ["Failed units (left out of every analysis):", ""]
-        lines += [f"- {u.unit_key}: {u.failure}" for u in failed.itertuples(index=False)]
+        lines += [safe_text(f"- {u.unit_key}: {u.failure}") for u in failed.itertuples(index=False)]
         lines.append("")
     return lines
 
