@@ -52,7 +52,8 @@ def connect(path: Path, mode: str) -> sqlite3.Connection:
     )
 
 
-def _stamp(path: Path) -> tuple[int, int, int, int]:
+def file_stamp(path: Path) -> tuple[int, int, int, int]:
+    """(inode, size, mtime, ctime) of `path`: what changes when the file is written."""
     s = path.stat()
     return (s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
 
@@ -76,7 +77,7 @@ class Reader:
         if self.immutable is None:
             return
         try:
-            same = _stamp(self.path) == self.immutable
+            same = file_stamp(self.path) == self.immutable
         except OSError:
             same = False
         if not same:
@@ -139,5 +140,5 @@ def _immutable_reader(path: Path, exc: sqlite3.Error) -> Reader:
             f"must create {path.name}-shm to read them, which {path.parent} does not allow; copy "
             f"the study folder, {wal.name} included, to a folder you may write and read the copy"
         )
-    stamp = _stamp(path)
+    stamp = file_stamp(path)
     return Reader(path, connect(path, "mode=ro&immutable=1"), immutable=stamp)
