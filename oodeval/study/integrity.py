@@ -175,10 +175,7 @@ class StoreHealth:
         if self.stray_problem():
             what.append(self.stray_problem())
         if self.history_damage:
-            what.append(
-                f"{len(self.history_damage)} row(s) of the config history are damaged "
-                f"({named(self.history_damage)})"
-            )
+            what.append(f"its config history is damaged ({named(self.history_damage)})")
         return what
 
     def stray_problem(self) -> str:

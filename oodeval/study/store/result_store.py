@@ -56,9 +56,8 @@ class ResultStore(StoreFile):
     create : open as the writer: take the folder's lock (`oodeval.study.lock`; another writer
         is refused at once), create the folder and the store when missing, and bring a schema 1
         store up to date. Otherwise the store is opened read-only (writing nothing, in a
-        folder this user may not write too) and a missing one is an error.
-
-    Readers and the writer alike run SQLite's full integrity check on open.
+        folder this user may not write too) and a missing one is an error. Readers and the
+        writer alike run SQLite's full integrity check on open.
     """
 
     def __init__(self, directory: str | Path, *, create: bool = False) -> None:
