@@ -11,11 +11,12 @@ Timed, each the fastest of ``--repeats`` runs, with the baseline measured in the
 
 - write: `ResultStore.record_unit` (rows, counts and checksum in one transaction) against the same
   inserts without the integrity record (what the store did before checksums);
-- read: `load_study` (SQLite's quick check on open, every unit's rows and checkpoints counted and
-  hashed again) against plain ``pd.read_sql_query`` of units and results (what it read before
-  checksums) and of all three tables;
-- SQLite's ``quick_check`` (every reader, on open) and ``integrity_check`` (the writer and
-  ``oodeval study verify``), and ``oodeval study verify``'s whole check.
+- read: `load_study` (SQLite's integrity check on open, every unit's rows and checkpoints counted
+  and hashed again, rows of no unit counted) against plain ``pd.read_sql_query`` of units and
+  results (what it read before checksums) and of all three tables;
+- SQLite's ``quick_check`` (what readers ran before every command ran the same check) and
+  ``integrity_check`` (every command, on open: it also compares each index with its table), the
+  count of rows of no stored unit (every command), and ``oodeval study verify``'s whole check.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from oodeval.study.store import (
     unit_values,
     verify_store,
 )
+from oodeval.study.store.units import count_stray_rows
 
 N_GIVEN = (4, 5, 6, 8, 10, 12, 12, 15, 16, 18, 20, 24)
 
@@ -122,6 +124,14 @@ def pragma_seconds(path: Path, pragma: str) -> float:
     return elapsed
 
 
+def stray_seconds(directory: Path) -> float:
+    """Counting the rows of no stored unit, as every command does when it reads."""
+    with ResultStore(directory) as store:
+        start = time.perf_counter()
+        assert count_stray_rows(store) == 0
+        return time.perf_counter() - start
+
+
 def verify_seconds(directory: Path) -> float:
     start = time.perf_counter()
     assert verify_store(directory).clean
@@ -151,6 +161,7 @@ def main() -> None:
             store = verified / "results.sqlite"
             times.setdefault("quick_check", []).append(pragma_seconds(store, "quick_check"))
             times.setdefault("integrity_check", []).append(pragma_seconds(store, "integrity_check"))
+            times.setdefault("stray rows count", []).append(stray_seconds(verified))
             times.setdefault("study verify", []).append(verify_seconds(verified))
             size = store.stat().st_size
     best = {name: min(values) for name, values in times.items()}
@@ -168,8 +179,14 @@ def main() -> None:
         f"read (load_study)   {v:6.2f} s; plain units+results {p:6.2f} s (ratio {v / p:.2f}x); "
         f"plain all three tables {a:6.2f} s (ratio {v / a:.2f}x)"
     )
-    for name in ("quick_check", "integrity_check", "study verify"):
+    for name in ("quick_check", "integrity_check", "stray rows count", "study verify"):
         print(f"{name:16s} {best[name]:7.2f} s")
+    extra = best["integrity_check"] - best["quick_check"] + best["stray rows count"]
+    print(
+        f"one damage check for every command: integrity_check + stray count instead of "
+        f"quick_check adds {extra:.2f} s to a read of {best['read, verified']:.2f} s "
+        f"({100 * extra / best['read, verified']:.0f}%)"
+    )
 
 
 if __name__ == "__main__":

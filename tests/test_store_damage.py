@@ -76,6 +76,19 @@ def damage(path: Path, kind: str) -> None:
         conn.close()
         assert data.count(packed) == 1
         data[data.index(packed) + 7] ^= 0x01
+    elif kind == "1 byte of a result row's key flipped":
+        # the record of a results row holds unit_key, fold, environment and error one after the
+        # other; flipping the key's last byte (seed=0 -> seed=1) in the table's record, not in
+        # its index entry, breaks the index: only SQLite's integrity check sees it
+        with sqlite3.connect(path) as conn:
+            key, fold, env, error = conn.execute(
+                "SELECT unit_key, fold, environment, error FROM results WHERE unit_key LIKE "
+                "'%seed=0' ORDER BY unit_key, fold, environment LIMIT 1"
+            ).fetchone()
+        conn.close()
+        record = (key + fold + env).encode() + struct.pack(">d", error)
+        assert data.count(record) == 1
+        data[data.index(record) + len(key) - 1] ^= 0x01
     elif kind == "4 KiB page garbled":
         start = (len(data) // 2) // PAGE * PAGE
         data[start : start + PAGE] = rng.randbytes(PAGE)
@@ -104,6 +117,7 @@ DAMAGE = [
     "last page cut off",
     "1 bit flipped mid-file",
     "1 bit of a stored error",
+    "1 byte of a result row's key flipped",
     "20 bytes flipped",
     "10 result rows deleted",
     "5 checkpoint rows deleted",
@@ -204,8 +218,12 @@ def outcome(clean: Path, tmp_path: Path, kind: str, command: str) -> str:
         assert result.exit_code == 0 and result.exception is None, result.output
         said = (result.output if name == "status" else result.stdout).replace(str(folder), "DIR")
         if name == "status" and "damaged" in said:
-            counts = re.search(r"(\d+) done, (\d+) failed, (\d+) damaged, (\d+) pending", said)
-            assert counts and sum(int(c) for c in counts.groups()) == 8, said
+            counts = re.search(r"(\d+) done, (\d+) failed, (?:(\d+) damaged, )?(\d+) pending", said)
+            assert counts and sum(int(c or 0) for c in counts.groups()) == 8, said
+            assert "\ndamaged store: " in said, said  # the verdict every command gives
+            if counts.group(3) is None:  # the file is damaged, no unit: SQLite's check names it
+                assert "SQLite's integrity check FAILED" in said, said
+                return f"answered: {counts.group(1)} done, the file's damage named"
             return f"answered: {counts.group(1)} done, {counts.group(3)} damaged named"
         assert said == clean_outputs(clean, name, tmp_path)  # no damage seen: the clean answer
         return "clean answer"
@@ -244,11 +262,14 @@ def outcome(clean: Path, tmp_path: Path, kind: str, command: str) -> str:
         assert_refusal(result, store, before)
         return "refused"
     assert result.exit_code == 0 and result.exception is None, result.output
-    kept = set(load_study(folder, exclude_damaged=True).units["unit_key"])
+    study = load_study(folder, exclude_damaged=True)
+    kept = set(study.units["unit_key"])
     excluded = 8 - len(kept)
+    if excluded or study.health.damage():
+        assert exclude, "a damaged store answered without --exclude-damaged"
+        assert "warning:" in result.stderr, result.stderr
     if excluded:
-        assert exclude, "units were left out without --exclude-damaged"
-        assert "warning:" in result.stderr and "excluded" in result.stderr
+        assert "excluded" in result.stderr
     reference = reference_without(clean, tmp_path, kept) if excluded else clean / "s"
     if name == "analyze":
         if excluded:
@@ -266,7 +287,9 @@ def outcome(clean: Path, tmp_path: Path, kind: str, command: str) -> str:
         assert report_cells(html) == report_cells((tmp_path / "ref.html").read_text())
         if excluded:
             assert "are damaged and excluded from every number" in html
-    return f"answered without {excluded} damaged unit(s)" if excluded else "clean answer"
+    if excluded:
+        return f"answered without {excluded} damaged unit(s)"
+    return "clean numbers, the damage named" if study.health.damage() else "clean answer"
 
 
 def assert_same_analysis(clean: Path, folder: Path) -> None:
@@ -295,6 +318,14 @@ def test_damaged_store_gives_a_refusal_or_the_clean_numbers(clean, tmp_path, kin
         ("5 checkpoint rows deleted", "variance", "refused"),
         ("5 checkpoint rows deleted", "analyze --exclude-damaged", "answered without 1 damaged"
          " unit(s)"),
+        ("1 byte of a result row's key flipped", "status", "answered: 8 done, the file's damage"
+         " named"),
+        ("1 byte of a result row's key flipped", "analyze", "refused"),
+        ("1 byte of a result row's key flipped", "report", "refused"),
+        ("1 byte of a result row's key flipped", "variance", "refused"),
+        ("1 byte of a result row's key flipped", "verify", "damage found (exit 1)"),
+        ("1 byte of a result row's key flipped", "analyze --exclude-damaged", "clean numbers, the"
+         " damage named"),
         ("4 KiB page garbled", "analyze", "refused"),
         ("0 bytes", "run", "refused"),
         ("not a SQLite file", "status", "refused"),
@@ -303,6 +334,17 @@ def test_damaged_store_gives_a_refusal_or_the_clean_numbers(clean, tmp_path, kin
 )  # fmt: skip
 def test_specific_outcomes(clean, tmp_path, kind, command, expected):
     assert outcome(clean, tmp_path, kind, command) == expected
+
+
+def test_the_flipped_key_breaks_an_index_that_only_the_integrity_check_compares(clean, tmp_path):
+    folder = damaged_copy(clean, tmp_path, "1 byte of a result row's key flipped")
+    conn = sqlite3.connect(folder / STORE_NAME)
+    try:
+        assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+        (message,) = conn.execute("PRAGMA integrity_check").fetchone()
+        assert "missing from index sqlite_autoindex_results_1" in message
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("kind", ["0 bytes", "4 KiB page garbled", "not a SQLite file"])

@@ -278,9 +278,9 @@ def test_a_damaged_input_is_refused_naming_it(studies, tmp_path):
     result = merge(studies["second-algorithms"], damaged, "--out", out)
     assert result.exit_code == 2
     assert result.output.strip() == (
-        f"error: {damaged} is damaged: 1 unit(s) fail verification: {KEY} (rows differ from "
-        "their checksum); run `oodeval study run` with its config on it first (then merge): it "
-        "moves the damaged units (and rows) aside and runs them again"
+        f"error: {damaged} is damaged: 1 of 8 units fail verification: {KEY} (rows differ "
+        "from their checksum); run `oodeval study run` with its config on it first (then merge): "
+        "it moves the damaged units (and rows) aside and runs them again"
     )
     assert not out.exists()
 

@@ -263,6 +263,24 @@ def check_folder_path(folder: str | Path, option: str = "--out") -> None:
             return
 
 
+def check_writable_folder(folder: str | Path, what: str, fix: str) -> None:
+    """Raise OodevalError unless this user may create `folder` or files in it: the folder, or
+    the nearest folder above it that exists, must be writable.
+
+    Commands that write into a folder call it before they read or compute anything (after
+    `check_folder_path`). The line: ``{what}: {the folder} is not writable for you; {fix}``.
+
+    >>> import tempfile
+    >>> check_writable_folder(os.path.join(tempfile.mkdtemp(), "new", "analysis"), "x", "y")
+    """
+    path = Path(folder)
+    for step in (path, *path.parents):
+        if step.is_dir():
+            if not os.access(step, os.W_OK | os.X_OK):
+                raise OodevalError(f"{what}: {step} is not writable for you; {fix}")
+            return
+
+
 IMPORTS_OPT: Any = typer.Option(
     None,
     "--imports",

@@ -118,32 +118,73 @@ class StoreHealth:
     """What opening and verifying a study store found.
 
     ``problems`` holds damage to the store as a whole (its config); ``sqlite_check`` SQLite's
-    quick (or, for ``verify``, full) integrity check messages, empty when it passed; ``damaged``
+    full integrity check messages (every command runs it), empty when it passed; ``damaged``
     maps each unit that fails verification to the reason; ``unverified`` lists units stored
     without a checksum (by an oodeval before checksums); ``verified`` counts the units that
     match their checksums; ``excluded`` is True when damaged units were left out on request;
     ``history_damage`` maps each row of the config history that fails its checksum to what is
-    wrong (the current config has its own checksum, so numbers never depend on those rows).
+    wrong (the current config has its own checksum, so numbers never depend on those rows);
+    ``stray_rows`` counts the result and checkpoint rows of no stored unit (None when the
+    tables cannot be read in full).
+
+    `damage` is the one verdict every command gives about a store: ``study verify`` exits 1
+    when it is not empty, ``status`` names each item, and the commands that compute numbers
+    refuse a store that is not `trusted`.
     """
 
     path: Path
     problems: list[str] = field(default_factory=list)
     sqlite_check: list[str] = field(default_factory=list)
-    check_kind: str = "quick check"
+    check_kind: str = "integrity check"
     damaged: dict[str, str] = field(default_factory=dict)
     unverified: list[str] = field(default_factory=list)
     verified: int = 0
     excluded: bool = False
     history_damage: dict[str, str] = field(default_factory=dict)
+    stray_rows: int | None = 0
 
     @property
     def sqlite_ok(self) -> bool:
         return not self.sqlite_check
 
     @property
+    def total(self) -> int:
+        """How many units are stored (verified, damaged or without checksum)."""
+        return self.verified + len(self.damaged) + len(self.unverified)
+
+    @property
     def trusted(self) -> bool:
-        """True when SQLite's check passes and no unit is damaged (unverified units aside)."""
-        return self.sqlite_ok and not self.damaged and not self.problems
+        """True when numbers may be computed from every unit: SQLite's check passes, no unit is
+        damaged and no row belongs to no unit (units without checksums aside)."""
+        return self.sqlite_ok and not self.damaged and not self.problems and self.stray_rows == 0
+
+    def damage(self) -> list[str]:
+        """Every damage found, one phrase each; empty when the store is undamaged.
+
+        >>> StoreHealth(Path("s/results.sqlite"), stray_rows=2).damage()
+        ['2 result/checkpoint row(s) belong to no stored unit']
+        """
+        what = list(self.problems)
+        if not self.sqlite_ok:
+            what.append(f"SQLite's {self.check_kind} fails ({self.sqlite_problem()})")
+        if self.damaged:
+            what.append(
+                f"{len(self.damaged)} of {self.total} units fail verification: "
+                f"{named(self.damaged)}"
+            )
+        if self.stray_problem():
+            what.append(self.stray_problem())
+        if self.history_damage:
+            what.append(f"its config history is damaged ({named(self.history_damage)})")
+        return what
+
+    def stray_problem(self) -> str:
+        """What is wrong with the rows of no stored unit ('' when there are none)."""
+        if self.stray_rows is None:
+            return "the rows of no stored unit cannot be counted"
+        if self.stray_rows:
+            return f"{self.stray_rows} result/checkpoint row(s) belong to no stored unit"
+        return ""
 
     def sqlite_problem(self) -> str:
         """SQLite's first complaint and how many follow ('' when its check passed)."""
@@ -155,14 +196,7 @@ class StoreHealth:
 
     def refusal(self, option: str | None = "--exclude-damaged") -> str:
         """The one-line refusal of a command that computes numbers from a damaged store."""
-        what = list(self.problems)
-        if not self.sqlite_ok:
-            what.append(f"SQLite's {self.check_kind} fails ({self.sqlite_problem()})")
-        total = self.verified + len(self.damaged) + len(self.unverified)
-        if self.damaged:
-            what.append(
-                f"{len(self.damaged)} of {total} units fail verification: {named(self.damaged)}"
-            )
+        what = self.damage()
         verify = f"`oodeval study verify {self.path.parent}` lists every problem"
         if self.problems:  # the study itself cannot be told: nothing to re-run
             return (
@@ -174,6 +208,8 @@ class StoreHealth:
             "and run the others again"
             if not self.sqlite_ok
             else "move the damaged units aside and run them again"
+            if self.damaged
+            else "move the rows of no stored unit aside"
         )
         skip = f", or pass {option} to compute without them" if option else ""
         return (
@@ -185,16 +221,21 @@ class StoreHealth:
         """Sentences every output computed from this store must carry (empty when clean)."""
         out = []
         if self.excluded and self.damaged:
-            total = self.verified + len(self.damaged) + len(self.unverified)
             out.append(
-                f"{len(self.damaged)} of {total} stored units are damaged and excluded from every "
-                f"number (--exclude-damaged): {named(self.damaged, limit=10)}."
+                f"{len(self.damaged)} of {self.total} stored units are damaged and excluded from "
+                f"every number (--exclude-damaged): {named(self.damaged, limit=10)}."
             )
         if self.excluded and not self.sqlite_ok:
             out.append(
                 f"The store fails SQLite's {self.check_kind} ({self.sqlite_problem()}); the "
                 "numbers come only from units whose rows match their checksums, and units whose "
                 "records were lost count as pending."
+            )
+        if self.excluded and self.stray_rows:
+            out.append(
+                f"The store holds {self.stray_rows} result/checkpoint row(s) of no stored unit; "
+                "no number uses them, and `oodeval study run` with the same config moves them "
+                "aside."
             )
         if self.history_damage:
             out.append(

@@ -39,7 +39,7 @@ from oodeval.study.config import (
     scenario_key,
     stored_meaning,
 )
-from oodeval.study.integrity import named, printable, unit_checksum
+from oodeval.study.integrity import printable, unit_checksum
 from oodeval.study.read_model import current_contents
 from oodeval.study.runner import StudyInterrupted, progress_bar
 from oodeval.study.store import (
@@ -205,7 +205,7 @@ def _read_input(folder: Path) -> _Input:
     """Read and verify one input: SQLite's full integrity check and every unit's checksum."""
     if not (folder / STORE_NAME).is_file():
         raise OodevalError(f"no study in {folder} ({STORE_NAME} missing); check the path")
-    with ResultStore(folder, full_check=True) as store:
+    with ResultStore(folder) as store:
         contents = store.read()
     _refuse_unverified(contents, str(folder), "then merge")
     return _Input(str(folder), contents)
@@ -227,15 +227,10 @@ def _refuse_unverified(contents: StoreContents, label: str, then: str) -> None:
         raise StoreDamagedError(
             f"{label} is damaged: {health.problems[0]}; restore it from a backup"
         )
-    if not health.trusted or health.history_damage:
-        what = f"SQLite's integrity check fails ({health.sqlite_problem()})"
-        if health.history_damage:
-            what = f"its config history is damaged ({named(health.history_damage)})"
-        if health.damaged:
-            what = f"{len(health.damaged)} unit(s) fail verification: {named(health.damaged)}"
+    if health.damage():
         raise StoreDamagedError(
-            f"{label} is damaged: {what}; {run}: it moves the damaged units (and rows) aside and "
-            "runs them again"
+            f"{label} is damaged: {'; '.join(health.damage())}; {run}: it moves the damaged "
+            "units (and rows) aside and runs them again"
         )
     if health.unverified:
         raise OodevalError(

@@ -270,9 +270,10 @@ def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study
     """Read and verify a study folder written by `oodeval study run` (or `run_study`).
 
     The study holds the units of the current config (`Study.outside` names the others). Raises
-    StoreDamagedError (naming the damaged units) when the store fails SQLite's quick check
-    or a unit fails verification; with ``exclude_damaged=True`` the damaged units are left out
-    instead and `Study.integrity_notes` says so. A damaged config is always refused.
+    StoreDamagedError (naming the damage) when the store fails SQLite's integrity check, a
+    unit fails verification or rows belong to no unit (`StoreHealth.damage`); with
+    ``exclude_damaged=True`` the damaged units are left out instead and
+    `Study.integrity_notes` says so. A damaged config is always refused.
     """
     with ResultStore(directory) as store:
         contents = store.read()

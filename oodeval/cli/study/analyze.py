@@ -14,6 +14,7 @@ from oodeval.cli._common import (
     OutputFormat,
     check_folder_path,
     check_output_path,
+    check_writable_folder,
     echo_output,
     load_imports,
     measure_specs,
@@ -64,10 +65,21 @@ def analyze_command(
         verdict_markdown,
         write_analysis,
     )
+    from oodeval.study.store import STORE_NAME
 
     check_output_path(output)
     if analysis_dir is not None:
         check_folder_path(analysis_dir, "--analysis-dir")
+        check_writable_folder(
+            analysis_dir, f"--analysis-dir {analysis_dir}", "choose a folder you may write"
+        )
+    elif (directory / STORE_NAME).is_file():
+        # a study the user may only read: say how to write the analysis elsewhere
+        check_writable_folder(
+            directory / "analysis",
+            f"cannot write the analysis to {directory / 'analysis'}",
+            "pass --analysis-dir DIR to write it elsewhere (the study itself is only read)",
+        )
     load_imports(imports)
     specs = measure_specs(measures)
     study = load_study(directory, exclude_damaged=exclude_damaged)  # read-only

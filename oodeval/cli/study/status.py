@@ -30,9 +30,10 @@ def status_command(
     """Print done/failed/damaged/pending unit counts of the current config, its coverage per
     scenario, algorithm and seed, the failure reasons and the damaged units.
 
-    The store is verified as it is read (SQLite's quick check, each unit's row counts and
-    checksum); `oodeval study verify DIR` gives the full report. csv gives the coverage table;
-    json the counts, the coverage records and the notes.
+    The store is verified as it is read, as by every command (SQLite's integrity check, each
+    unit's row counts and checksum, rows of no unit); `oodeval study verify DIR` gives the
+    full report. A folder you may not write is read without writing to it. csv gives the
+    coverage table; json the counts, the coverage records and the notes.
     """
     from oodeval.study import load_study
 
@@ -87,12 +88,19 @@ def status_notes(study: Study, directory: Path) -> list[str]:
     for key, reason in health.history_damage.items():
         lines.append(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
     if not health.sqlite_ok:
-        lines.append(f"store: SQLite's quick check FAILED: {health.sqlite_problem()}")
+        lines.append(f"store: SQLite's {health.check_kind} FAILED: {health.sqlite_problem()}")
+    if health.stray_problem():
+        lines.append(f"damaged: {health.stray_problem()}")
+    verify = f"`oodeval study verify {directory}` lists every problem"
     if not health.trusted:
         lines.append(
-            "damaged store: analyze and report refuse it; `oodeval study run` with the same "
-            "config moves the damaged units aside and runs them again; `oodeval study verify "
-            f"{directory}` lists every problem"
+            "damaged store: analyze, report and variance refuse it; `oodeval study run` with the "
+            f"same config moves the damage aside and runs the damaged units again; {verify}"
+        )
+    elif health.history_damage:
+        lines.append(
+            f"damaged store: its config history (the numbers do not depend on it: "
+            f"{health.verified} units verified); {verify}"
         )
     elif health.unverified:
         lines.append(f"store: {health.notes()[-1]}")

@@ -34,15 +34,17 @@ A unit's rows, its checkpoints, its status and its checksum are written in ONE t
 journal, ``synchronous=FULL``), so a process killed at any moment leaves either the whole unit or
 none of it, and primary keys make a second copy of a row impossible. One process writes: a writer
 (``ResultStore(DIR, create=True)``) holds the folder's lock (`oodeval.study.lock`) while open.
-Readers open the file read-only and never wait for the writer.
+Readers open the file read-only and never wait for the writer; in a folder they may not write
+they open it without SQLite's side files (`readonly`).
 
-Every reader runs SQLite's quick check on open, the writer its full integrity check (which also
-compares every index with its table); every read counts and hashes each unit's rows again. A
-reader refuses to hand out numbers from a store with damaged units
-(`oodeval.study.read_model.load_study`), unless told to leave them out; a writer moves damaged
-units aside (`ResultStore.move_damaged_aside`) so they run again, and rebuilds a store that
-fails SQLite's check from the units that verify, keeping the damaged file beside it. An empty or
-unreadable file is refused, never started over.
+Every reader and the writer run SQLite's full integrity check on open (which also compares
+every index with its table); every read counts and hashes each unit's rows again and counts
+rows of no stored unit: one damage verdict for every command
+(`oodeval.study.integrity.StoreHealth.damage`). A reader refuses to hand out numbers from a
+store with damaged units (`oodeval.study.read_model.load_study`), unless told to leave them
+out; a writer moves damaged units aside (`ResultStore.move_damaged_aside`) so they run again,
+and rebuilds a store that fails SQLite's check from the units that verify, keeping the damaged
+file beside it. An empty or unreadable file is refused, never started over.
 
 Stores of schema 1 (no checksums) are read as *unverified* (every output says so); the first
 writer to open one checks it with SQLite's full integrity check and then adds the checksums.
@@ -55,6 +57,7 @@ Modules, one responsibility each:
 - `records`: the record types (`UnitRecord`, `StoredUnit`, `ConfigRecord`, `StoreContents`)
   and the errors.
 - `database`: the SQLite file (`StoreFile`): opening, checks, transactions, error messages.
+- `readonly`: opening it for reading, in a folder the reader may not write too.
 - `history`: the config history and the rule that a config may only grow the study.
 - `units`: the verified read of every unit, and writing one atomically.
 - `migrations`: bringing a schema 1 or 2 store up to date.

@@ -20,6 +20,7 @@ from typing import Any
 
 from oodeval._files import open_no_link
 from oodeval.errors import OodevalError
+from oodeval.study.store.readonly import Reader, connect, open_reader
 from oodeval.study.store.records import StoreDamagedError
 from oodeval.study.store.schema import (
     INTEGRITY_COLUMNS,
@@ -39,23 +40,26 @@ class StoreFile:
     ----------
     directory : the study folder.
     writer : open read-write (WAL journal, ``synchronous=FULL``, foreign keys on); the caller
-        holds the folder's lock. Otherwise read-only.
-    full_check : run SQLite's full ``integrity_check`` instead of its ``quick_check`` on open
-        (a writer always does).
+        holds the folder's lock. Otherwise read-only, writing nothing, in a folder this user
+        may not write too (`oodeval.study.store.readonly`).
 
-    The file is opened by `open`; ``sqlite_check`` then holds SQLite's messages (empty when it
-    says ok), ``tables`` the names in its schema.
+    The file is opened by `open`, which runs SQLite's full integrity check on it, for readers
+    and the writer alike (one damage check for every command; it also compares every index with
+    its table); ``sqlite_check`` then holds SQLite's messages (empty when it says ok),
+    ``tables`` the names in its schema.
     """
 
-    def __init__(self, directory: str | Path, *, writer: bool, full_check: bool) -> None:
+    check_kind = "integrity check"
+
+    def __init__(self, directory: str | Path, *, writer: bool) -> None:
         self.directory = Path(directory)
         self.path = self.directory / STORE_NAME
         self.writer = writer
         self.sqlite_check: list[str] = []
-        self.check_kind = "integrity check" if full_check or writer else "quick check"
         self.tables: set[str] = set()
         self._columns: list[str] = []
         self._conn: sqlite3.Connection | None = None
+        self._reader: Reader | None = None
 
     def open(self) -> None:
         """Connect, check the file is a study store, and run SQLite's check on it."""
@@ -65,14 +69,12 @@ class StoreFile:
                 f"silently; restore it from a backup, or delete it to run the study again in "
                 f"{self.directory}"
             )
-        mode = "rw" if self.writer else "ro"
         try:
-            conn = sqlite3.connect(
-                f"{self.path.resolve().as_uri()}?mode={mode}",
-                uri=True,
-                isolation_level=None,
-                timeout=30.0,
-            )
+            if self.writer:
+                conn = connect(self.path, "mode=rw")
+            else:
+                self._reader = open_reader(self.path)
+                conn = self._reader.conn
         except sqlite3.Error as exc:
             raise _unopenable(self.path, exc) from None
         conn.text_factory = decode_text
@@ -91,8 +93,13 @@ class StoreFile:
                 f"{self.path} is not an oodeval study store (tables missing: "
                 f"{', '.join(sorted(missing))}); {RESTORE_HINT}"
             )
-        pragma = "integrity_check" if self.check_kind == "integrity check" else "quick_check"
-        self.sqlite_check = sqlite_check(conn, pragma)
+        self.sqlite_check = sqlite_check(conn, "integrity_check")
+
+    def check_unchanged(self) -> None:
+        """Refuse (OodevalError) when a reader opened the file immutable (a folder it may not
+        write) and the file changed while it was read; nothing otherwise."""
+        if self._reader is not None:
+            self._reader.check_unchanged()
 
     def refresh_layout(self) -> None:
         """Read the names in the file's schema (``tables``) and the ``units`` columns again."""
@@ -171,9 +178,11 @@ class StoreFile:
 
     def disconnect(self) -> None:
         """Close the connection (`open` connects again)."""
-        if self._conn is not None:
+        if self._reader is not None:
+            self._reader.close()  # removes the -wal/-shm files the reader created
+        elif self._conn is not None:
             self._conn.close()
-            self._conn = None
+        self._conn = self._reader = None
 
 
 @contextlib.contextmanager
@@ -289,8 +298,8 @@ def _translate(exc: sqlite3.Error, path: Path, doing: str) -> OodevalError:
 def _unopenable(path: Path, exc: sqlite3.Error) -> OodevalError:
     if "unable to open" in str(exc):  # permissions, not damage
         return OodevalError(
-            f"cannot open {path} ({exc}); the folder must be readable, and writable for SQLite's "
-            f"{STORE_NAME}-shm file beside it: fix its permissions or copy the study elsewhere"
+            f"cannot open {path} ({exc}); it and its folder must be readable: fix their "
+            "permissions or copy the study elsewhere"
         )
     return StoreDamagedError(f"{path} is not a readable study store ({exc}); {RESTORE_HINT}")
 

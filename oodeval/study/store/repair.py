@@ -145,17 +145,6 @@ def _stray_rows(db: StoreFile, known: set) -> dict[Any, str]:
     return {k: json.dumps({"unit": None, **v}, default=repr) for k, v in stray.items()}
 
 
-def count_stray_rows(db: StoreFile) -> int:
-    """How many result and checkpoint rows belong to no stored unit."""
-    total = 0
-    for table in ("results", "checkpoints"):
-        if table in db.tables:
-            total += db.execute(
-                f"SELECT COUNT(*) FROM {table} WHERE unit_key NOT IN (SELECT unit_key FROM units)"
-            ).fetchone()[0]
-    return int(total)
-
-
 def count_quarantined(db: StoreFile) -> int:
     """How many rows the quarantine table holds (0 when the store has none)."""
     if "quarantine" not in db.tables:

@@ -56,15 +56,13 @@ class ResultStore(StoreFile):
     directory : the study folder (created when ``create=True``).
     create : open as the writer: take the folder's lock (`oodeval.study.lock`; another writer
         is refused at once), create the folder and the store when missing, and bring a schema 1
-        store up to date. Otherwise the store is opened read-only and a missing one is an error.
-    full_check : run SQLite's full ``integrity_check`` instead of its ``quick_check`` on open
-        (a writer always does).
+        store up to date. Otherwise the store is opened read-only (writing nothing, in a
+        folder this user may not write too) and a missing one is an error. Readers and the
+        writer alike run SQLite's full integrity check on open.
     """
 
-    def __init__(
-        self, directory: str | Path, *, create: bool = False, full_check: bool = False
-    ) -> None:
-        super().__init__(directory, writer=create, full_check=full_check)
+    def __init__(self, directory: str | Path, *, create: bool = False) -> None:
+        super().__init__(directory, writer=create)
         self._lock: StudyLock | None = None
         #: rows of the config history `bind_config` moved aside (damaged), for `SetAside`
         self.history_set_aside = 0
@@ -180,8 +178,15 @@ class ResultStore(StoreFile):
 
         Raises StoreDamagedError only when nothing can be salvaged (the units or study table
         cannot be read); damaged units and a failed SQLite check are reported in ``health``.
+        A reader that opened the file immutable refuses (OodevalError) when it changed meanwhile.
         """
-        return read_contents(self)
+        try:
+            contents = read_contents(self)
+        except StoreDamagedError:
+            self.check_unchanged()  # a file changing under the read is not damage
+            raise
+        self.check_unchanged()
+        return contents
 
     def verified_contents(self) -> StoreContents:
         """`read`, refused (StoreDamagedError) unless every unit may be used; the notes of a

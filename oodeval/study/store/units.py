@@ -18,7 +18,7 @@ from typing import Any
 
 from oodeval.errors import OodevalError
 from oodeval.study.integrity import StoreHealth, printable, unit_checksum, unit_damage
-from oodeval.study.store.database import StoreFile, key_match
+from oodeval.study.store.database import StoreFile, key_match, or_default
 from oodeval.study.store.history import read_config, read_history
 from oodeval.study.store.records import (
     StoreContents,
@@ -39,7 +39,7 @@ from oodeval.study.store.schema import (
 
 def read_contents(db: StoreFile) -> StoreContents:
     """Read every unit and verify it: counts and checksum of its rows, with the config and its
-    history (see `oodeval.study.store`).
+    history (see `oodeval.study.store`), and count the rows of no stored unit.
 
     Raises StoreDamagedError only when nothing can be salvaged (the units or study table
     cannot be read); damaged units and a failed SQLite check are reported in ``health``.
@@ -56,6 +56,7 @@ def read_contents(db: StoreFile) -> StoreContents:
     health.history_damage = {
         (f"row {printable(k)}" if k else "the table"): v for k, v in damaged.items()
     }
+    health.stray_rows = or_default(lambda: count_stray_rows(db), None)
     units = read_units(db, legacy=not db.has_checksums)
     for unit in units:
         if unit.damage is not None:
@@ -65,6 +66,17 @@ def read_contents(db: StoreFile) -> StoreContents:
         else:
             health.unverified.append(printable(unit.key))
     return StoreContents(config, units, health, history)
+
+
+def count_stray_rows(db: StoreFile) -> int:
+    """How many result and checkpoint rows belong to no stored unit."""
+    total = 0
+    for table in ("results", "checkpoints"):
+        if table in db.tables:
+            total += db.execute(
+                f"SELECT COUNT(*) FROM {table} WHERE unit_key NOT IN (SELECT unit_key FROM units)"
+            ).fetchone()[0]
+    return int(total)
 
 
 def read_units(db: StoreFile, *, legacy: bool) -> list[StoredUnit]:

@@ -1,9 +1,10 @@
 """Verifying a study store without changing it: what ``oodeval study verify`` checks and prints.
 
-`verify_store` runs SQLite's full integrity check, checks the config against its checksum and
-every unit's rows against its integrity record, counts rows of no stored unit and units set
-aside earlier, and lists the store's migrations and rebuilds; `StoreVerification` holds the
-findings, its verdict and the report's lines. Nothing is written.
+`verify_store` reads the store as every command does (`oodeval.study.store.ResultStore.read`:
+SQLite's full integrity check, the config against its checksum, every unit's rows against its
+integrity record, rows of no stored unit), so its verdict is theirs (`StoreHealth.damage`); it
+adds the units set aside earlier and the store's migrations and rebuilds. `StoreVerification`
+holds the findings, its verdict and the report's lines. Nothing is written.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from oodeval.study.integrity import StoreHealth, printable
 from oodeval.study.store.database import or_default
 from oodeval.study.store.records import StoreDamagedError
-from oodeval.study.store.repair import count_quarantined, count_stray_rows, rebuilt_records
+from oodeval.study.store.repair import count_quarantined, rebuilt_records
 from oodeval.study.store.result_store import ResultStore
 from oodeval.study.store.schema import RESTORE_HINT, STORE_NAME
 
@@ -31,23 +32,17 @@ class StoreVerification:
     health: StoreHealth | None = None
     unreadable: str | None = None
     schema: str | None = None
-    stray_rows: int | None = 0
     quarantined: int = 0
     history: list[str] = field(default_factory=list)
     damaged_copies: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        """Everything verified: SQLite's full check passes and every unit has a checksum that
-        matches, no row belongs to no unit."""
+        """Everything verified: no damage (`StoreHealth.damage`: SQLite's full check passes,
+        every unit's checksum matches, no row belongs to no unit, the config history is
+        intact) and no unit lacks a checksum."""
         h = self.health
-        return (
-            h is not None
-            and h.trusted
-            and not h.unverified
-            and not h.history_damage
-            and self.stray_rows == 0
-        )
+        return h is not None and not h.damage() and not h.unverified
 
     def lines(self) -> list[str]:
         """The report `oodeval study verify` prints."""
@@ -60,17 +55,16 @@ class StoreVerification:
         if len(h.sqlite_check) > 10:
             out.append(f"  ... and {len(h.sqlite_check) - 10} more messages")
         out.append("config: " + ("; ".join(h.problems) if h.problems else "ok"))
-        total = h.verified + len(h.damaged) + len(h.unverified)
         out.append(
-            f"units: {total} stored: {h.verified} verified, {len(h.damaged)} damaged, "
+            f"units: {h.total} stored: {h.verified} verified, {len(h.damaged)} damaged, "
             f"{len(h.unverified)} without checksum"
         )
         out += [f"damaged: {k}: {v}" for k, v in h.damaged.items()]
         out += [f"damaged: config history {k}: {v}" for k, v in h.history_damage.items()]
-        if self.stray_rows is None:
+        if h.stray_rows is None:
             out.append("stray rows: cannot be counted (the tables cannot be read in full)")
-        elif self.stray_rows:
-            out.append(f"stray rows: {self.stray_rows} result/checkpoint rows of no stored unit")
+        elif h.stray_rows:
+            out.append(f"stray rows: {h.stray_rows} result/checkpoint rows of no stored unit")
         if self.quarantined:
             out.append(f"quarantine: {self.quarantined} unit(s) set aside earlier")
         out += [f"history: {line}" for line in self.history]
@@ -85,7 +79,7 @@ class StoreVerification:
             return "clean"
         if h.problems:
             return f"DAMAGED; {RESTORE_HINT}"
-        if not h.trusted or self.stray_rows or h.history_damage:
+        if h.damage():
             return (
                 "DAMAGED; `oodeval study run` with the same config moves the damaged units "
                 "aside (rebuilding the file when SQLite's check fails) and runs them again"
@@ -97,9 +91,10 @@ class StoreVerification:
 
 
 def verify_store(directory: str | Path) -> StoreVerification:
-    """Verify a study store without writing to it: SQLite's full integrity check, the config's
-    checksum, every unit's row counts and checksum, stray rows. A missing store is an
-    OodevalError; an unreadable one is a finding (``unreadable``)."""
+    """Verify a study store without writing to it (in a folder this user may not write too):
+    SQLite's full integrity check, the config's checksum, every unit's row counts and checksum,
+    stray rows. A missing store, or one that cannot be read for a reason other than damage, is
+    an OodevalError; an unreadable one is a finding (``unreadable``)."""
     path = Path(directory) / STORE_NAME
     report = StoreVerification(path)
     report.damaged_copies = sorted(
@@ -108,7 +103,7 @@ def verify_store(directory: str | Path) -> StoreVerification:
         if not p.name.endswith(("-wal", "-shm"))
     )
     try:
-        store = ResultStore(directory, full_check=True)
+        store = ResultStore(directory)
     except StoreDamagedError as exc:
         report.unreadable = str(exc)
         return report
@@ -122,7 +117,6 @@ def verify_store(directory: str | Path) -> StoreVerification:
         study = or_default(store.study_rows, {})
         report.schema = study.get("schema", "1")
         report.history = _repairs(study) + [r.line() for r in contents.history if r.recorded]
-        report.stray_rows = or_default(lambda: count_stray_rows(store), None)
         report.quarantined = or_default(lambda: count_quarantined(store), 0)
     return report
 
