@@ -26,14 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from oodeval.environments.mnist import MNIST_ENV_VAR
-from oodeval.study.config.backend import grid_problems_of_partial
+from oodeval.study.config.backend import backend_problems, grid_problems_of_partial
+from oodeval.study.config.imports import import_problem
 from oodeval.study.config.keys import (
     DEFAULT_BACKEND,
     DEFAULT_MEASURES,
     ConfigError,
     ScenarioSpec,
 )
-from oodeval.study.config.parsing import parsed_fields, toml_table
+from oodeval.study.config.parsing import (
+    parsed_fields,
+    registered_measures,
+    toml_table,
+    unknown_measures,
+)
 
 
 @dataclass(frozen=True)
@@ -180,10 +186,22 @@ def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
 
 
 def _checked_config(data: Any, problems: list[str]) -> StudyConfig:
+    """Every key checked without running user code; then, only when a measure name is unknown
+    yet, the config's ``imports`` imported (once per process) and the names looked up again."""
     if not isinstance(data, Mapping):
         raise ConfigError(["a study config must be a table of keys"])
     values, bad = parsed_fields(data, problems, CONFIG_KEYS)
+    if "backend" not in bad:
+        found = backend_problems(values["backend"])  # nothing imported to refuse it
+        problems += found
+        bad.update({"backend"} if found else ())
     if problems:
         problems += grid_problems_of_partial(StudyConfig(**values), bad)
         raise ConfigError(problems)
+    if unknown_measures(values["measures"]):  # only the user's imports can register them
+        problems += [p for p in (import_problem(i, "imports") for i in values["imports"]) if p]
+        if not problems:
+            values["measures"] = registered_measures(values["measures"], (), problems)
+        if problems:
+            raise ConfigError(problems)
     return StudyConfig(**values)
