@@ -29,6 +29,7 @@ import dataclasses
 import importlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from importlib.machinery import ModuleSpec
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -48,7 +49,9 @@ class TrainerBackend(Protocol):
 
     A backend may also define ``available_models() -> list[str]``; without it the config's
     ``model`` is checked only by its own ``run_unit`` (`available_models`). A new backend is a
-    new module with these five functions, named by ``backend = "my.module"`` in a config.
+    new module with these five functions (in its source: ``def``, an assignment or a named
+    import), named by ``backend = "my.module"`` in a config or by an entry point of
+    `BACKEND_GROUP`.
     """
 
     def build_scenario(self, family: str, *, source: str, seed: int = 0, **params: Any) -> Any:
@@ -143,8 +146,8 @@ def backend_problems(name: str) -> list[str]:
             f"backend: cannot import module {name!r} (no such module on the Python path); name "
             f"one of {', '.join(BUILT_IN_BACKENDS)}, an {BACKEND_GROUP} entry point or a module"
         ]
-    origin = Path(spec.origin) if spec.has_location and spec.origin else None
-    if origin is None or origin.suffix != ".py" or not origin.is_file():
+    origin = _source_file(spec)
+    if origin is None:
         return [f"backend {name!r} is not a Python source module; a backend is a .py module"]
     try:
         tree = ast.parse(origin.read_bytes(), filename=str(origin))
@@ -155,6 +158,13 @@ def backend_problems(name: str) -> list[str]:
     if missing:
         return [_lacks(name, missing)]
     return []
+
+
+def _source_file(spec: ModuleSpec) -> Path | None:
+    """The ``.py`` file of a module's spec (a frozen standard module's too), None without one."""
+    where = spec.origin if spec.has_location else getattr(spec.loader_state, "filename", None)
+    path = Path(where) if isinstance(where, str) else None
+    return path if path is not None and path.suffix == ".py" and path.is_file() else None
 
 
 def _lacks(name: str, missing: list[str]) -> str:
