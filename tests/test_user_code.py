@@ -136,7 +136,7 @@ def test_study_run_refuses_imports_os_in_one_line_and_creates_nothing(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         "error: imports: module 'os' registers nothing (no algorithm, measure, source kind or "
-        "executor); list only modules that register what the study uses"
+        "executor); give only modules that register what you use"
     ]
     assert not (tmp_path / "out").exists()
 

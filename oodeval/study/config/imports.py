@@ -250,6 +250,6 @@ def _first_import(name: str, key: str) -> tuple[ModuleType | None, str | None]:
     if not _registered_by(module, before):
         return module, (
             f"{key}: module {name!r} registers nothing (no algorithm, measure, source kind or "
-            "executor); list only modules that register what the study uses"
+            "executor); give only modules that register what you use"
         )
     return module, None
