@@ -230,26 +230,28 @@ def import_problem(name: str, key: str) -> str | None:
     """
     path = Path(name)
     digest = code_digest(path) if is_path_import(name) and path.is_file() else ""
-    module, problem = _IMPORTED.get((name, digest), (None, None))
-    current = module is not None and sys.modules.get(module.__name__) is module
-    if (name, digest) not in _IMPORTED or (module is not None and not current):
-        _IMPORTED[(name, digest)] = _first_import(name, key)  # again if unloaded or replaced
-    return _IMPORTED[(name, digest)][1]
+    module = _IMPORTED[(name, digest)][0] if (name, digest) in _IMPORTED else None
+    if (name, digest) not in _IMPORTED or (
+        module is not None and sys.modules.get(module.__name__) is not module
+    ):  # imported again only when its module was unloaded or replaced since
+        _IMPORTED[(name, digest)] = _first_import(name)
+    reason = _IMPORTED[(name, digest)][1]
+    return None if reason is None else f"{key}: {reason}"
 
 
-def _first_import(name: str, key: str) -> tuple[ModuleType | None, str | None]:
+def _first_import(name: str) -> tuple[ModuleType | None, str | None]:
     """Import `name`: the module (None when it failed) and why it is refused (None if not)."""
     before = registered_objects()
     try:
         module = import_module_or_file(name)
     except ImportError as exc:
-        return None, f"{key}: cannot import module {name!r} ({exc})"
+        return None, f"cannot import module {name!r} ({exc})"
     except Exception as exc:  # a user's module failing at import time is a config problem too
         line = str(exc).splitlines()[0] if str(exc) else ""
-        return None, f"{key}: cannot import module {name!r} ({type(exc).__name__}: {line})"
+        return None, f"cannot import module {name!r} ({type(exc).__name__}: {line})"
     if not _registered_by(module, before):
         return module, (
-            f"{key}: module {name!r} registers nothing (no algorithm, measure, source kind or "
+            f"module {name!r} registers nothing (no algorithm, measure, source kind or "
             "executor); give only modules that register what you use"
         )
     return module, None
