@@ -137,6 +137,10 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
             'algorithms = ["ERM"]\nseeds = [0]\nsteps = 5\nmeasures = ["worst_plus_gap"]\n'
             '[[scenarios]]\nfamily = "sr-cmnist"\nratio = "1:1"\n',
         ),
+        toml_imports_os=put("imports_os.toml", 'imports = ["os"]\n' + toml),
+        toml_backend_os=put("backend_os.toml", 'backend = "os"\n' + toml),
+        toml_bad_measure=put("measure.toml", toml_measures(toml, '["average", "medain"]')),
+        toml_bad_cvar=put("cvar.toml", toml_measures(toml, '["average", "cvar:alpha=2"]')),
         predictions=put("preds.csv", (EXAMPLES / "openworld_predictions.csv").read_text()),
         preds_nan=put("preds_nan.csv", "label,score,is_base,correct\n0,nan,1,1\n1,0.2,0,1\n"),
         preds_wrong=put("preds_wrong.csv", "foo,bar\n1,2\n"),
@@ -153,6 +157,15 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
             "oracle_val_acc\nD,ERM,0,0,0,100,85.0,80.0,82.0\n",
         ),
     )
+
+
+def toml_measures(toml: str, measures: str) -> str:
+    """`toml` (examples/study.toml) with its ``measures = [...]`` line made ``measures =
+    MEASURES``."""
+    lines = toml.splitlines(keepends=True)
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("measures = ")]
+    lines[at] = f"measures = {measures}\n"
+    return "".join(lines)
 
 
 @dataclass(frozen=True)
@@ -346,6 +359,12 @@ CASES = [
         lambda f: [*PRESET, "--executor", "cloud", "--out", f.root / "s"],
     ),
     C("study run", "N<3 for worst+gap", lambda f: [f.toml_2envs, "--out", f.root / "s"]),
+    C("study run", "unusable user code", lambda f: [f.toml_imports_os, "--out", f.root / "s"]),
+    C("study run", "unusable user code", lambda f: [f.toml_backend_os, "--out", f.root / "s"]),
+    C("study run", "unknown name", lambda f: [f.toml_bad_measure, "--out", f.root / "s"]),
+    C("study run", "out-of-range number", lambda f: [f.toml_bad_cvar, "--out", f.root / "s"]),
+    C("study estimate", "unusable user code", lambda f: [f.toml_imports_os]),
+    C("study estimate", "unusable user code", lambda f: [f.toml_backend_os]),
     C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile]),
     C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile / "s"]),
     C("study run", "existing file as --out folder", lambda f: [*PRESET, "--out", f.afile / "a\nb"]),
@@ -551,6 +570,10 @@ def test_bad_input_through_a_real_process(command: str, category: str, f: Simple
         (["envs", "show", "corrupted", "--pattern", "x-y"], "malformed pattern 'x-y'"),
         (["measures", "{results}", "--percent"], "fractions, not percentages; drop --percent"),
         (["envs", "show", "sr-cmnist", "--scale", "100000"], "use a scale of at most 333"),
+        (["study", "run", "{toml_imports_os}", "--out", "{root}/s"], "module 'os' registers "),
+        (["study", "estimate", "{toml_backend_os}"], "backend 'os' lacks ['build_scenario', "),
+        (["study", "run", "{toml_bad_measure}", "--out", "{root}/s"], "unknown measure(s) 'me"),
+        (["study", "run", "{toml_bad_cvar}", "--out", "{root}/s"], "measures: "),
     ],
 )
 def test_messages_name_the_real_problem(argv: list[str], expected: str, f: SimpleNamespace):

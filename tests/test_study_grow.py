@@ -401,8 +401,16 @@ def test_a_schema_2_store_failing_sqlites_check_is_rebuilt_with_a_history(tmp_pa
     assert load_study(out).counts()["done"] == 6
 
 
-MODULE = '''"""A user's module: imported by the study (it could register algorithms)."""
+MODULE = '''"""A user's module: imported by the study, it registers a measure family (an imported
+module must register something; a family joins no default set of measures)."""
+from oodeval.measures import register_measure_family
+
 VERSION = {version}
+
+
+@register_measure_family("grow_power_mean", params={{"p": float}})
+def grow_power_mean(p):
+    return lambda errors: (errors ** p).mean(axis=-1) ** (1 / p)
 '''
 
 

@@ -269,7 +269,8 @@ def _spec(spec: Any) -> dict[str, Any]:
 
 def _union_config(configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The first config with every other's algorithms, seeds, measures, scenarios, imports and
-    per-algorithm hyperparameters added (in order of appearance), checked by `config_from_dict`."""
+    per-algorithm hyperparameters added (in order of appearance), checked by `config_from_dict`
+    without running the studies' code (their ``imports``)."""
     merged = json.loads(json.dumps(stored_meaning(configs[0])))
     merged.setdefault("import_digests", {})
     for other in configs[1:]:
@@ -294,7 +295,7 @@ def _union_config(configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             hparams.setdefault(algorithm, table)
         merged["hparams"] = hparams
     try:
-        return config_from_dict(merged).to_dict()
+        return config_from_dict(merged, run_user_code=False).to_dict()  # runs no imports
     except ConfigError as exc:
         raise OodevalError(f"the merged config is not valid: {exc}") from None
 

@@ -6,10 +6,17 @@ path (``backend``, default `oodeval.study.config.keys.DEFAULT_BACKEND`, the real
 `TrainerBackend` (a `typing.Protocol`: a module fits it structurally, nothing is subclassed).
 ``run_unit`` is its entry point, called once per unit by the study's worker.
 
-`import_backend` imports the config's ``imports`` and then the backend, checking that it defines
-every function of `TrainerBackend`; `validate_config` asks it about the whole grid (algorithms,
-model, hyperparameter overrides, scenarios, the device) before any training and reports every
-problem at once.
+A config's ``backend`` is one of `BUILT_IN_BACKENDS`, the name of an entry point of the group
+`BACKEND_GROUP` (``oodeval.backends``: a package you installed declares its backend there), or
+a dotted module path. Nothing is imported to refuse one (`backend_problems`): a module path must
+be found on the Python path without running it (`located_spec`) and its source must define
+every function of `TrainerBackend` (by ``def``, assignment or a named import), so
+``backend = "os"`` is refused and ``os`` never imported.
+
+`import_backend` imports the config's ``imports`` (once per process, `import_problem`) and then
+the backend, checking that it defines every function of `TrainerBackend`; `validate_config` asks
+it about the whole grid (algorithms, model, hyperparameter overrides, scenarios, the device)
+before any training and reports every problem at once.
 
 >>> BACKEND_FUNCTIONS
 ('build_scenario', 'available', 'default_hparams', 'sample_hparams', 'run_unit')
@@ -17,17 +24,21 @@ problem at once.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from importlib.machinery import ModuleSpec
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import get_measure, undefined_measures
-from oodeval.study.config.imports import import_problem
-from oodeval.study.config.keys import ConfigError, ScenarioSpec, shown
+from oodeval.study.config.imports import import_problem, located_spec
+from oodeval.study.config.keys import DEFAULT_BACKEND, ConfigError, ScenarioSpec, shown
 
 if TYPE_CHECKING:  # annotations only: the schema builds on this module, not the other way
     from oodeval.study.config.schema import StudyConfig
@@ -38,7 +49,9 @@ class TrainerBackend(Protocol):
 
     A backend may also define ``available_models() -> list[str]``; without it the config's
     ``model`` is checked only by its own ``run_unit`` (`available_models`). A new backend is a
-    new module with these five functions, named by ``backend = "my.module"`` in a config.
+    new module with these five functions (in its source: ``def``, an assignment or a named
+    import), named by ``backend = "my.module"`` in a config or by an entry point of
+    `BACKEND_GROUP`.
     """
 
     def build_scenario(self, family: str, *, source: str, seed: int = 0, **params: Any) -> Any:
@@ -96,23 +109,106 @@ def import_backend(config: StudyConfig) -> TrainerBackend:
 
 
 def _imported(config: StudyConfig) -> tuple[TrainerBackend | None, list[str]]:
-    problems = []
-    for name in config.imports:
-        problem = import_problem(name, "imports")
-        if problem:
-            problems.append(problem)
-    problem = import_problem(config.backend, "backend")
-    if problem:
+    problems = [p for p in (import_problem(name, "imports") for name in config.imports) if p]
+    backend, problem = _loaded_backend(config.backend)
+    if problem is not None:
         return None, [*problems, problem]
-    backend = importlib.import_module(config.backend)
+    return backend, problems
+
+
+#: The backends of oodeval itself: the real trainer and the synthetic one (milliseconds a unit).
+BUILT_IN_BACKENDS = (DEFAULT_BACKEND, "oodeval.study.synthetic")
+#: The entry-point group naming installed backends: ``[project.entry-points."oodeval.backends"]
+#: mine = "my_package.backend"`` lets a config say ``backend = "mine"``.
+BACKEND_GROUP = "oodeval.backends"
+
+
+def backend_entry_points() -> dict[str, EntryPoint]:
+    """{name: entry point} of the installed distributions' `BACKEND_GROUP` entry points."""
+    return {point.name: point for point in entry_points(group=BACKEND_GROUP)}
+
+
+def backend_problems(name: str) -> list[str]:
+    """Why `name` cannot be a config's backend, found without importing anything.
+
+    A built-in name or an entry point of `BACKEND_GROUP` is trusted (installed code); a dotted
+    module path must be found (`located_spec`) and its Python source must define every function
+    of `TrainerBackend` (`_defined_names`).
+
+    >>> backend_problems("oodeval.study.synthetic"), backend_problems("json")[0][:30]
+    ([], "backend 'json' lacks ['build_s")
+    """
+    if name in BUILT_IN_BACKENDS or name in backend_entry_points():
+        return []
+    spec = located_spec(name)
+    if spec is None:
+        return [
+            f"backend: cannot import module {name!r} (no such module on the Python path); name "
+            f"one of {', '.join(BUILT_IN_BACKENDS)}, an {BACKEND_GROUP} entry point or a module"
+        ]
+    origin = _source_file(spec)
+    if origin is None:
+        return [f"backend {name!r} is not a Python source module; a backend is a .py module"]
+    try:
+        tree = ast.parse(origin.read_bytes(), filename=str(origin))
+    except (SyntaxError, ValueError, OSError) as exc:
+        return [f"backend {name!r}: cannot read {origin} ({type(exc).__name__}: {exc})"]
+    defined = set(_defined_names(tree.body))
+    missing = [f for f in BACKEND_FUNCTIONS if f not in defined]
+    if missing:
+        return [_lacks(name, missing)]
+    return []
+
+
+def _source_file(spec: ModuleSpec) -> Path | None:
+    """The ``.py`` file of a module's spec (a frozen standard module's too), None without one."""
+    where = spec.origin if spec.has_location else getattr(spec.loader_state, "filename", None)
+    path = Path(where) if isinstance(where, str) else None
+    return path if path is not None and path.suffix == ".py" and path.is_file() else None
+
+
+def _lacks(name: str, missing: list[str]) -> str:
+    return (
+        f"backend {name!r} lacks {missing}; a backend module must define "
+        + ", ".join(BACKEND_FUNCTIONS)
+    )
+
+
+def _defined_names(body: list[ast.stmt]) -> Iterator[str]:
+    """The names a module's top-level statements bind (``def``, ``class``, assignments, named
+    imports), looking inside ``if``/``try``/``with`` blocks; a star import binds none known."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield node.name
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            yield from ((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                yield from (n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        else:
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(node, field, None)
+                if isinstance(block, list):
+                    yield from _defined_names(block)
+
+
+def _loaded_backend(name: str) -> tuple[TrainerBackend | None, str | None]:
+    """The backend `name` imported (an entry point loaded), once `backend_problems` finds
+    nothing against it; else None and the problem."""
+    problems = backend_problems(name)
+    if problems:
+        return None, problems[0]
+    point = None if name in BUILT_IN_BACKENDS else backend_entry_points().get(name)
+    try:
+        backend = importlib.import_module(name) if point is None else point.load()
+    except Exception as exc:  # a user's module failing at import time is a config problem
+        line = str(exc).splitlines()[0] if str(exc) else ""
+        return None, f"backend: cannot import module {name!r} ({type(exc).__name__}: {line})"
     missing = [a for a in BACKEND_FUNCTIONS if not callable(getattr(backend, a, None))]
     if missing:
-        problems.append(
-            f"backend {config.backend!r} lacks {missing}; a backend module must define "
-            + ", ".join(BACKEND_FUNCTIONS)
-        )
-        return None, problems
-    return cast(TrainerBackend, backend), problems
+        return None, _lacks(name, missing)
+    return cast(TrainerBackend, backend), None
 
 
 def available_models(backend: TrainerBackend) -> list[str] | None:
@@ -214,16 +310,18 @@ def validate_config(
 
 
 def grid_problems_of_partial(partial: StudyConfig, bad: set[str]) -> list[str]:
-    """The backend's complaints about the good parts of a config that has bad ones.
+    """The built-in backend's complaints about the good parts of a config that has bad ones.
 
     `partial` holds a stand-in for every field named in `bad` (`parsed_fields`); the parts that
-    depend on a bad field are not checked.
+    depend on a bad field are not checked. No user code runs for a config that is refused: a
+    config with ``imports`` (they may register algorithms) or a backend of its own gets its grid
+    checked once every other key is good (`validate_config`).
     """
-    if "backend" in bad or "imports" in bad:  # a missing import may register an algorithm
+    if bad & {"backend", "imports"} or partial.imports or partial.backend not in BUILT_IN_BACKENDS:
         return []
-    backend, problems = _imported(partial)
-    if backend is None or problems:
-        return problems  # a missing import may be what registers an algorithm
+    backend, problem = _loaded_backend(partial.backend)  # oodeval's own code
+    if backend is None:
+        return [problem] if problem else []
     source = resolve_source(partial.source)
     if source != partial.source:
         partial = dataclasses.replace(partial, source=source)

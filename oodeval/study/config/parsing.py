@@ -24,7 +24,7 @@ from typing import Any
 from oodeval._text import read_text
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import FAMILIES, get_measure, measure_names
-from oodeval.study.config.imports import import_digests, import_problem, resolved_import
+from oodeval.study.config.imports import import_digests, resolved_import
 from oodeval.study.config.keys import (
     DEFAULT_BACKEND,
     DEFAULT_MEASURES,
@@ -143,37 +143,47 @@ def _grid_fields(data: Mapping[str, Any], problems: list[str], bad: set[str]) ->
     if len(problems) > count:
         bad.add("imports")
     names = _names(data, "measures", DEFAULT_MEASURES, problems)
-    values["measures"] = _registered_measures(names, values["imports"], problems)
+    values["measures"] = registered_measures(names, values["imports"], problems)
     values["seeds"] = _seeds(data["seeds"], problems) if "seeds" in data else ()
     return values
 
 
-def _registered_measures(
+def registered_measures(
     names: Sequence[str], imports: Sequence[Any], problems: list[str]
 ) -> tuple[str, ...]:
     """`names` as canonical specs of LOO measures of the registry (``cvar:alpha=0.25``).
 
-    A name the registry does not know yet may come from the config's own ``imports``: they are
-    imported then (a module that fails to import is reported by the backend's checks), and the
-    names are looked up again.
+    A name the registry does not know yet may come from the config's own ``imports``, which are
+    not imported here: with ``imports``, such a name is kept as written (`unknown_measures`), and
+    `oodeval.study.config.schema` imports them once every other key is good, then calls this
+    again without `imports`. Without them it is a problem, as is a family's bad parameter.
+
+    >>> registered_measures(["average", "cvar:alpha=.25"], (), [])
+    ('average', 'cvar:alpha=0.25')
     """
-    out, unknown = _looked_up(names, problems)
-    if unknown and imports:
-        for entry in imports:
-            if isinstance(entry, str):
-                import_problem(entry, "imports")
-        out, unknown = _looked_up(names, [])
-    if unknown:
+    found = _looked_up(names, problems)
+    unknown = [name for name, spec in found if spec is None]
+    if unknown and not imports:
         problems.append(
             f"unknown measure(s) {listing(map(repr, sorted(unknown)))}; choose from "
             f"{', '.join(measure_names())}"
         )
-    return tuple(out)
+    return tuple(name if spec is None else spec for name, spec in found if spec or imports)
 
 
-def _looked_up(names: Sequence[str], problems: list[str]) -> tuple[list[str], list[str]]:
-    """The canonical specs of the known LOO measures of `names`, and the unknown names."""
-    out, unknown = [], []
+def unknown_measures(names: Sequence[str]) -> list[str]:
+    """The names of `names` the measure registry does not know (yet), in order.
+
+    >>> unknown_measures(["average", "my_measure"])
+    ['my_measure']
+    """
+    return [name for name, spec in _looked_up(names, []) if spec is None]
+
+
+def _looked_up(names: Sequence[str], problems: list[str]) -> list[tuple[str, str | None]]:
+    """(name, canonical spec) of each of `names`: None for an unknown name or a measure that is
+    not LOO; a family with bad parameters is a problem and left out."""
+    out: list[tuple[str, str | None]] = []
     for name in names:
         try:
             spec = get_measure(name)
@@ -181,13 +191,10 @@ def _looked_up(names: Sequence[str], problems: list[str]) -> tuple[list[str], li
             if name.split(":", 1)[0] in FAMILIES:  # a family with bad parameters: its message
                 problems.append(f"measures: {exc}")
             else:
-                unknown.append(name)
+                out.append((name, None))
             continue
-        if spec.split != "loo":
-            unknown.append(name)
-        else:
-            out.append(spec.name)
-    return out, unknown
+        out.append((name, spec.name if spec.split == "loo" else None))
+    return out
 
 
 def _ruled(

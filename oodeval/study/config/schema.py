@@ -26,14 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from oodeval.environments.mnist import MNIST_ENV_VAR
-from oodeval.study.config.backend import grid_problems_of_partial
+from oodeval.study.config.backend import backend_problems, grid_problems_of_partial
+from oodeval.study.config.imports import import_problem
 from oodeval.study.config.keys import (
     DEFAULT_BACKEND,
     DEFAULT_MEASURES,
     ConfigError,
     ScenarioSpec,
 )
-from oodeval.study.config.parsing import parsed_fields, toml_table
+from oodeval.study.config.parsing import (
+    parsed_fields,
+    registered_measures,
+    toml_table,
+    unknown_measures,
+)
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,15 @@ class StudyConfig:
     Attributes
     ----------
     name : a label for the study.
-    backend : dotted module path providing ``build_scenario``, ``available``, ``default_hparams``,
-        ``sample_hparams`` and ``run_unit`` (default: the real trainer, `DEFAULT_BACKEND`), and
-        optionally ``available_models`` (without it, ``model`` is not checked up front).
-    imports : extra modules imported in the parent and in every worker before anything else, e.g.
-        a module that registers your own algorithm with ``oodeval.algorithms.register_algorithm``:
-        module names, or paths of ``.py`` files (`import_module_or_file`), stored absolute.
+    backend : a built-in backend (`BUILT_IN_BACKENDS`; default: the real trainer,
+        `DEFAULT_BACKEND`), an ``oodeval.backends`` entry point, or a dotted module path whose
+        source defines ``build_scenario``, ``available``, ``default_hparams``,
+        ``sample_hparams`` and ``run_unit`` (checked without importing it), and optionally
+        ``available_models`` (without it, ``model`` is not checked up front).
+    imports : extra modules imported in the parent and in every worker before anything else
+        (once per process), e.g. a module that registers your own algorithm with
+        ``oodeval.algorithms.register_algorithm``: module names, or paths of ``.py`` files
+        (`import_module_or_file`), stored absolute. One that registers nothing is refused.
     import_digests : {path: `code_digest`} of each ``.py`` file of ``imports``, computed when the
         config is built unless given (a stored config carries them).
     source : image source spec: ``auto`` (the default: real MNIST, resolved by
@@ -158,7 +167,7 @@ def load_config(path: str | Path) -> StudyConfig:
     return _checked_config(data, problems)
 
 
-def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
+def config_from_dict(data: Mapping[str, Any], *, run_user_code: bool = True) -> StudyConfig:
     """Build a StudyConfig from plain data (parsed TOML or stored JSON), checking every key.
 
     Checks every key's type and range and, for a concrete source, computes its identity (and the
@@ -167,23 +176,41 @@ def config_from_dict(data: Mapping[str, Any]) -> StudyConfig:
     anything is wrong, the backend is asked about the rest too (`validate_config`'s checks) and
     one `ConfigError` lists every problem found.
 
+    No user code runs unless every other key is good and a measure name is unknown yet: only
+    the config's ``imports`` can register it, so they are imported then (once per process,
+    `import_problem`); the backend is never imported here (`import_backend` does it).
+
     Parameters
     ----------
     data : a table of config keys, as TOML parses it or `StudyConfig.to_dict` writes it.
+    run_user_code : False keeps a measure name unknown yet as written instead of importing the
+        ``imports`` (`study merge` combines stored configs without running their code).
 
     Returns
     -------
     StudyConfig
         The checked config; `config_from_dict(cfg.to_dict()) == cfg`.
     """
-    return _checked_config(data, [])
+    return _checked_config(data, [], run_user_code=run_user_code)
 
 
-def _checked_config(data: Any, problems: list[str]) -> StudyConfig:
+def _checked_config(data: Any, problems: list[str], *, run_user_code: bool = True) -> StudyConfig:
+    """Every key checked without running user code; then, only when a measure name is unknown
+    yet, the config's ``imports`` imported (once per process) and the names looked up again."""
     if not isinstance(data, Mapping):
         raise ConfigError(["a study config must be a table of keys"])
     values, bad = parsed_fields(data, problems, CONFIG_KEYS)
+    if "backend" not in bad:
+        found = backend_problems(values["backend"])  # nothing imported to refuse it
+        problems += found
+        bad.update({"backend"} if found else ())
     if problems:
         problems += grid_problems_of_partial(StudyConfig(**values), bad)
         raise ConfigError(problems)
+    if run_user_code and unknown_measures(values["measures"]):  # only imports register them
+        problems += [p for p in (import_problem(i, "imports") for i in values["imports"]) if p]
+        if not problems:
+            values["measures"] = registered_measures(values["measures"], (), problems)
+        if problems:
+            raise ConfigError(problems)
     return StudyConfig(**values)
