@@ -337,6 +337,32 @@ def test_ctrl_c_or_sigterm_in_train_gmop_is_one_line_and_exit_130_or_143(tmp_pat
     assert not model.exists()
 
 
+@pytest.mark.parametrize("stop", STOPS.values(), ids=STOPS)
+@pytest.mark.parametrize("command", ["shift", "report"])
+def test_ctrl_c_or_sigterm_in_shift_and_report_is_one_line_and_exit_130_or_143(
+    tmp_path, command: str, stop: Stop
+):
+    """shift stopped while it trains its networks (for a hundred million steps); report, whose
+    work takes a second, stopped inside its guard, which the hook holds until the signal."""
+    hook, html = guard_announcer(tmp_path / "hook"), tmp_path / "report.html"
+    env = {"PYTHONPATH": f"{REPO}{os.pathsep}{hook}", "OODEVAL_TEST_ANNOUNCE": GUARDED}
+    if command == "shift":
+        args = ["shift", "--train", "digits", "--test", "digits", "--n-seeds", "1"]
+        args += ["--n-steps", "100000000"]
+        kept = "nothing is kept (the networks train in memory); run it again"
+    else:
+        args = ["report", "examples/results.csv", "--out", str(html)]
+        env["OODEVAL_TEST_HOLD"] = "1"
+        kept = f"{html} was not written (the page is written at the end); run it again"
+    proc = _oodeval(args, env=env)
+    guarded = proc.stderr.readline()
+    assert guarded == f"{GUARDED}\n", guarded + proc.stderr.read()
+    code, rest = _interrupt(proc, stop.signum)
+    assert code == stop.status, rest
+    assert rest.splitlines() == [f"{stop.word}: {kept}"]
+    assert not html.exists()
+
+
 def test_python_m_exits_130_after_an_interrupt_raised_inside_exec(tmp_path):
     """CPython marks a KeyboardInterrupt that leaves an ``exec()`` or ``eval()`` of a string as
     unhandled, and keeps the mark once the interrupt is caught; run as ``python -m``, it then ended

@@ -131,7 +131,9 @@ def assert_no_process_survives(token: str, seconds: float = 30.0) -> None:
 #: caught by another handler and prints another line). With ``OODEVAL_TEST_RAISE_IN_EXEC`` set, the
 #: guarded work is instead interrupted at once by a KeyboardInterrupt raised inside ``exec()`` of a
 #: string, as a Ctrl-C that lands in library code doing that (dataclasses, typing) raises it.
-#: Without either variable it does nothing.
+#: With ``OODEVAL_TEST_HOLD`` set too, the command waits for a signal once it has announced itself,
+#: before its work: a command whose work takes less time than a signal takes to arrive. Without
+#: any of these variables it does nothing.
 #: (Written into a test's folder, not kept as a file here: pytest's doctest collection would
 #: import it as ``sitecustomize``, which a system Python may already have.)
 GUARD_ANNOUNCER = """from __future__ import annotations
@@ -140,6 +142,7 @@ import os
 
 if os.environ.get("OODEVAL_TEST_ANNOUNCE") or os.environ.get("OODEVAL_TEST_RAISE_IN_EXEC"):
     import contextlib
+    import signal
     import sys
 
     from oodeval.cli import _common
@@ -152,6 +155,8 @@ if os.environ.get("OODEVAL_TEST_ANNOUNCE") or os.environ.get("OODEVAL_TEST_RAISE
             if os.environ.get("OODEVAL_TEST_RAISE_IN_EXEC"):
                 exec("raise KeyboardInterrupt")
             print(os.environ["OODEVAL_TEST_ANNOUNCE"], file=sys.stderr, flush=True)
+            while os.environ.get("OODEVAL_TEST_HOLD"):
+                signal.pause()  # until a signal's handler raises (Ctrl-C, SIGTERM)
             yield
 
     _common.stops_on_ctrl_c = _announced
