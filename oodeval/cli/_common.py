@@ -238,7 +238,8 @@ def sigterm_like_ctrl_c() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # None: a handler set outside Python, which cannot be put back; the default then
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         _TERMINATING.clear()
 
 
