@@ -73,6 +73,48 @@ def test_ctrl_c_or_sigterm_abandons_the_units_in_flight_and_the_same_command_res
         f"{stop.word}: {stored} of 16 units stored; run the same command again to resume"
     ]
     assert LEAK_WARNING not in stderr
+    _assert_resumes_whole(config, out, stored, tmp_path / "reference")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_ray_study_with_one_line_and_the_same_command_resumes(tmp_path):
+    """ray.init makes SIGTERM end the driver by sys.exit (Ray's core then printed a stack dump
+    and aborted, status -6): the driver keeps its own handler, cancels the Ray tasks in flight,
+    shuts its local Ray instance down and ends as with local workers."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    started = tmp_path / "started"
+    started.mkdir()
+    config = write_config(tmp_path, options=f'started_dir = "{started}"')
+    out, token = tmp_path / "out", uuid.uuid4().hex
+    proc = start_driver(
+        config, out, tmp_path / "driver.log", token, hang="GroupDRO", options=("--executor", "ray")
+    )
+    try:
+        wait_until(
+            lambda: len([f for f in started.iterdir() if "-GroupDRO-" in f.name]) == 2,
+            "two GroupDRO units started",
+            proc=proc,
+            seconds=300,
+        )
+        os.kill(proc.pid, signal.SIGTERM)
+        returncode = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert_no_process_survives(token, seconds=60)  # Ray's own processes included
+    stderr = proc.stderr.read().decode()
+    assert returncode == 143, stderr
+    stored = count_stored_units(out)
+    assert [line for line in stderr.splitlines() if line.startswith("terminated")] == [
+        f"terminated: {stored} of 16 units stored; run the same command again to resume"
+    ], stderr
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr, stderr
+    _assert_resumes_whole(config, out, stored, tmp_path / "reference")
+
+
+def _assert_resumes_whole(config: Path, out: Path, stored: int, reference: Path) -> None:
+    """The stopped study's store is intact and holds whole units only (none of the abandoned
+    GroupDRO ones); running it again completes it, equal to an uninterrupted run."""
     with sqlite3.connect(out / "results.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         keys = [k for (k,) in conn.execute("SELECT unit_key FROM units")]
@@ -83,7 +125,6 @@ def test_ctrl_c_or_sigterm_abandons_the_units_in_flight_and_the_same_command_res
     units = load_study(out).units
     assert len(units) == units["unit_key"].nunique() == 16
     assert units["attempts"].tolist() == [1] * 16  # no unit was recorded twice
-    reference = tmp_path / "reference"
     run_study(load_config(config), reference, workers=2, progress=False)
     assert_same_store(out, reference)
 

@@ -70,13 +70,14 @@ def write_config(directory: Path, *, backend: str = BACKEND, options: str = "") 
 
 
 def start_driver(
-    config: Path, out: Path, log: Path, token: str, *, hang: str = ""
+    config: Path, out: Path, log: Path, token: str, *, hang: str = "", options: tuple = ()
 ) -> subprocess.Popen:
     """``oodeval study run`` in its own session (a terminal's Ctrl-C reaches its whole group),
-    its stdout in `log`, its stderr a pipe; the units of algorithm `hang` run ten minutes."""
+    its stdout in `log`, its stderr a pipe; the units of algorithm `hang` run ten minutes;
+    `options` are more options (``--executor ray``)."""
     env = {**os.environ, MARK: token, "OODEVAL_TEST_HANG": hang}
     cmd = [sys.executable, "-m", "oodeval.cli.main", "study", "run", str(config)]
-    cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report"]
+    cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report", *options]
     with log.open("wb") as sink:
         return subprocess.Popen(
             cmd,
