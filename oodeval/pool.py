@@ -10,9 +10,10 @@ one runner of units in them: a study's local executor (`oodeval.study.executors.
 - dies with its driver at any moment, start-up included (`exit_with_parent`): the driver's PID is
   taken by the driver when it creates the pool, not read by the worker, whose parent may already
   be gone (and replaced by PID 1) when its set-up runs;
-- ignores Ctrl-C: a terminal sends SIGINT to the whole process group, and the driver alone decides
-  what happens (`WorkerPool.abandon` kills the workers and drops the units they were running).
-  SIGINT is blocked while a worker is started, so it cannot reach one before it ignores it.
+- ignores Ctrl-C and SIGTERM: a terminal sends SIGINT to the whole process group, Slurm sends
+  SIGTERM to every process of a job at its time limit, and the driver alone decides what happens
+  (`WorkerPool.abandon` kills the workers and drops the units they were running). Both signals
+  are blocked while a worker is started, so neither can reach one before it ignores them.
 
 A killed driver also leaves no multiprocessing resource tracker behind: the tracker ends when the
 last process holding its pipe ends, i.e. with the driver's last worker.
@@ -45,6 +46,9 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 MAX_WORKERS = 1024
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+#: What stops a command (Ctrl-C, ``kill``, a Slurm time limit): the driver handles them, workers
+#: ignore them.
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def set_threads(threads: int) -> None:
@@ -113,15 +117,17 @@ def _poll_parent(parent: int, poll_seconds: float) -> None:
 
 @contextlib.contextmanager
 def interrupts_blocked() -> Iterator[None]:
-    """Hold back SIGINT (Ctrl-C) in this thread inside the block; it is delivered at its end.
+    """Hold back SIGINT (Ctrl-C) and SIGTERM in this thread inside the block; they are delivered
+    at its end.
 
-    Processes started inside the block inherit the blocked signal (that is how a new worker is kept
-    from a Ctrl-C until it ignores SIGINT). Without ``pthread_sigmask`` (Windows) it does nothing.
+    Processes started inside the block inherit the blocked signals (that is how a new worker is
+    kept from a Ctrl-C or a SIGTERM until it ignores them). Without ``pthread_sigmask`` (Windows)
+    it does nothing.
     """
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         yield
     finally:
@@ -131,15 +137,15 @@ def interrupts_blocked() -> Iterator[None]:
 class WorkerPool(ProcessPoolExecutor):
     """A `ProcessPoolExecutor` of `workers` ``spawn`` processes (default: one per CPU core).
 
-    Each worker, when it starts: ignores SIGINT, exits with the driver (`exit_with_parent`), runs
-    `threads` threads (`set_threads`), imports the modules named in `preload` (e.g. ``("torch",)``
-    so that importing happens at start-up, not in the first unit), then calls
-    ``initializer(*initargs)``. With `per_worker` (one item per worker) worker i calls
+    Each worker, when it starts: ignores SIGINT and SIGTERM, exits with the driver
+    (`exit_with_parent`), runs `threads` threads (`set_threads`), imports the modules named in
+    `preload` (e.g. ``("torch",)`` so that importing happens at start-up, not in the first unit),
+    then calls ``initializer(*initargs)``. With `per_worker` (one item per worker) worker i calls
     ``initializer(*initargs, per_worker[i])`` instead: settings that differ between workers, such
     as a device each.
 
     Used as a context manager, the pool waits for its work on a normal exit and `abandon`\\ s it
-    when an exception (Ctrl-C included) leaves the block.
+    when an exception (Ctrl-C and SIGTERM included) leaves the block.
 
     >>> with WorkerPool(1) as pool:
     ...     pool.submit(pow, 2, 10).result()
@@ -213,9 +219,10 @@ def _start_worker(
     initargs: tuple[Any, ...],
 ) -> None:
     """A worker's set-up (see `WorkerPool`); runs in the worker before any task."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):  # blocked by the driver while it started this process
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     exit_with_parent(parent)
     set_threads(threads)
     for name in preload:

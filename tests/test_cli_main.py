@@ -44,3 +44,25 @@ def test_version_and_help_exit_zero():
 def test_no_arguments_shows_help_and_exits_2():
     done = _run()
     assert done.returncode == 2 and "Usage: oodeval" in done.stdout + done.stderr
+
+
+def test_sigterm_raises_terminated_once_and_the_line_says_terminated_with_143(capsys):
+    """Inside `sigterm_like_ctrl_c` the first SIGTERM is a KeyboardInterrupt (every Ctrl-C path
+    runs), a second one during the clean-up is ignored, and `interrupted` then prints
+    ``terminated:`` and gives 143; outside it the previous handler is back."""
+    import signal
+
+    from oodeval.cli._common import Terminated, interrupted, sigterm_like_ctrl_c
+
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_like_ctrl_c():
+        with pytest.raises(Terminated):  # raise_signal runs the handler before it returns
+            signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # ignored while the command cleans up
+        code = interrupted("interrupted: 3 of 8 units stored; run it again").exit_code
+    assert code == 143
+    assert capsys.readouterr().err == "terminated: 3 of 8 units stored; run it again\n"
+    assert signal.getsignal(signal.SIGTERM) is before
+    with sigterm_like_ctrl_c():  # a new command starts clean
+        assert interrupted("interrupted: nothing kept").exit_code == 130
+    assert capsys.readouterr().err == "interrupted: nothing kept\n"

@@ -15,17 +15,26 @@ units come from `tests.cluster_backend` (the synthetic backend plus a gate hook)
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from oodeval.study import load_config, load_study, run_study
+from tests.helpers.interrupts import (
+    LEAK_WARNING,
+    MARK,
+    STOPS,
+    assert_no_process_survives,
+    write_config,
+)
 from tests.helpers.studies import assert_same_store, count_stored_units, stored_rows
 from tests.helpers.waiting import wait_until
 
@@ -363,3 +372,48 @@ vrex_penalty_anneal_iters = 4
     run_study(load_config(config), reference, workers=1, progress=False)
     assert_same_store(out, reference)
     assert {"torch"} <= set(load_study(out).units["versions"].iloc[0])
+
+
+def test_a_driver_job_at_its_time_limit_keeps_its_units_and_says_so(tmp_path, slurm_env):
+    """`study run` (local workers) as a batch job of one minute whose GroupDRO units run ten:
+    at the time limit Slurm sends SIGTERM to every process of the job, the driver stops its
+    workers and writes its one line to the job's log (exit 143), and the same command resumes
+    the stored units without losing or duplicating one."""
+    started = tmp_path / "started"
+    started.mkdir()
+    config = write_config(tmp_path, options=f'started_dir = "{started}"')
+    out, log, token = tmp_path / "out", tmp_path / "job.log", uuid.uuid4().hex
+    driver = [sys.executable, "-m", "oodeval.cli.main", "study", "run", str(config)]
+    driver += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report"]
+    env = {**_driver_env(slurm_env), MARK: token, "OODEVAL_TEST_HANG": "GroupDRO"}
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--time=1", "--job-name=oodeval-time-limit", f"--output={log}",
+         f"--chdir={REPO}", "--wrap", shlex.join(driver)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    job = submitted.stdout.strip().split(";")[0]
+    # a minute of time limit, then up to slurmctld's 30 s check, then KillWait
+    (row,) = _sacct(slurm_env, "-j", job, "-o", "JobID,State", expect=1, timeout=300)
+    assert row[1] == "TIMEOUT", (row, log.read_text())
+    assert_no_process_survives(token)
+    text = log.read_text()
+    stored = count_stored_units(out)
+    assert 0 < stored < 16, text
+    assert "Traceback" not in text and LEAK_WARNING not in text, text
+    assert len([f for f in started.iterdir() if "-GroupDRO-" in f.name]) == 2, text  # in flight
+    ours = [ln for ln in text.splitlines() if not ln.startswith(("failed: ", "slurmstepd"))]
+    assert ours == [
+        f"{STOPS['sigterm'].word}: {stored} of 16 units stored; run the same command again to "
+        "resume"
+    ], text
+    with sqlite3.connect(out / "results.sqlite") as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    resumed = run_study(load_config(config), out, workers=2, progress=False)  # nothing hangs now
+    assert (resumed.skipped, resumed.ran) == (stored, 16 - stored)
+    units = load_study(out).units
+    assert len(units) == units["unit_key"].nunique() == 16
+    assert units["attempts"].tolist() == [1] * 16  # no unit was recorded twice
+    reference = tmp_path / "reference"
+    run_study(load_config(config), reference, workers=2, progress=False)
+    assert_same_store(out, reference)

@@ -54,6 +54,7 @@ def _worker_state() -> dict[str, object]:
         "pid": os.getpid(),
         "parent": os.getppid(),
         "sigint": signal.getsignal(signal.SIGINT),
+        "sigterm": signal.getsignal(signal.SIGTERM),
         "threads": {os.environ.get(var) for var in THREAD_VARS},
     }
 
@@ -72,11 +73,12 @@ def test_each_worker_gets_its_own_per_worker_item():
         WorkerPool(0)
 
 
-def test_workers_ignore_ctrl_c_know_their_driver_and_run_the_threads_asked():
+def test_workers_ignore_ctrl_c_and_sigterm_know_their_driver_and_run_the_threads_asked():
     with WorkerPool(1, threads=2) as pool:
         state = pool.submit(_worker_state).result(timeout=120)
     assert state["pid"] != os.getpid() and state["parent"] == os.getpid()
     assert state["sigint"] == signal.SIG_IGN  # the driver alone handles Ctrl-C
+    assert state["sigterm"] == signal.SIG_IGN  # and SIGTERM (Slurm sends it to every process)
     assert state["threads"] == {"2"}
 
 

@@ -1,4 +1,4 @@
-"""Stopping a study: Ctrl-C, a driver killed during start-up, and warnings raised in units.
+"""Stopping a study: Ctrl-C, SIGTERM, a driver killed during start-up, and warnings raised in units.
 
 Drivers run ``oodeval study run`` on ``tests.interrupt_backend`` (units that announce their start
 in a folder, and units that hang); every process of one study carries a token in its environment
@@ -18,6 +18,9 @@ import pytest
 
 from oodeval.study import load_config, load_study, run_study
 from tests.helpers.interrupts import (
+    LEAK_WARNING,
+    STOPS,
+    Stop,
     assert_no_process_survives,
     start_driver,
     study_processes,
@@ -28,9 +31,18 @@ from tests.helpers.waiting import wait_until
 
 
 @pytest.mark.slow
-def test_ctrl_c_abandons_the_units_in_flight_and_the_same_command_resumes(tmp_path):
-    """Ctrl-C while both workers run a ten-minute unit: the driver kills them instead of waiting,
-    prints one line, exits 130; the store holds whole units only and the next run completes it."""
+@pytest.mark.parametrize(
+    ("stop", "group"),
+    [(STOPS["ctrl-c"], True), (STOPS["sigterm"], True), (STOPS["sigterm"], False)],
+    ids=["ctrl-c", "sigterm-to-the-group", "sigterm-to-the-driver"],
+)
+def test_ctrl_c_or_sigterm_abandons_the_units_in_flight_and_the_same_command_resumes(
+    tmp_path, stop: Stop, group: bool
+):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM (to the group, as
+    Slurm sends it at a time limit; or to the driver alone, as ``kill PID``) while both workers
+    run a ten-minute unit: the driver kills them instead of waiting, prints one line, exits 130
+    or 143, leaks no semaphore; the store holds whole units only and the next run completes it."""
     started = tmp_path / "started"
     started.mkdir()
     config = write_config(tmp_path, options=f'started_dir = "{started}"')
@@ -43,19 +55,66 @@ def test_ctrl_c_abandons_the_units_in_flight_and_the_same_command_resumes(tmp_pa
 
     try:
         wait_until(both_workers_hang, "two GroupDRO units started", proc=proc)
-        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the driver and its workers
+        if group:  # as a terminal's Ctrl-C or Slurm's SIGTERM: the driver and its workers
+            os.killpg(proc.pid, stop.signum)
+        else:
+            os.kill(proc.pid, stop.signum)
         returncode = proc.wait(timeout=60)  # not the ten minutes of the units in flight
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    stderr = proc.stderr.read().decode()
-    assert returncode == 130, stderr
-    stored = count_stored_units(out)
-    # besides the stored CORAL failures' lines: one line, no traceback
-    assert [line for line in stderr.splitlines() if not line.startswith("failed: ")] == [
-        f"interrupted: {stored} of 16 units stored; run the same command again to resume"
-    ]
     assert_no_process_survives(token)
+    # read to its end: the resource tracker, which outlives the driver, writes a leak there
+    stderr = proc.stderr.read().decode()
+    assert returncode == stop.status, stderr
+    stored = count_stored_units(out)
+    # besides the stored CORAL failures' lines: one line, no traceback, no leaked semaphore
+    assert [line for line in stderr.splitlines() if not line.startswith("failed: ")] == [
+        f"{stop.word}: {stored} of 16 units stored; run the same command again to resume"
+    ]
+    assert LEAK_WARNING not in stderr
+    _assert_resumes_whole(config, out, stored, tmp_path / "reference")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_ray_study_with_one_line_and_the_same_command_resumes(tmp_path):
+    """ray.init makes SIGTERM end the driver by sys.exit (Ray's core then printed a stack dump
+    and aborted, status -6): the driver keeps its own handler, cancels the Ray tasks in flight,
+    shuts its local Ray instance down and ends as with local workers."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    started = tmp_path / "started"
+    started.mkdir()
+    config = write_config(tmp_path, options=f'started_dir = "{started}"')
+    out, token = tmp_path / "out", uuid.uuid4().hex
+    proc = start_driver(
+        config, out, tmp_path / "driver.log", token, hang="GroupDRO", options=("--executor", "ray")
+    )
+    try:
+        wait_until(
+            lambda: len([f for f in started.iterdir() if "-GroupDRO-" in f.name]) == 2,
+            "two GroupDRO units started",
+            proc=proc,
+            seconds=300,
+        )
+        os.kill(proc.pid, signal.SIGTERM)
+        returncode = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert_no_process_survives(token, seconds=60)  # Ray's own processes included
+    stderr = proc.stderr.read().decode()
+    assert returncode == 143, stderr
+    stored = count_stored_units(out)
+    assert [line for line in stderr.splitlines() if line.startswith("terminated")] == [
+        f"terminated: {stored} of 16 units stored; run the same command again to resume"
+    ], stderr
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr, stderr
+    _assert_resumes_whole(config, out, stored, tmp_path / "reference")
+
+
+def _assert_resumes_whole(config: Path, out: Path, stored: int, reference: Path) -> None:
+    """The stopped study's store is intact and holds whole units only (none of the abandoned
+    GroupDRO ones); running it again completes it, equal to an uninterrupted run."""
     with sqlite3.connect(out / "results.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         keys = [k for (k,) in conn.execute("SELECT unit_key FROM units")]
@@ -66,7 +125,6 @@ def test_ctrl_c_abandons_the_units_in_flight_and_the_same_command_resumes(tmp_pa
     units = load_study(out).units
     assert len(units) == units["unit_key"].nunique() == 16
     assert units["attempts"].tolist() == [1] * 16  # no unit was recorded twice
-    reference = tmp_path / "reference"
     run_study(load_config(config), reference, workers=2, progress=False)
     assert_same_store(out, reference)
 

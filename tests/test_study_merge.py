@@ -33,7 +33,7 @@ from oodeval.study.store import (
     UnitRecord,
     verify_store,
 )
-from tests.helpers.interrupts import default_ctrl_c
+from tests.helpers.interrupts import STOPS, Stop, default_ctrl_c
 from tests.helpers.studies import count_stored_units
 from tests.helpers.waiting import wait_until
 
@@ -418,18 +418,21 @@ def test_a_merge_killed_at_a_random_point_completes_when_run_again(large, tmp_pa
     assert_equal_stores(out, reference)
 
 
-def test_ctrl_c_stops_a_merge_with_one_line_and_the_same_command_resumes(large, tmp_path):
+@pytest.mark.parametrize("stop", STOPS.values(), ids=STOPS)
+def test_ctrl_c_or_sigterm_stops_a_merge_with_one_line_and_the_same_command_resumes(
+    large, tmp_path, stop: Stop
+):
     a, b, reference = large
     total = 3 * N_SCENARIOS * N_SEEDS
     out = tmp_path / "merged"
     process = merge_process(a, b, out)
     wait_for_units(process, out, total // 3)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop.signum)
     stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
+    assert process.returncode == stop.status, stderr
     stored = count_stored_units(out)
     assert stderr.strip() == (
-        f"interrupted: {stored} of {total} units stored; run the same command again to resume"
+        f"{stop.word}: {stored} of {total} units stored; run the same command again to resume"
     )
     assert 0 < stored < total and stdout == ""
     again = merge_process(a, b, out)

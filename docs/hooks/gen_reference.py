@@ -180,7 +180,7 @@ def cli_page() -> str:
         "Every command keeps the [command-line contract](../contributing.md#command-line-contract)"
         ": tables take `--format/-f table|csv|json|markdown` and `--output/-o FILE`, artefacts "
         "`--out PATH`; exit status 0 done, 1 a check found a problem, 2 bad input (one `error:` "
-        "line naming the fix), 130 interrupted.",
+        "line naming the fix), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).",
         "",
     ]
     for path, command, ctx in walk_commands(root):

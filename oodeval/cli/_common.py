@@ -5,15 +5,18 @@ The command-line contract (CONTRIBUTING.md): a command that prints a table takes
 ``--format/-f`` (`FORMAT_OPT`, one of `oodeval.tables.FORMATS`) and ``--output/-o FILE``
 (`OUTPUT_OPT`); a command that writes artefacts (a report, a study folder, a figure, a model)
 takes ``--out`` without a short form. Exit status: 0 done, 1 a check found a problem, 2 bad
-input or usage, 130 interrupted (Ctrl-C).
+input or usage, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM: ``kill``, a Slurm time
+limit).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -33,6 +36,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 USAGE_ERROR = 2
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a command stopped by `kill`
 
 
 class OutputFormat(str, Enum):
@@ -183,6 +187,7 @@ def stops_on_ctrl_c(kept: str, *, own_message: bool = True) -> Iterator[None]:
     interrupt that carries its own message (`oodeval.study.StudyInterrupted`: how many units are
     stored) prints that instead, unless `own_message` is False. Long commands wrap their work
     in it, so every one stops the same way: ``interrupted: <what is kept>; <how to go on>``.
+    SIGTERM stops them the same way (`sigterm_like_ctrl_c`), with ``terminated:`` and 143.
     """
     try:
         yield
@@ -194,9 +199,53 @@ INTERRUPTED_BACKSTOP = "stopped before it finished; run the same command again"
 
 
 def interrupted(line: str) -> typer.Exit:
-    """Print `line` (what was kept, how to go on) on stderr and return the Exit(130) to raise."""
-    typer.echo(safe_text(line), err=True)
-    return typer.Exit(code=INTERRUPTED)
+    """Print `line` (what was kept, how to go on) on stderr and return the Exit(130) to raise.
+
+    After a SIGTERM (`sigterm_like_ctrl_c`) the line starts with ``terminated:`` instead of
+    ``interrupted:`` and the status is 143.
+    """
+    if not _TERMINATING.is_set():
+        typer.echo(safe_text(line), err=True)
+        return typer.Exit(code=INTERRUPTED)
+    typer.echo(safe_text("terminated: " + line.removeprefix("interrupted: ")), err=True)
+    return typer.Exit(code=TERMINATED)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the command (`sigterm_like_ctrl_c`): it stops as on Ctrl-C."""
+
+
+#: Set once a SIGTERM arrived: `interrupted` then says ``terminated:`` and gives 143.
+_TERMINATING = threading.Event()
+
+
+@contextmanager
+def sigterm_like_ctrl_c() -> Iterator[None]:
+    """Inside the block, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread.
+
+    So a ``kill`` or Slurm's time limit goes through every Ctrl-C path: worker processes are
+    stopped, the store's open transaction rolls back, and the command prints its one line and
+    exits 143 (`interrupted`). Only the first SIGTERM raises; later ones (Slurm signals every
+    process of a job, ``srun`` forwards the signal too) are ignored while the command cleans up.
+    Outside the main thread (SIGTERM handlers can only be set there) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if not _TERMINATING.is_set():
+            _TERMINATING.set()
+            raise Terminated()
+
+    _TERMINATING.clear()
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        # None: a handler set outside Python, which cannot be put back; the default then
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        _TERMINATING.clear()
 
 
 def render_metrics(metrics: dict[str, Any], fmt: OutputFormat) -> str:

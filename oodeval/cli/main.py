@@ -21,7 +21,12 @@ from oodeval.cli import (
     study,
     variance,
 )
-from oodeval.cli._common import USAGE_ERROR
+from oodeval.cli._common import (
+    INTERRUPTED_BACKSTOP,
+    USAGE_ERROR,
+    interrupted,
+    sigterm_like_ctrl_c,
+)
 
 #: The command modules, in the order `oodeval --help` lists them (single commands first, then
 #: groups, as Typer lists them). Each defines ``register(parent)``, which adds its command or
@@ -85,8 +90,15 @@ def run(args: list[str] | None = None) -> int:
     """Run the `oodeval` command line `args` (default: sys.argv[1:]); return the exit status.
 
     Usage errors become one `error:` line on stderr and status 2, as bad input does in every
-    command (`oodeval.cli._common.reports_errors`). Tests call this to see what a user sees.
+    command (`oodeval.cli._common.reports_errors`). SIGTERM stops a command as Ctrl-C does, with
+    status 143 (`oodeval.cli._common.sigterm_like_ctrl_c`). Tests call this to see what a user
+    sees.
     """
+    with sigterm_like_ctrl_c():
+        return _run(args)
+
+
+def _run(args: list[str] | None) -> int:
     try:
         code = app(args=args, standalone_mode=False, prog_name="oodeval")
     except Exception as exc:
@@ -105,6 +117,9 @@ def run(args: list[str] | None = None) -> int:
             message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
             typer.echo(safe_text(f"error: {message}"), err=True)
             return int(getattr(exc, "exit_code", 1))
+        if "Abort" in kinds and isinstance(exc.__cause__, KeyboardInterrupt):
+            # Ctrl-C or SIGTERM before a command's own guard (click turns it into Abort)
+            return int(interrupted(f"interrupted: {INTERRUPTED_BACKSTOP}").exit_code)
         if "Abort" in kinds:
             typer.echo("aborted", err=True)
             return 1
@@ -114,7 +129,13 @@ def run(args: list[str] | None = None) -> int:
 
 def main() -> None:
     """Console-script entry point: `run` the command line and exit with its status."""
-    sys.exit(run())
+    code = run()
+    # A KeyboardInterrupt raised inside a string given to exec() or eval() (library code does
+    # that: dataclasses, typing...) sets a flag in CPython that stays set after the interrupt is
+    # caught; run as ``python -m oodeval.cli.main`` (not as the console script), Python then
+    # ends by SIGINT itself after exiting with `code`. An exec() of a string clears the flag.
+    exec("")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

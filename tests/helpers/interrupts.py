@@ -13,12 +13,31 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "OODEVAL_TEST_STUDY"
 BACKEND = "tests.interrupt_backend"
+
+
+class Stop(NamedTuple):
+    """A way of stopping a command, and how the command must end then (CONTRIBUTING.md)."""
+
+    signum: int  # the signal sent
+    status: int  # the command's exit status
+    word: str  # its one line starts with ``<word>: ``
+
+
+#: Ctrl-C (a terminal's SIGINT) and SIGTERM (``kill``, a Slurm time limit or ``scancel``) stop a
+#: long command the same way: one line saying what was kept, 130 or 143.
+STOPS = {
+    "ctrl-c": Stop(signal.SIGINT, 130, "interrupted"),
+    "sigterm": Stop(signal.SIGTERM, 143, "terminated"),
+}
+#: What multiprocessing's resource tracker prints when a driver died without closing its pool.
+LEAK_WARNING = "leaked semaphore"
 
 STUDY_TOML = """
 name = "interrupt-test"
@@ -51,13 +70,14 @@ def write_config(directory: Path, *, backend: str = BACKEND, options: str = "") 
 
 
 def start_driver(
-    config: Path, out: Path, log: Path, token: str, *, hang: str = ""
+    config: Path, out: Path, log: Path, token: str, *, hang: str = "", options: tuple = ()
 ) -> subprocess.Popen:
     """``oodeval study run`` in its own session (a terminal's Ctrl-C reaches its whole group),
-    its stdout in `log`, its stderr a pipe; the units of algorithm `hang` run ten minutes."""
+    its stdout in `log`, its stderr a pipe; the units of algorithm `hang` run ten minutes;
+    `options` are more options (``--executor ray``)."""
     env = {**os.environ, MARK: token, "OODEVAL_TEST_HANG": hang}
     cmd = [sys.executable, "-m", "oodeval.cli.main", "study", "run", str(config)]
-    cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report"]
+    cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--no-report", *options]
     with log.open("wb") as sink:
         return subprocess.Popen(
             cmd,
@@ -109,15 +129,21 @@ def assert_no_process_survives(token: str, seconds: float = 30.0) -> None:
 #: `oodeval.cli._common.stops_on_ctrl_c` first enters the real guard, then prints the variable's
 #: value as one line on stderr: the test reads that line from the pipe and interrupts at once,
 #: instead of sleeping and hoping the command got there (a SIGINT that comes before the guard is
-#: caught by another handler and prints another line). Without the variable it does nothing.
+#: caught by another handler and prints another line). With ``OODEVAL_TEST_RAISE_IN_EXEC`` set, the
+#: guarded work is instead interrupted at once by a KeyboardInterrupt raised inside ``exec()`` of a
+#: string, as a Ctrl-C that lands in library code doing that (dataclasses, typing) raises it.
+#: With ``OODEVAL_TEST_HOLD`` set too, the command waits for a signal once it has announced itself,
+#: before its work: a command whose work takes less time than a signal takes to arrive. Without
+#: any of these variables it does nothing.
 #: (Written into a test's folder, not kept as a file here: pytest's doctest collection would
 #: import it as ``sitecustomize``, which a system Python may already have.)
 GUARD_ANNOUNCER = """from __future__ import annotations
 
 import os
 
-if os.environ.get("OODEVAL_TEST_ANNOUNCE"):
+if os.environ.get("OODEVAL_TEST_ANNOUNCE") or os.environ.get("OODEVAL_TEST_RAISE_IN_EXEC"):
     import contextlib
+    import signal
     import sys
 
     from oodeval.cli import _common
@@ -127,7 +153,11 @@ if os.environ.get("OODEVAL_TEST_ANNOUNCE"):
     @contextlib.contextmanager
     def _announced(*args, **kwargs):
         with _guard(*args, **kwargs):
+            if os.environ.get("OODEVAL_TEST_RAISE_IN_EXEC"):
+                exec("raise KeyboardInterrupt")
             print(os.environ["OODEVAL_TEST_ANNOUNCE"], file=sys.stderr, flush=True)
+            while os.environ.get("OODEVAL_TEST_HOLD"):
+                signal.pause()  # until a signal's handler raises (Ctrl-C, SIGTERM)
             yield
 
     _common.stops_on_ctrl_c = _announced

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +160,7 @@ class RayExecutor(Executor):
         else:
             cpus = int(self.num_cpus or os.cpu_count() or 1)
             options.update(num_cpus=cpus, include_dashboard=False)
+        sigterm = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(**options)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -167,6 +170,11 @@ class RayExecutor(Executor):
                 f"cannot start or reach {where} ({first}); check the address (`ray status` on "
                 "the head node) or omit --ray-address to start a local instance"
             ) from None
+        finally:
+            # ray.init replaces SIGTERM's handler by sys.exit: keep the caller's (the command
+            # line's stops like Ctrl-C, cancelling the units in flight; see oodeval.cli._common)
+            if sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, sigterm)
         return True
 
     @property
