@@ -252,3 +252,36 @@ def test_a_repeated_column_is_refused_naming_it(twice: str, tmp_path: Path) -> N
     code, out, err = invoke(["measures", str(path)])
     assert_refused(code, out, err, ["measures", str(path)])
     assert f"column {twice.strip().lower()!r} appears more than once" in err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".json"])
+@pytest.mark.parametrize("column", ["_line", " _LINE"])
+def test_a_column_named_like_the_readers_line_numbers_is_ignored(
+    suffix: str, column: str, tmp_path: Path
+) -> None:
+    """Found by the fuzzer: a user column ``_line`` (an extra column, so ignored) collided
+    with the readers' own line numbers: a traceback, or its text read as a line number."""
+    table = _minimal_table()
+    table.extra = {column: "x"}
+    rows = table.rows()
+    if suffix == ".csv":
+        text = csv_text(rows, list(rows[0]))
+    elif suffix == ".jsonl":
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    else:
+        text = json.dumps(rows)
+    code, out, err, argv = _run(tmp_path, f"r{suffix}", text.encode("utf-8"), "-f", "json")
+    assert code == 0 and "Traceback" not in err, (argv, err[-2000:])
+    _check_answer(table, out, "json")
+    rows.append(rows[0])  # a duplicate row: its message names file lines (or rows)
+    if suffix == ".csv":
+        text = csv_text(rows, list(rows[0]))
+    elif suffix == ".jsonl":
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    else:
+        text = json.dumps(rows)
+    code, out, err, argv = _run(tmp_path, f"r{suffix}", text.encode("utf-8"))
+    assert_refused(code, out, err, argv)
+    assert {".csv": "(lines 2 and 8)", ".jsonl": "(lines 1 and 7)", ".json": "(rows 1 and 7)"}[
+        suffix
+    ] in err, err

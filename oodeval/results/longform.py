@@ -125,7 +125,7 @@ def _read_json_lines(text: str, name: str) -> pd.DataFrame:
             f"{name} is empty; expected JSON lines with fields algorithm, environment, "
             "error|accuracy, split[, seed]"
         )
-    frame = pd.DataFrame.from_records(records).fillna("")
+    frame = _without_line_column(pd.DataFrame.from_records(records).fillna(""))
     frame.insert(0, "_line", lines)
     return frame
 
@@ -151,7 +151,18 @@ def _read_json_records(text: str, name: str) -> pd.DataFrame:
                 "fields algorithm, environment, error|accuracy, split[, seed]"
             )
     records = [{str(k).strip().lower(): _json_cell(v) for k, v in obj.items()} for obj in rows]
-    return pd.DataFrame.from_records(records).fillna("")  # messages then name rows, not lines
+    # messages then name rows, not lines
+    return _without_line_column(pd.DataFrame.from_records(records).fillna(""))
+
+
+def _without_line_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` without a user's own ``_line`` column: an ignored extra column to the user, but
+    the name under which the readers keep each row's file line.
+
+    >>> list(_without_line_column(pd.DataFrame({"_line": ["x"], "error": ["0.1"]})).columns)
+    ['error']
+    """
+    return frame.drop(columns=[c for c in frame.columns if c == "_line"])
 
 
 def _json_cell(v: object) -> str:
@@ -201,6 +212,7 @@ def _read_csv(text: str, name: str) -> pd.DataFrame:
             f"{name} is not a readable CSV ({first}); every row needs the header's columns"
         ) from None
     frame.columns = [str(c).strip().lower() for c in frame.columns]
+    frame = _without_line_column(frame)
     frame.insert(0, "_line", np.arange(len(frame)) + 2)  # line 1 is the header
     return frame
 

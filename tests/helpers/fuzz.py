@@ -58,7 +58,7 @@ def names(max_size: int = 12) -> st.SearchStrategy[str]:
 
 
 def _distinct(strategy: st.SearchStrategy[str], lo: int, hi: int) -> st.SearchStrategy[list]:
-    return st.lists(strategy, min_size=lo, max_size=hi, unique_by=lambda s: s.lower())
+    return st.lists(strategy, min_size=lo, max_size=hi, unique=True)  # "a" and "A" are two
 
 
 #: Errors as fractions in [0, 1]: round decimals (as logs hold) or any float, edges included.
@@ -139,8 +139,12 @@ def results_tables(draw: st.DrawFn, *, min_envs: int = 3) -> Results:
     # read with --percent, a file whose every value is <= 1 is refused as fractions
     percent = draw(st.booleans()) and max(cells) > 1
     reserved = {"algorithm", "environment", "split", "seed", "error", "accuracy"}
-    extra_names = draw(_distinct(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), 0, 2))
-    extra = {k: draw(names(6)) for k in extra_names if k not in reserved}
+    extra_names = draw(st.lists(
+        st.sampled_from(["_line", " _Line", "notes", "Run ID", "index", "Unnamed: 0"])
+        | st.from_regex(r"[a-z_]{1,8}", fullmatch=True),
+        max_size=2, unique_by=lambda k: k.strip().lower(),
+    ))
+    extra = {k: draw(names(6)) for k in extra_names if k.strip().lower() not in reserved}
     return Results(algorithms, envs, all_envs, seeds, loo, full, column, percent, extra)
 
 
