@@ -285,3 +285,32 @@ def test_a_column_named_like_the_readers_line_numbers_is_ignored(
     assert {".csv": "(lines 2 and 8)", ".jsonl": "(lines 1 and 7)", ".json": "(rows 1 and 7)"}[
         suffix
     ] in err, err
+
+
+#: JSON values no results file may hold as an error: not numbers, not finite, outside [0, 1].
+BAD_JSON_VALUES = [True, False, None, {}, [], [0.1], {"v": 0.1}, "", "nan", 10**400, -(10**400),
+                   1e308, -0.0001, 2, "0.1 0.2"]
+#: Raw JSON number texts Python's parser turns into inf or NaN.
+BAD_JSON_NUMBERS = ["1e999", "-1e999", "NaN", "Infinity", "-Infinity"]
+
+
+@fuzz_settings(40)
+@given(results_tables(), st.sampled_from(BAD_JSON_VALUES + BAD_JSON_NUMBERS),
+       st.sampled_from([".jsonl", ".json"]), st.data())
+def test_a_bad_json_value_is_refused(table, bad, suffix: str, data) -> None:
+    rows = table.rows()
+    k = data.draw(st.integers(0, len(rows) - 1), label="row")
+    marker = "@@bad@@"
+    rows[k] = {**rows[k], table.column: marker if bad in BAD_JSON_NUMBERS else bad}
+    if suffix == ".jsonl":
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    else:
+        text = json.dumps(rows)
+    if bad in BAD_JSON_NUMBERS:
+        text = text.replace(json.dumps(marker), bad)
+    with tempfile.TemporaryDirectory() as tmp:
+        percent = ["--percent"] if table.percent else []
+        code, out, err, argv = _run(Path(tmp), f"r{suffix}", text.encode("utf-8"), *percent)
+    if table.percent and bad == 2:  # 2 is a percentage
+        return
+    assert_refused(code, out, err, argv)
