@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.helpers.cli import assert_refused, invoke
@@ -223,3 +223,32 @@ def test_ratio_study_answers_or_refuses_in_one_line(o, kind, data) -> None:
         assert len(out.strip().splitlines()) >= 1 + len(ratios.split(",")), out
         return
     assert_refused(code, out, err, argv)
+
+
+@fuzz_settings(12)
+@given(scored_predictions() | model_predictions(), st.sampled_from(["csv", "npz"]),
+       st.sampled_from(["none", "truncated", "binary junk", "invalid UTF-8"]), st.data())
+@example(Outputs(np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([0, 1]), [0]), "csv", "none",
+         None).via("too few samples for the ratio sweep: the report was refused")
+def test_report_on_predictions_writes_a_page_or_nothing(generated, kind, damage, data) -> None:
+    if isinstance(generated, Scored):
+        suffix, raw = _scored_file(generated, kind, ("true", "false"))
+        base: list[str] = []
+    else:
+        suffix, raw = _outputs_file(generated, kind, False)
+        base = ["--base-classes", ",".join(map(str, generated.base))]
+    if damage != "none":
+        raw = MUTATIONS[damage][0](raw, data)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / f"p{suffix}"
+        source.write_bytes(raw)
+        page = Path(tmp) / "new" / "report.html"
+        argv = ["report", str(source), "--out", str(page), *base]
+        code, out, err = invoke(argv)
+        if code == 0:
+            assert "Traceback" not in out + err
+            assert page.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
+            return
+        assert damage != "none", (argv, err[-2000:])
+        assert_refused(code, out, err, argv)
+        assert not page.exists() and not page.parent.exists(), argv
