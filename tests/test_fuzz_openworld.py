@@ -252,3 +252,13 @@ def test_report_on_predictions_writes_a_page_or_nothing(generated, kind, damage,
         assert damage != "none", (argv, err[-2000:])
         assert_refused(code, out, err, argv)
         assert not page.exists() and not page.parent.exists(), argv
+
+
+@pytest.mark.parametrize("label", ["1e19", "1e308", "-1e300"])
+def test_a_class_id_past_int64_is_named(label: str, tmp_path: Path) -> None:
+    """Found by the fuzzer: a float label past int64 wrapped when cast (1e19 was reported as
+    the class id -9223372036854775808)."""
+    raw = f"label,score,base_prediction,new_prediction\n0,0.9,0,1\n{label},0.1,0,1\n".encode()
+    code, out, err, argv = _score(tmp_path, ".csv", raw, "--base-classes", "0")
+    assert_refused(code, out, err, argv)
+    assert "labels must hold class ids below 2**63" in err, err
