@@ -83,7 +83,7 @@ INVALID_TOML = ["steps = ", "steps = 1\nsteps = 2\n", "[trainer\n", "seeds = [0,
                 "steps = 1979-05-27T07:32:00Z\n", "steps = 1_\n", "\x00"]
 
 
-@fuzz_settings(80)
+@fuzz_settings(60)
 @given(study_configs(), st.sampled_from(sorted(MUTATIONS) + ["invalid TOML"]),
        st.sampled_from(["run", "estimate"]), st.data())
 def test_damaged_config_files_are_refused_or_accepted(config, mutation, command, data) -> None:

@@ -118,7 +118,7 @@ def _refused_or_answered(tmp: Path, suffix: str, raw: bytes, args: list[str], al
     assert not outputs[0].exists() and not outputs[1].exists(), argv
 
 
-@fuzz_settings(100)
+@fuzz_settings(80)
 @given(scored_predictions() | model_predictions(), st.sampled_from(sorted(MUTATIONS)), st.data())
 def test_broken_csv_predictions_are_refused_or_answered(generated, mutation, data) -> None:
     if isinstance(generated, Scored):
@@ -137,7 +137,7 @@ BAD_CELLS = ["nan", "NaN", "", "abc", "0x10", "1,5", "inf", "-inf", "1e400", "-1
              "True", "yes", "١"]
 
 
-@fuzz_settings(80)
+@fuzz_settings(60)
 @given(scored_predictions() | model_predictions(), st.sampled_from(BAD_CELLS), st.data())
 def test_a_bad_cell_is_refused_or_answered(generated, bad: str, data) -> None:
     """A bad cell anywhere: refused in one line, or (a score of inf, a label out of range...)
@@ -184,7 +184,7 @@ BAD_ARRAYS = st.sampled_from([
 ])
 
 
-@fuzz_settings(80)
+@fuzz_settings(60)
 @given(scored_predictions() | model_predictions(), BAD_ARRAYS, st.data())
 def test_a_bad_npz_array_is_refused_or_answered(generated, bad: np.ndarray, data) -> None:
     if isinstance(generated, Scored):

@@ -85,7 +85,7 @@ def test_valid_results_give_the_reference_measures(generated, fmt: str, data) ->
         assert all(alg in out for alg in table.algorithms), out
 
 
-@fuzz_settings(120)
+@fuzz_settings(100)
 @given(results_files(), st.sampled_from(sorted(MUTATIONS)), st.data())
 def test_broken_results_are_refused_in_one_line_or_answered(generated, mutation, data) -> None:
     table, suffix, text = generated
