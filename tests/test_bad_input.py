@@ -19,9 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 import typer.main
-from typer.testing import CliRunner
 
-from oodeval.cli.main import app, run
+from oodeval.cli.main import app
+from tests.helpers.cli import assert_refused as _assert_refused
+from tests.helpers.cli import invoke as _invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -483,27 +484,6 @@ CASES = [
     C("study run", "symbolic link as output", lambda f: [*PRESET, "--out", f.linked_study]),
 ]
 SRC = _shift_source_option()
-
-
-def _invoke(argv: list[str]) -> tuple[int, str, str]:
-    """Run `oodeval ARGV` as the console script does; return (status, stdout, stderr)."""
-    with CliRunner().isolation() as (out, err, _):
-        try:
-            code = run(argv)
-        except SystemExit as exc:  # a command may exit by itself
-            code = exc.code if isinstance(exc.code, int) else 1
-        return code, out.getvalue().decode(), err.getvalue().decode()
-
-
-def _assert_refused(code: int, stdout: str, stderr: str, argv: list[str]) -> None:
-    shown = f"oodeval {' '.join(argv)}\nstdout: {stdout[-500:]}\nstderr: {stderr[-2000:]}"
-    assert "Traceback" not in stdout + stderr, shown
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert code == 2, shown
-    assert len(lines) == 1 and lines[0].startswith("error: "), shown
-    assert len(lines[0]) > len("error: ") + 10 and len(lines[0]) < 600, shown
-    # A misspelt option is a usage error too: the case must reach the check it names.
-    assert "No such option" not in lines[0] and "Missing argument" not in lines[0], shown
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_curve
 from oodeval.report.figures import Figure, curves, lines
 from oodeval.report.page import Section
@@ -101,7 +102,13 @@ def openworld_sections(path: str | Path, *, base_classes: str | None = None) -> 
     )
     overview.figures.extend(_curve_figures(metrics, samples))
     sections = [overview]
-    sweep = ratio_sweep_table(arrays, ids)
+    try:
+        sweep = ratio_sweep_table(arrays, ids)
+    except OodevalError as exc:  # a file too small to resample: the rest is still reported
+        overview.notes.append(
+            f"No ratio sweep: too few samples to resample to every base:new ratio ({exc})."
+        )
+        return sections
     if sweep is None:
         overview.notes.append(
             "No ratio sweep: the already-scored form has no class labels to resample by class."

@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ __all__ = ["SPLITS", "LongResults", "read_results", "results_from_frame"]
 SPLITS = ("loo", "all")
 _KEYS = ("algorithm", "seed", "split", "environment")
 _JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
+#: A seed written as an integer (read exactly, any length up to Python's int-parsing limit).
+_INTEGER = re.compile(r"[+-]?[0-9]{1,4000}")
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def _read_json_lines(text: str, name: str) -> pd.DataFrame:
             f"{name} is empty; expected JSON lines with fields algorithm, environment, "
             "error|accuracy, split[, seed]"
         )
-    frame = pd.DataFrame.from_records(records).fillna("")
+    frame = _without_line_column(pd.DataFrame.from_records(records).fillna(""))
     frame.insert(0, "_line", lines)
     return frame
 
@@ -148,7 +151,18 @@ def _read_json_records(text: str, name: str) -> pd.DataFrame:
                 "fields algorithm, environment, error|accuracy, split[, seed]"
             )
     records = [{str(k).strip().lower(): _json_cell(v) for k, v in obj.items()} for obj in rows]
-    return pd.DataFrame.from_records(records).fillna("")  # messages then name rows, not lines
+    # messages then name rows, not lines
+    return _without_line_column(pd.DataFrame.from_records(records).fillna(""))
+
+
+def _without_line_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` without a user's own ``_line`` column: an ignored extra column to the user, but
+    the name under which the readers keep each row's file line.
+
+    >>> list(_without_line_column(pd.DataFrame({"_line": ["x"], "error": ["0.1"]})).columns)
+    ['error']
+    """
+    return frame.drop(columns=[c for c in frame.columns if c == "_line"])
 
 
 def _json_cell(v: object) -> str:
@@ -172,7 +186,13 @@ def _read_csv(text: str, name: str) -> pd.DataFrame:
         )
     try:
         reader = csv.reader(io.StringIO(text))
-        width = len(next(reader))
+        header = [c.strip().lower() for c in next(reader)]
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:  # pandas would rename the second one ("error.1") and read only the first
+            raise OodevalError(
+                f"{name}: column {repeated[0]!r} appears more than once in the header; keep one"
+            )
+        width = len(header)
         for row in reader:
             if len(row) > width:
                 raise OodevalError(
@@ -192,6 +212,7 @@ def _read_csv(text: str, name: str) -> pd.DataFrame:
             f"{name} is not a readable CSV ({first}); every row needs the header's columns"
         ) from None
     frame.columns = [str(c).strip().lower() for c in frame.columns]
+    frame = _without_line_column(frame)
     frame.insert(0, "_line", np.arange(len(frame)) + 2)  # line 1 is the header
     return frame
 
@@ -226,11 +247,31 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
 
 
 def _seed_labels(raw: pd.Series) -> pd.Series:
-    """Normalise integer-like seeds ("1", "1.0") to "1"; keep other labels as written."""
-    num = pd.to_numeric(raw, errors="coerce")
-    if num.notna().all() and np.all(np.mod(num, 1) == 0):
-        return num.astype(np.int64).astype(str)
-    return raw
+    """Normalise integer-like seeds ("1", "+1", "1.0", "1e3") to "1", "1", "1", "1000" when every
+    seed is one; keep other labels as written.
+
+    Integers are read exactly, however long (never through a float or int64: seeds past 2**63
+    would wrap, past 2**53 collide); a decimal is normalised only while exact (below 2**53).
+
+    >>> _seed_labels(pd.Series(["1.0", "99999999999999999999", "-0"])).tolist()
+    ['1', '99999999999999999999', '0']
+    >>> _seed_labels(pd.Series(["1", "a"])).tolist()
+    ['1', 'a']
+    """
+    normal: dict[str, str] = {}
+    for label in pd.unique(raw):
+        text = str(label)
+        if _INTEGER.fullmatch(text):
+            normal[label] = str(int(text))
+            continue
+        try:
+            value = float(text) if "_" not in text else math.nan
+        except ValueError:
+            return raw
+        if not (math.isfinite(value) and value.is_integer() and abs(value) < 2**53):
+            return raw
+        normal[label] = str(int(value))
+    return raw.map(normal)
 
 
 def _sorted_seeds(labels: list[str]) -> tuple[str, ...]:

@@ -9,6 +9,10 @@
 - `tests.helpers.training`: tiny synthetic scenarios for the trainer.
 - `tests.helpers.mnist`: a fake MNIST test split in IDX format.
 - `tests.helpers.browser`: a headless Chromium look at a local HTML page.
+- `tests.helpers.cli`: `invoke` (``oodeval ARGV`` in-process, as the console script runs it)
+  and `assert_refused` (the bad-input contract: one ``error:`` line, exit 2, no traceback).
+- `tests.helpers.fuzz`, `tests.helpers.fuzz_config`: Hypothesis strategies for results files,
+  open-world predictions and study configs, valid and broken, and `fuzz_settings`.
 
 ``tests/requires.py`` stays where it is (the root ``conftest.py`` imports it) and so do the study
 backends ``tests/*_backend.py``: configs name them by module (``backend =
