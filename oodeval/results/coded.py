@@ -1,8 +1,9 @@
 """Long-form rows coded as integers while they are read, chunk by chunk.
 
 A results file of millions of rows never exists as Python strings all at once: each label column
-(algorithm, environment, split, seed) is kept as int32 codes into its labels (stripped, in order
-of first appearance) and the value column as float64, about 21 bytes a row. A chunk's strings
+(algorithm, environment, split, seed) is kept as integer codes into its labels (stripped, in
+order of first appearance; int8 while a column has at most 128 labels, int16 up to 32,768) and
+the value column as float64, about 13 bytes a row. A chunk's strings
 are dropped once it is coded. The first row at fault for each check (an empty label, an unknown
 split, a value that is not a finite number) is remembered rather than raised, so that the caller
 (`oodeval.results.longform`) reports problems in the same order whatever the chunk size.
@@ -24,12 +25,12 @@ import pandas as pd
 
 __all__ = ["CHUNK_ROWS", "BadValue", "CodedRows", "LabelColumn", "frame_chunks"]
 
-#: Rows coded at a time: about 60 bytes a cell while a chunk is strings, so ~150 MB at most.
-CHUNK_ROWS = 500_000
+#: Rows coded at a time: about 60 bytes a cell while a chunk is strings, so ~60 MB at most.
+CHUNK_ROWS = 200_000
 
 
 class LabelColumn:
-    """One label column as int32 codes into `index` (stripped label -> code, first appearance).
+    """One label column as integer codes into `index` (stripped label -> code, first appearance).
 
     A missing cell (NaN in a DataFrame) counts as empty. `first_empty` is the row of the first
     empty cell, or None.
@@ -43,11 +44,11 @@ class LabelColumn:
     def add(self, cells: pd.Series, start: int) -> np.ndarray:
         """Code `cells` (rows `start`, `start` + 1, ...); return their codes."""
         local, uniques = pd.factorize(cells.astype(str), use_na_sentinel=False)
-        lut = np.empty(len(uniques) + 1, dtype=np.int32)
+        lut = np.empty(len(uniques) + 1, dtype=np.int64)
         for k, label in enumerate(uniques):
             label = label.strip() if isinstance(label, str) else ""
             lut[k] = self.index.setdefault(label, len(self.index))
-        codes = lut[local]
+        codes = lut.astype(np.min_scalar_type(-len(self.index)))[local]  # int8 for few labels
         if self.first_empty is None and "" in self.index:
             empty = np.flatnonzero(codes == self.index[""])
             if empty.size:
@@ -60,8 +61,8 @@ class LabelColumn:
         return list(self.index)
 
     def codes(self) -> np.ndarray:
-        """Every row's code (the chunks joined; the chunks are released)."""
-        codes = np.concatenate(self.parts) if self.parts else np.zeros(0, np.int32)
+        """Every row's code (the chunks joined, in the widest chunk's type; chunks released)."""
+        codes = np.concatenate(self.parts) if self.parts else np.zeros(0, np.int8)
         self.parts = [codes]
         return codes
 

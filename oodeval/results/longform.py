@@ -283,24 +283,21 @@ def _validated(
 
     seeds = _sorted_seeds(seed_labels)
     position = {s: i for i, s in enumerate(seeds)}
-    seed_pos = np.array([position[s] for s in seed_labels], dtype=np.intp)[seed]
+    keys["seed"] = np.array([position[s] for s in seed_labels], dtype=seed.dtype)[seed]
     cubes: dict[str, tuple[tuple[str, ...], np.ndarray | None]] = {"all": ((), None)}
     for code, split_name in enumerate(SPLITS):
-        mask = split == code
-        if not mask.any():
+        order = _split_environments(split, environment, code)
+        if not order:
             if split_name == "loo":
                 raise OodevalError(
                     f"{name} has no loo rows; the measures need leave-one-environment-out errors "
                     "(split=loo), one per algorithm and given environment"
                 )
             continue
-        env = environment[mask]
-        order = pd.unique(env)
-        local = np.full(len(environments), -1, dtype=np.intp)
-        local[order] = np.arange(len(order))
         envs = tuple(environments[c] for c in order)
-        index = (seed_pos[mask], algorithm[mask], local[env])
-        cube = _dense(index, errors[mask], split_name, algorithms, seeds, envs, name)
+        cube = np.full((len(seeds), len(algorithms), len(envs)), np.nan)
+        _fill(cube, keys, errors, code, order)
+        _check_holes(cube, split_name, algorithms, seeds, envs, name)
         cubes[split_name] = (envs, cube)
     return LongResults(
         algorithms=algorithms,
@@ -355,25 +352,43 @@ def _seed_codes(column: LabelColumn | None, n_rows: int) -> tuple[list[str], np.
         return [""], np.zeros(n_rows, dtype=np.int8)
     normalised = list(_seed_labels(pd.Series(column.labels(), dtype=str)))
     merged = {label: i for i, label in enumerate(dict.fromkeys(normalised))}
-    lut = np.array([merged[label] for label in normalised], dtype=np.int32)
+    lut = np.array([merged[label] for label in normalised], dtype=column.codes().dtype)
     return list(merged), lut[column.codes()]
 
 
-def _first_duplicate(keys: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray | None:
-    """The rows (first two) of the earliest row whose key recurs, or None if no key does."""
-    cells = 1
+def _row_slices(n: int) -> Iterator[slice]:
+    """Rows 0..n-1 in slices of `CHUNK_ROWS`, so temporary index arrays stay small."""
+    for start in range(0, n, CHUNK_ROWS):
+        yield slice(start, min(start + CHUNK_ROWS, n))
+
+
+def _cell_keys(keys: dict[str, np.ndarray], sizes: dict[str, int], rows: slice) -> np.ndarray:
+    """One int64 per row of `rows`: its (seed, algorithm, split, environment) combination."""
+    key = np.zeros(rows.stop - rows.start, dtype=np.int64)
     for col in _KEYS:
-        cells *= max(sizes[col], 1)
+        key *= sizes[col]
+        key += keys[col][rows]
+    return key
+
+
+def _first_duplicate(keys: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray | None:
+    """The rows (first two) of the earliest row whose key recurs, or None if no key does.
+
+    One bit per possible key finds that there is none; a valid file has at most 2 keys per row
+    (every seed x algorithm x split x environment is a row), more means holes anyway.
+    """
+    cells = int(np.prod([max(sizes[col], 1) for col in _KEYS], dtype=np.float64))
     n = len(keys["algorithm"])
-    if cells <= 4 * n + 65536:  # one integer per key: counting needs memory per possible key
-        key = np.zeros(n, dtype=np.int64)
-        for col in _KEYS:
-            key *= max(sizes[col], 1)
-            key += keys[col]
-        recurs = np.bincount(key, minlength=cells) > 1
-        hit = np.flatnonzero(recurs[key])
-        return np.flatnonzero(key == key[hit[0]])[:2] if hit.size else None
-    table = pd.DataFrame({col: keys[col] for col in _KEYS})
+    if cells <= 2 * n + 65536:
+        seen = np.zeros(cells, dtype=bool)
+        for rows in _row_slices(n):
+            key = _cell_keys(keys, sizes, rows)
+            if seen[key].any() or np.unique(key).size < key.size:
+                break
+            seen[key] = True
+        else:
+            return None
+    table = pd.DataFrame({col: keys[col] for col in _KEYS})  # a duplicate exists: find it
     hit = np.flatnonzero(table.duplicated(keep=False).to_numpy())
     if not hit.size:
         return None
@@ -381,6 +396,29 @@ def _first_duplicate(keys: dict[str, np.ndarray], sizes: dict[str, int]) -> np.n
     for col in _KEYS:
         same &= keys[col] == keys[col][hit[0]]
     return np.flatnonzero(same)[:2]
+
+
+def _split_environments(split: np.ndarray, environment: np.ndarray, code: int) -> list[int]:
+    """The environment codes of split `code`'s rows, in order of first appearance."""
+    seen: dict[int, None] = {}
+    for rows in _row_slices(len(split)):
+        seen.update(dict.fromkeys(pd.unique(environment[rows][split[rows] == code]).tolist()))
+    return list(seen)
+
+
+def _fill(
+    cube: np.ndarray, keys: dict[str, np.ndarray], errors: np.ndarray, code: int, order: list[int]
+) -> None:
+    """Put split `code`'s errors in `cube` (seed position, algorithm, place in `order`)."""
+    local = np.full(max(order) + 1, -1, dtype=np.intp)
+    local[order] = np.arange(len(order))
+    n_algorithms, n_envs = cube.shape[1:]
+    flat = cube.reshape(-1)
+    for rows in _row_slices(len(errors)):
+        mine = keys["split"][rows] == code
+        at = keys["seed"][rows][mine].astype(np.intp) * n_algorithms + keys["algorithm"][rows][mine]
+        at = at * n_envs + local[keys["environment"][rows][mine]]  # codes are narrow: intp first
+        flat[at] = errors[rows][mine]
 
 
 def _check_duplicates(
@@ -391,7 +429,7 @@ def _check_duplicates(
     line: Callable[[int], int],
     where: str,
 ) -> None:
-    both = _first_duplicate(keys, {col: len(names[col]) for col in _KEYS})
+    both = _first_duplicate(keys, {col: max(len(names[col]), 1) for col in _KEYS})
     if both is None:
         return
     first = {col: names[col][keys[col][both[0]]] for col in _KEYS}
@@ -494,20 +532,16 @@ def _percent_scale(
     ]
 
 
-def _dense(
-    index: tuple[np.ndarray, np.ndarray, np.ndarray],
-    errors: np.ndarray,
+def _check_holes(
+    out: np.ndarray,
     split: str,
     algorithms: tuple[str, ...],
     seeds: tuple[str, ...],
     envs: tuple[str, ...],
     name: str,
-) -> np.ndarray:
-    """Put `errors` at `index` (seed, algorithm, environment positions) of a (seeds, algorithms,
-    envs) array, naming the first hole precisely."""
+) -> None:
+    """Refuse a (seeds, algorithms, envs) array with a cell no row filled, naming it precisely."""
     has_seed = seeds != ("",)
-    out = np.full((len(seeds), len(algorithms), len(envs)), np.nan)
-    out[index] = errors
     holes = np.argwhere(np.isnan(out))
     if holes.size:
         s, a, e = holes[0]
@@ -531,4 +565,3 @@ def _dense(
             f"{name}: no algorithm has a {split} row for environment {envs[e]} in seed "
             f"{seeds[s]}; give every seed the same environments"
         )
-    return out
