@@ -46,7 +46,8 @@ def write_results(path: Path, rows: int, seed: int = 0) -> int:
                 for split, envs in (("loo", loo_envs), ("all", all_envs)):
                     errors = rng.integers(0, 1_000_000, size=len(envs))
                     prefix = f"a{a:03d},{s},{split},"
-                    out.write("".join(f"{prefix}{e},0.{v:06d}\n" for e, v in zip(envs, errors)))
+                    pairs = zip(envs, errors, strict=True)
+                    out.write("".join(f"{prefix}{e},0.{v:06d}\n" for e, v in pairs))
                     count += len(envs)
     return count
 

@@ -13,7 +13,7 @@ from oodeval.errors import OodevalError
 
 __all__ = ["first_character", "read_text"]
 
-_BLOCK = 1 << 24  # bytes decoded at a time by `first_character`
+_BLOCK = 1 << 20  # bytes decoded at a time by `first_character`
 
 # Byte-order marks of the encodings a spreadsheet or editor may use instead of UTF-8. UTF-32's
 # little-endian mark starts with UTF-16's, so it is tested first.

@@ -223,7 +223,7 @@ def results_from_frame(
     columns = [str(c).strip().lower() for c in frame.columns]
     frame = frame.set_axis(columns, axis=1)  # a lazy copy (copy-on-write): no data copied
     where = "line" if "_line" in columns else "row"
-    rows = _coded(columns, frame_chunks(frame), name)
+    rows = _coded(columns, frame_chunks(frame, CHUNK_ROWS), name)
     return _validated(rows, percent=percent, name=name, where=where, first_line=1)
 
 
