@@ -9,8 +9,9 @@ The file is written synthetically (not kept in the repository): A algorithms x S
 Smaller ``--rows`` shrink the environment counts (a test runs it at a few thousand rows).
 
 Each command runs in a fresh interpreter; its peak resident memory is the child's
-``ru_maxrss`` (from `os.wait4`, so one child's peak never leaks into another's). Prints rows/s,
-peak RSS, peak RSS / file size for both, and the ratio of the two peaks.
+``ru_maxrss`` (from `os.wait4`, so one child's peak never leaks into another's). Prints wall and
+CPU seconds (steadier on a loaded machine), rows/s, peak RSS, peak RSS / file size for both, and
+the ratio of the two peaks.
 """
 
 from __future__ import annotations
@@ -52,17 +53,20 @@ def write_results(path: Path, rows: int, seed: int = 0) -> int:
     return count
 
 
-def measured(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (bytes) of one run of `command` in a child process."""
+def measured(command: list[str], tree: Path | None = None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (bytes) of one run of `command`
+    in a child process."""
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = dict(os.environ, PYTHONPATH=str(tree)) if tree is not None else None
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
     err = child.stderr.read().decode() if child.stderr else ""
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({child.returncode}): {err[-800:]}")
-    return elapsed, usage.ru_maxrss * 1024.0  # ru_maxrss is in KiB on Linux
+    cpu = usage.ru_utime + usage.ru_stime
+    return elapsed, cpu, usage.ru_maxrss * 1024.0  # ru_maxrss is in KiB on Linux
 
 
 def main() -> None:
@@ -70,13 +74,22 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8_000_000, help="rows of the synthetic file")
     parser.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the file goes")
     parser.add_argument("--keep", action="store_true", help="keep the file afterwards")
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also run `oodeval measures FILE` from this source tree (e.g. a checkout of the "
+        "code before a change), in the same run",
+    )
     args = parser.parse_args()
     path = args.dir / f"oodeval-results-{args.rows}.csv"
     rows = write_results(path, args.rows)
     size = path.stat().st_size
     print(f"file: {path} ({rows:,} rows, {size / 1e6:.1f} MB)")
+    measures = [sys.executable, "-m", "oodeval.cli.main", "measures", str(path)]
+    runs: dict[str, tuple[list[str], Path | None]] = {"oodeval measures FILE": (measures, None)}
+    if args.baseline_tree is not None:
+        runs["baseline tree: oodeval measures FILE"] = (measures, args.baseline_tree.resolve())
     commands = {
-        "oodeval measures FILE": [sys.executable, "-m", "oodeval.cli.main", "measures", str(path)],
         "baseline pandas.read_csv(FILE)": [
             sys.executable,
             "-c",
@@ -84,20 +97,22 @@ def main() -> None:
             str(path),
         ],
     }
+    runs.update({label: (command, None) for label, command in commands.items()})
     peaks = {}
     try:
-        for label, command in commands.items():
-            seconds, peak = measured(command)
+        for label, (command, tree) in runs.items():
+            seconds, cpu, peak = measured(command, tree)
             peaks[label] = peak
             print(
-                f"{label}: {seconds:.1f} s, {rows / seconds:,.0f} rows/s, "
+                f"{label}: {seconds:.1f} s ({cpu:.1f} s CPU), {rows / seconds:,.0f} rows/s, "
                 f"peak RSS {peak / 2**20:,.0f} MiB = {peak / size:.2f}x the file"
             )
     finally:
         if not args.keep:
             path.unlink()
-    ours, base = peaks.values()
-    print(f"ratio peak RSS oodeval / baseline: {ours / base:.2f}")
+    ours = peaks.pop("oodeval measures FILE")
+    for label, peak in peaks.items():
+        print(f"ratio peak RSS oodeval / {label.removeprefix('baseline ')}: {ours / peak:.2f}")
 
 
 if __name__ == "__main__":
