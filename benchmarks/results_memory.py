@@ -58,7 +58,9 @@ def measured(command: list[str], tree: Path | None = None) -> tuple[float, float
     in a child process."""
     start = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=str(tree)) if tree is not None else None
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(  # run from `tree` too: `python -m` puts the cwd first on sys.path
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=tree
+    )
     _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
     err = child.stderr.read().decode() if child.stderr else ""
