@@ -1,6 +1,7 @@
 """Read a user's text file (CSV, JSON lines, TOML) as UTF-8, refusing anything else in one line.
 
-Every file reader of oodeval goes through `read_text`, so a binary file, UTF-16 text or a folder
+Every file reader of oodeval goes through `read_text` (or, for a file too big to hold twice,
+`first_character`, which checks it a block at a time), so a binary file, UTF-16 text or a folder
 gets the same one-line `OodevalError` naming the file and the fix, never a UnicodeDecodeError.
 """
 
