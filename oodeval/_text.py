@@ -1,7 +1,8 @@
 """Users' text in and out: read a user's text file (CSV, JSON lines, TOML) as UTF-8, refusing
 anything else in one line, and show users' names and paths safely on a terminal.
 
-Every file reader of oodeval goes through `read_text`, so a binary file, UTF-16 text or a folder
+Every file reader of oodeval goes through `read_text` (or, for a file too big to hold twice,
+`first_character`, which checks it a block at a time), so a binary file, UTF-16 text or a folder
 gets the same one-line `OodevalError` naming the file and the fix, never a UnicodeDecodeError.
 
 Every text and markdown output (tables, notes, warnings, errors, echoed paths, progress-bar
@@ -18,7 +19,9 @@ from pathlib import Path
 
 from oodeval.errors import OodevalError
 
-__all__ = ["read_text", "safe_text"]
+__all__ = ["first_character", "read_text", "safe_text"]
+
+_BLOCK = 1 << 20  # bytes decoded at a time by `first_character`
 
 # Byte-order marks of the encodings a spreadsheet or editor may use instead of UTF-8. UTF-32's
 # little-endian mark starts with UTF-16's, so it is tested first.
@@ -30,13 +33,21 @@ _BOMS = (
 )
 
 
-def _not_utf8(data: bytes) -> str | None:
-    """Why `data` is not UTF-8 text (a short phrase), or None when it is."""
+def _not_utf8_start(data: bytes) -> str | None:
+    """Why a file starting with `data` is not UTF-8 text, judged by its first 64 KiB alone."""
     for bom, encoding in _BOMS:
         if data.startswith(bom):
             return f"{encoding} text with a byte-order mark"
     if b"\x00" in data[:65536]:
         return "a binary file, or UTF-16 without a byte-order mark: it holds NUL bytes"
+    return None
+
+
+def _not_utf8(data: bytes) -> str | None:
+    """Why `data` is not UTF-8 text (a short phrase), or None when it is."""
+    reason = _not_utf8_start(data)
+    if reason is not None:
+        return reason
     try:
         data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -61,16 +72,64 @@ def read_text(path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV
     ...     print(str(exc).split(" is ")[1])
     not UTF-8 text (UTF-16 text with a byte-order mark); save it as UTF-8 CSV or JSON
     """
+    path = _existing_file(path, what)
+    data = path.read_bytes()
+    _refuse_not_utf8(path, data, what, save_as)
+    return data.decode("utf-8-sig")
+
+
+def first_character(
+    path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV or JSON"
+) -> str:
+    """The first non-whitespace character of the UTF-8 file `path` ("" when it holds none).
+
+    Checks the whole file as `read_text` does, with the same one-line messages, but decodes it
+    a block at a time, so a big file is never held in memory (the whole file is read again only
+    to word the message of a file that is refused).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "r.csv")
+    >>> _ = open(p, "wb").write(b"\\xef\\xbb\\xbf  \\n algorithm,error\\n")
+    >>> first_character(p)
+    'a'
+    """
+    path = _existing_file(path, what)
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    first = ""
+    with path.open("rb") as stream:
+        head = block = stream.read(65536)
+        clean = _not_utf8_start(head) is None
+        while clean and block:
+            try:
+                text = decoder.decode(block)
+            except UnicodeDecodeError:
+                clean = False
+                break
+            first = first or text.lstrip()[:1]
+            block = stream.read(_BLOCK)
+        if clean:
+            try:
+                decoder.decode(b"", final=True)  # a truncated sequence at the very end
+            except UnicodeDecodeError:
+                clean = False
+    if not clean:
+        _refuse_not_utf8(path, path.read_bytes(), what, save_as)
+    return first
+
+
+def _existing_file(path: str | Path, what: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise OodevalError(f"{what} {path} is a folder, not a file; give the file's path")
     if not path.exists():
         raise OodevalError(f"{what} not found: {path}; check the path")
-    data = path.read_bytes()
+    return path
+
+
+def _refuse_not_utf8(path: Path, data: bytes, what: str, save_as: str) -> None:
     reason = _not_utf8(data)
     if reason is not None:
         raise OodevalError(f"{what} {path} is not UTF-8 text ({reason}); save it as {save_as}")
-    return data.decode("utf-8-sig")
 
 
 # Characters `safe_text` shows as escapes: the backslash (so that an escape is unambiguous), C0

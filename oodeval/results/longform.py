@@ -23,25 +23,28 @@ only ever parsed as text (never executed or unpickled).
 from __future__ import annotations
 
 import csv
-import io
-import json
+import itertools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from oodeval._text import read_text
+from oodeval._text import first_character, read_text
 from oodeval.errors import OodevalError, listing
+from oodeval.results.coded import CHUNK_ROWS, CodedRows, LabelColumn, frame_chunks
+from oodeval.results.jsonrows import json_lines_frame, json_records_frame
 
 __all__ = ["SPLITS", "LongResults", "read_results", "results_from_frame"]
 
 SPLITS = ("loo", "all")
 _KEYS = ("algorithm", "seed", "split", "environment")
 _JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
+_USED = {"algorithm", "environment", "split", "seed", "error", "accuracy"}  # columns parsed
 #: A seed written as an integer (read exactly, any length up to Python's int-parsing limit).
 _INTEGER = re.compile(r"[+-]?[0-9]{1,4000}")
 
@@ -99,96 +102,46 @@ class LongResults:
         return {k: np.concatenate(v) for k, v in columns.items()}
 
 
-def _read_json_lines(text: str, name: str) -> pd.DataFrame:
-    records: list[dict[str, str]] = []
-    lines: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise OodevalError(
-                f"{name} line {lineno} is not valid JSON ({exc.msg}); each line must be one "
-                'JSON object such as {"algorithm": "ERM", "environment": "e1", '
-                '"error": 0.2, "split": "loo"}'
-            ) from None
-        if not isinstance(obj, dict):
-            raise OodevalError(
-                f"{name} line {lineno} is a JSON {type(obj).__name__}, not an object; write one "
-                "object with fields algorithm, environment, error|accuracy, split[, seed] per line"
-            )
-        records.append({str(k).strip().lower(): _json_cell(v) for k, v in obj.items()})
-        lines.append(lineno)
-    if not records:
-        raise OodevalError(
-            f"{name} is empty; expected JSON lines with fields algorithm, environment, "
-            "error|accuracy, split[, seed]"
-        )
-    frame = _without_line_column(pd.DataFrame.from_records(records).fillna(""))
-    frame.insert(0, "_line", lines)
-    return frame
+def _csv_options(**more: object) -> dict[str, object]:
+    """`pandas.read_csv` options for a results CSV: every cell as written, as text."""
+    return dict(
+        dtype=str,
+        keep_default_na=False,
+        skipinitialspace=True,
+        index_col=False,
+        encoding="utf-8-sig",
+        engine="c",
+        **more,
+    )
 
 
-def _read_json_records(text: str, name: str) -> pd.DataFrame:
-    """A JSON list of row objects (what ``--format json`` prints for a results table)."""
+def _used_column(column: object) -> bool:
+    return str(column).strip().lower() in _USED
+
+
+@contextmanager
+def _readable_csv(name: str) -> Iterator[None]:
+    """Turn the CSV parsers' errors into one OodevalError line naming `name`."""
     try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as exc:
+        yield
+    except (pd.errors.ParserError, csv.Error) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise OodevalError(
-            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}); write a list of "
-            "objects with fields algorithm, environment, error|accuracy, split[, seed]"
+            f"{name} is not a readable CSV ({first}); every row needs the header's columns"
         ) from None
-    if not isinstance(rows, list) or not rows:
-        raise OodevalError(
-            f"{name} holds no rows; write a non-empty JSON list of objects with fields "
-            "algorithm, environment, error|accuracy, split[, seed]"
-        )
-    for k, obj in enumerate(rows, start=1):
-        if not isinstance(obj, dict):
-            raise OodevalError(
-                f"{name} row {k} is a JSON {type(obj).__name__}, not an object; each row needs "
-                "fields algorithm, environment, error|accuracy, split[, seed]"
-            )
-    records = [{str(k).strip().lower(): _json_cell(v) for k, v in obj.items()} for obj in rows]
-    # messages then name rows, not lines
-    return _without_line_column(pd.DataFrame.from_records(records).fillna(""))
 
 
-def _without_line_column(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` without a user's own ``_line`` column: an ignored extra column to the user, but
-    the name under which the readers keep each row's file line.
+def _check_header_and_widths(path: Path, name: str) -> None:
+    """Refuse a column written twice in the header and a row with more fields than the header
+    (pandas would rename the second column, ``error.1``, and drop or shift extra fields).
 
-    >>> list(_without_line_column(pd.DataFrame({"_line": ["x"], "error": ["0.1"]})).columns)
-    ['error']
+    The file is streamed a row at a time, never held whole.
     """
-    return frame.drop(columns=[c for c in frame.columns if c == "_line"])
-
-
-def _json_cell(v: object) -> str:
-    """Render a JSON value as the text a CSV cell would hold (numbers keep full precision)."""
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return str(v).lower()  # stays non-numeric, so it is reported rather than read as 0/1
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, (dict, list)):
-        return json.dumps(v)
-    return str(v)
-
-
-def _read_csv(text: str, name: str) -> pd.DataFrame:
-    if not text.strip():
-        raise OodevalError(
-            f"{name} is empty; expected a CSV header with columns algorithm, environment, "
-            "error|accuracy, split[, seed]"
-        )
-    try:
-        reader = csv.reader(io.StringIO(text))
-        header = [c.strip().lower() for c in next(reader)]
+    with path.open(encoding="utf-8-sig", newline="") as stream:
+        reader = csv.reader(stream)
+        header = [c.strip().lower() for c in next(reader, [])]
         repeated = sorted({c for c in header if header.count(c) > 1})
-        if repeated:  # pandas would rename the second one ("error.1") and read only the first
+        if repeated:  # pandas would read only the first of the two
             raise OodevalError(
                 f"{name}: column {repeated[0]!r} appears more than once in the header; keep one"
             )
@@ -199,26 +152,27 @@ def _read_csv(text: str, name: str) -> pd.DataFrame:
                     f"{name} is not a readable CSV (line {reader.line_num} has {len(row)} fields, "
                     f"the header {width}); every row needs the header's columns"
                 )
-        frame = pd.read_csv(
-            io.StringIO(text),
-            dtype=str,
-            keep_default_na=False,
-            skipinitialspace=True,
-            index_col=False,
-        )
-    except (pd.errors.ParserError, csv.Error) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise OodevalError(
-            f"{name} is not a readable CSV ({first}); every row needs the header's columns"
-        ) from None
-    frame.columns = [str(c).strip().lower() for c in frame.columns]
-    frame = _without_line_column(frame)
-    frame.insert(0, "_line", np.arange(len(frame)) + 2)  # line 1 is the header
-    return frame
+
+
+def _read_csv(path: Path, name: str, *, percent: bool) -> LongResults:
+    """Read a results CSV a chunk of `CHUNK_ROWS` rows at a time (`CodedRows`), then validate.
+
+    Only the long form's columns are parsed; row k (from 0) is on line k + 2.
+    """
+    with _readable_csv(name):
+        _check_header_and_widths(path, name)
+        header = [str(c).strip().lower() for c in pd.read_csv(path, nrows=0, **_csv_options())]
+        used = {"usecols": _used_column} if _USED.intersection(header) else {}  # rows counted
+        chunks = pd.read_csv(path, chunksize=CHUNK_ROWS, **_csv_options(**used))
+        rows = _coded(header, chunks, name)
+    return _validated(rows, percent=percent, name=name, where="line", first_line=2)
 
 
 def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     """Read a long-form results CSV or JSON lines file (format sniffed) and validate it.
+
+    A CSV is read a chunk at a time with its labels held as integer codes, so peak memory stays
+    within about twice the file's size (``benchmarks/results_memory.py``).
 
     Parameters
     ----------
@@ -236,13 +190,19 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     """
     path = Path(path)
     name = path.name
-    text = read_text(path, what="results file", save_as="a UTF-8 CSV or JSON lines file")
-    if text.lstrip().startswith("["):
-        frame = _read_json_records(text, name)
-    elif path.suffix.lower() in _JSON_SUFFIXES or text.lstrip().startswith("{"):
-        frame = _read_json_lines(text, name)
+    what, save_as = "results file", "a UTF-8 CSV or JSON lines file"
+    first = first_character(path, what=what, save_as=save_as)
+    if first == "[":
+        frame = json_records_frame(read_text(path, what=what, save_as=save_as), name)
+    elif path.suffix.lower() in _JSON_SUFFIXES or first == "{":
+        frame = json_lines_frame(read_text(path, what=what, save_as=save_as), name)
+    elif not first:
+        raise OodevalError(
+            f"{name} is empty; expected a CSV header with columns algorithm, environment, "
+            "error|accuracy, split[, seed]"
+        )
     else:
-        frame = _read_csv(text, name)
+        return _read_csv(path, name, percent=percent)
     return results_from_frame(frame, percent=percent, name=name)
 
 
@@ -290,71 +250,113 @@ def results_from_frame(
     otherwise rows are called "row 1", "row 2", ... Raises OodevalError, one line, on: missing
     columns, both error and accuracy columns, empty cells, non-numeric / NaN / infinite values,
     values outside [0, 1] (or [0, 100] with ``percent=True``), unknown splits, duplicate rows, no
-    loo rows, and algorithms (or seeds) missing an environment that others have.
+    loo rows, and algorithms (or seeds) missing an environment that others have. `frame` is
+    read, never changed.
     """
-    frame = frame.copy()
-    frame.columns = [str(c).strip().lower() for c in frame.columns]
-    where = "line" if "_line" in frame.columns else "row"
-    if "_line" not in frame.columns:
-        frame.insert(0, "_line", np.arange(len(frame)) + 1)
-    if len(frame) == 0:
+    columns = [str(c).strip().lower() for c in frame.columns]
+    frame = frame.set_axis(columns, axis=1)  # a lazy copy (copy-on-write): no data copied
+    where = "line" if "_line" in columns else "row"
+    rows = _coded(columns, frame_chunks(frame, CHUNK_ROWS), name)
+    return _validated(rows, percent=percent, name=name, where=where, first_line=1)
+
+
+def _coded(columns: list[str], chunks: Iterable[pd.DataFrame], name: str) -> CodedRows:
+    """The rows of `chunks` coded (`CodedRows`), after the checks on `columns` (the header)."""
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None or len(first) == 0:
         raise OodevalError(
             f"{name} has a header but no rows; add one row per algorithm, environment and split"
         )
-    value_col = _value_column(frame, name)
-    has_seed = "seed" in frame.columns
-    if not has_seed:
-        frame["seed"] = ""
+    value_col = _value_column(columns, name)
+    twice = sorted({c for c in columns if c in _USED and columns.count(c) > 1})
+    if twice:
+        raise OodevalError(
+            f"{name}: column {twice[0]!r} appears more than once (names are read "
+            "case-insensitively); keep one"
+        )
+    labels = ["algorithm", "environment", "split"] + (["seed"] if "seed" in columns else [])
+    rows = CodedRows(labels, value_col)
+    for chunk in itertools.chain([first], chunks):
+        rows.add(chunk.set_axis([str(c).strip().lower() for c in chunk.columns], axis=1))
+    return rows
+
+
+def _validated(
+    rows: CodedRows, *, percent: bool, name: str, where: str, first_line: int
+) -> LongResults:
+    """Check the coded rows in the long form's order of checks and build the error arrays."""
+    lines = rows.line_numbers()
+
+    def line(k: int) -> int:
+        return int(lines[k]) if lines is not None else int(k) + first_line
 
     def at(k: int) -> str:
-        return f"{name} {where} {int(frame['_line'].iloc[k])}"
+        return f"{name} {where} {line(k)}"
 
-    _clean_labels(frame, has_seed, at)
-    values, notes = _parse_values(frame, value_col, percent=percent, at=at, name=name)
-    frame["error"] = 1.0 - values if value_col == "accuracy" else values
-    _check_duplicates(frame, has_seed, name, where)
+    for col, column in rows.labels.items():
+        if column.first_empty is not None:
+            raise OodevalError(
+                f"{at(column.first_empty)}: {col} is empty or missing; fill it in or drop the row"
+            )
+    split = _split_codes(rows.labels["split"], at)
+    seed_labels, seed = _seed_codes(rows.labels.get("seed"), rows.n_rows)
+    algorithm = rows.labels["algorithm"].codes()
+    algorithms = tuple(rows.labels["algorithm"].labels())
+    value_col = rows.value_column
+    errors, notes = _parse_values(rows, algorithm, algorithms, percent=percent, at=at, name=name)
+    if value_col == "accuracy":
+        np.subtract(1.0, errors, out=errors)
+    environment = rows.labels["environment"].codes()
+    environments = rows.labels["environment"].labels()
+    keys = {"algorithm": algorithm, "seed": seed, "split": split, "environment": environment}
+    names = {"algorithm": algorithms, "seed": seed_labels, "split": SPLITS}
+    names["environment"] = environments
+    _check_duplicates(keys, names, "seed" in rows.labels, name, line, where)
 
-    algorithms = tuple(dict.fromkeys(frame["algorithm"]))
-    seeds = _sorted_seeds(list(dict.fromkeys(frame["seed"])))
-    loo_rows = frame[frame["split"] == "loo"]
-    all_rows = frame[frame["split"] == "all"]
-    if loo_rows.empty:
-        raise OodevalError(
-            f"{name} has no loo rows; the measures need leave-one-environment-out errors "
-            "(split=loo), one per algorithm and given environment"
-        )
-    given = tuple(dict.fromkeys(loo_rows["environment"]))
-    loo = _dense(loo_rows, "loo", algorithms, seeds, given, has_seed, name)
-    full = None
-    all_envs: tuple[str, ...] = ()
-    if not all_rows.empty:
-        all_envs = tuple(dict.fromkeys(all_rows["environment"]))
-        full = _dense(all_rows, "all", algorithms, seeds, all_envs, has_seed, name)
+    seeds = _sorted_seeds(seed_labels)
+    position = {s: i for i, s in enumerate(seeds)}
+    keys["seed"] = np.array([position[s] for s in seed_labels], dtype=seed.dtype)[seed]
+    cubes: dict[str, tuple[tuple[str, ...], np.ndarray | None]] = {"all": ((), None)}
+    for code, split_name in enumerate(SPLITS):
+        order = _split_environments(split, environment, code)
+        if not order:
+            if split_name == "loo":
+                raise OodevalError(
+                    f"{name} has no loo rows; the measures need leave-one-environment-out errors "
+                    "(split=loo), one per algorithm and given environment"
+                )
+            continue
+        envs = tuple(environments[c] for c in order)
+        cube = np.full((len(seeds), len(algorithms), len(envs)), np.nan)
+        _fill(cube, keys, errors, code, order)
+        _check_holes(cube, split_name, algorithms, seeds, envs, name)
+        cubes[split_name] = (envs, cube)
     return LongResults(
         algorithms=algorithms,
         seeds=seeds,
-        has_seed=has_seed,
-        given_environments=given,
-        all_environments=all_envs,
-        loo=loo,
-        full=full,
+        has_seed="seed" in rows.labels,
+        given_environments=cubes["loo"][0],
+        all_environments=cubes["all"][0],
+        loo=cubes["loo"][1],
+        full=cubes["all"][1],
         value_column=value_col,
         notes=tuple(notes),
     )
 
 
-def _value_column(frame: pd.DataFrame, name: str) -> str:
+def _value_column(columns: list[str], name: str) -> str:
     """``error`` or ``accuracy``, after checking the long form's columns are there."""
-    has_error, has_acc = "error" in frame.columns, "accuracy" in frame.columns
+    has_error, has_acc = "error" in columns, "accuracy" in columns
     if has_error and has_acc:
         raise OodevalError(
             f"{name} has both an error and an accuracy column; keep exactly one of them"
         )
-    missing = [c for c in ("algorithm", "environment", "split") if c not in frame.columns]
+    missing = [c for c in ("algorithm", "environment", "split") if c not in columns]
     if not (has_error or has_acc):
         missing.append("error (or accuracy)")
     if missing:
-        found = listing(c for c in frame.columns if c != "_line") or "none"
+        found = listing(c for c in columns if c != "_line") or "none"
         raise OodevalError(
             f"{name} is missing column(s) {', '.join(missing)} (found: {found}); the long form "
             "needs algorithm, environment, error|accuracy, split[, seed]"
@@ -362,57 +364,136 @@ def _value_column(frame: pd.DataFrame, name: str) -> str:
     return "accuracy" if has_acc else "error"
 
 
-def _clean_labels(frame: pd.DataFrame, has_seed: bool, at: Callable[[int], str]) -> None:
-    """Strip the label columns in place, lower-case the split and refuse empty or unknown ones."""
-    text_cols = ["algorithm", "environment", "split"] + (["seed"] if has_seed else [])
-    for col in text_cols:
-        frame[col] = frame[col].astype(str).str.strip()
-        empty = np.flatnonzero((frame[col] == "").to_numpy())
-        if empty.size:
-            raise OodevalError(
-                f"{at(empty[0])}: {col} is empty or missing; fill it in or drop the row"
-            )
-    frame["split"] = frame["split"].str.lower()
-    bad_split = np.flatnonzero(~frame["split"].isin(SPLITS).to_numpy())
-    if bad_split.size:
-        k = bad_split[0]
+def _split_codes(column: LabelColumn, at: Callable[[int], str]) -> np.ndarray:
+    """Each row's position in `SPLITS` (split names are case-insensitive); refuse others."""
+    lowered = [label.lower() for label in column.labels()]
+    lut = np.array([SPLITS.index(s) if s in SPLITS else -1 for s in lowered], dtype=np.int8)
+    codes = lut[column.codes()]
+    bad = np.flatnonzero(codes < 0)
+    if bad.size:
+        k = bad[0]
         raise OodevalError(
-            f"{at(k)}: unknown split {frame['split'].iloc[k]!r}; split must be 'loo' (trained "
-            "without that environment) or 'all' (trained on all given environments)"
+            f"{at(k)}: unknown split {lowered[column.codes()[k]]!r}; split must be 'loo' "
+            "(trained without that environment) or 'all' (trained on all given environments)"
         )
-    if has_seed:
-        frame["seed"] = _seed_labels(frame["seed"])
+    return codes
 
 
-def _check_duplicates(frame: pd.DataFrame, has_seed: bool, name: str, where: str) -> None:
-    dup = frame.duplicated(subset=list(_KEYS), keep=False).to_numpy()
-    if dup.any():
-        first = frame.loc[dup].iloc[0]
-        same = frame.loc[dup & (frame[list(_KEYS)] == first[list(_KEYS)]).all(axis=1).to_numpy()]
-        lines = " and ".join(str(int(v)) for v in same["_line"].iloc[:2])
-        seed = f", seed {first['seed']}" if has_seed else ""
-        raise OodevalError(
-            f"{name} has duplicate rows for algorithm {first['algorithm']}{seed}, split "
-            f"{first['split']}, environment {first['environment']} ({where}s {lines}); keep one "
-            "row per algorithm, seed, split and environment"
-        )
+def _seed_codes(column: LabelColumn | None, n_rows: int) -> tuple[list[str], np.ndarray]:
+    """The seed labels (integer-like ones normalised, `_seed_labels`) and each row's code."""
+    if column is None:
+        return [""], np.zeros(n_rows, dtype=np.int8)
+    normalised = list(_seed_labels(pd.Series(column.labels(), dtype=str)))
+    merged = {label: i for i, label in enumerate(dict.fromkeys(normalised))}
+    lut = np.array([merged[label] for label in normalised], dtype=column.codes().dtype)
+    return list(merged), lut[column.codes()]
+
+
+def _row_slices(n: int) -> Iterator[slice]:
+    """Rows 0..n-1 in slices of `CHUNK_ROWS`, so temporary index arrays stay small."""
+    for start in range(0, n, CHUNK_ROWS):
+        yield slice(start, min(start + CHUNK_ROWS, n))
+
+
+def _cell_keys(keys: dict[str, np.ndarray], sizes: dict[str, int], rows: slice) -> np.ndarray:
+    """One int64 per row of `rows`: its (seed, algorithm, split, environment) combination."""
+    key = np.zeros(rows.stop - rows.start, dtype=np.int64)
+    for col in _KEYS:
+        key *= sizes[col]
+        key += keys[col][rows]
+    return key
+
+
+def _first_duplicate(keys: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray | None:
+    """The rows (first two) of the earliest row whose key recurs, or None if no key does.
+
+    One bit per possible key finds that there is none; a valid file has at most 2 keys per row
+    (every seed x algorithm x split x environment is a row), more means holes anyway.
+    """
+    cells = int(np.prod([max(sizes[col], 1) for col in _KEYS], dtype=np.float64))
+    n = len(keys["algorithm"])
+    if cells <= 2 * n + 65536:
+        seen = np.zeros(cells, dtype=bool)
+        for rows in _row_slices(n):
+            key = _cell_keys(keys, sizes, rows)
+            if seen[key].any() or np.unique(key).size < key.size:
+                break
+            seen[key] = True
+        else:
+            return None
+    table = pd.DataFrame({col: keys[col] for col in _KEYS})  # a duplicate exists: find it
+    hit = np.flatnonzero(table.duplicated(keep=False).to_numpy())
+    if not hit.size:
+        return None
+    same = np.ones(n, dtype=bool)
+    for col in _KEYS:
+        same &= keys[col] == keys[col][hit[0]]
+    return np.flatnonzero(same)[:2]
+
+
+def _split_environments(split: np.ndarray, environment: np.ndarray, code: int) -> list[int]:
+    """The environment codes of split `code`'s rows, in order of first appearance."""
+    seen: dict[int, None] = {}
+    for rows in _row_slices(len(split)):
+        seen.update(dict.fromkeys(pd.unique(environment[rows][split[rows] == code]).tolist()))
+    return list(seen)
+
+
+def _fill(
+    cube: np.ndarray, keys: dict[str, np.ndarray], errors: np.ndarray, code: int, order: list[int]
+) -> None:
+    """Put split `code`'s errors in `cube` (seed position, algorithm, place in `order`)."""
+    local = np.full(max(order) + 1, -1, dtype=np.intp)
+    local[order] = np.arange(len(order))
+    n_algorithms, n_envs = cube.shape[1:]
+    flat = cube.reshape(-1)
+    for rows in _row_slices(len(errors)):
+        mine = keys["split"][rows] == code
+        at = keys["seed"][rows][mine].astype(np.intp) * n_algorithms + keys["algorithm"][rows][mine]
+        at = at * n_envs + local[keys["environment"][rows][mine]]  # codes are narrow: intp first
+        flat[at] = errors[rows][mine]
+
+
+def _check_duplicates(
+    keys: dict[str, np.ndarray],
+    names: dict[str, Sequence[str]],
+    has_seed: bool,
+    name: str,
+    line: Callable[[int], int],
+    where: str,
+) -> None:
+    both = _first_duplicate(keys, {col: max(len(names[col]), 1) for col in _KEYS})
+    if both is None:
+        return
+    first = {col: names[col][keys[col][both[0]]] for col in _KEYS}
+    lines = " and ".join(str(line(k)) for k in both)
+    seed = f", seed {first['seed']}" if has_seed else ""
+    raise OodevalError(
+        f"{name} has duplicate rows for algorithm {first['algorithm']}{seed}, split "
+        f"{first['split']}, environment {first['environment']} ({where}s {lines}); keep one "
+        "row per algorithm, seed, split and environment"
+    )
 
 
 def _parse_values(
-    frame: pd.DataFrame, col: str, *, percent: bool, at: Callable[[int], str], name: str
+    rows: CodedRows,
+    algorithm: np.ndarray,
+    algorithms: tuple[str, ...],
+    *,
+    percent: bool,
+    at: Callable[[int], str],
+    name: str,
 ) -> tuple[np.ndarray, list[str]]:
-    """Parse column `col` as floats; report the first unusable cell; return fractions and notes.
+    """The value column as fractions (after the first unusable cell is reported), and notes.
 
     With ``percent=True`` the scale is checked too (`_percent_scale`).
     """
-    raw = frame[col].astype(str).str.strip()
-    nums = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-    for k in np.flatnonzero(~np.isfinite(nums))[:1]:
-        v = nums[k]
-        text = raw.iloc[k]
-        ident = (
-            f"(algorithm {frame['algorithm'].iloc[k]}, environment {frame['environment'].iloc[k]})"
-        )
+    col = rows.value_column
+    nums = rows.values()
+    bad = rows.bad_value
+    if bad is not None:
+        k, v, text = bad.row, nums[bad.row], bad.text
+        ident = f"(algorithm {bad.algorithm}, environment {bad.environment})"
         if text == "":
             raise OodevalError(
                 f"{at(k)}: {col} is empty or missing {ident}; fill it in or drop the row"
@@ -445,20 +526,25 @@ def _parse_values(
             f"{at(k)}: {col} {nums[k]:g} > 1 looks like percentages; pass --percent or divide "
             "by 100"
         )
-    notes = _percent_scale(frame["algorithm"], nums, col, name) if percent else []
-    return nums / scale, notes
+    notes = _percent_scale(algorithm, algorithms, nums, col, name) if percent else []
+    if percent:
+        np.divide(nums, scale, out=nums)
+    return nums, notes
 
 
-def _percent_scale(algorithms: pd.Series, nums: np.ndarray, col: str, name: str) -> list[str]:
+def _percent_scale(
+    algorithm: np.ndarray, algorithms: Sequence[str], nums: np.ndarray, col: str, name: str
+) -> list[str]:
     """Check that values read with --percent are percentages; return a note on mixed scales.
 
-    Every value <= 1 means the file holds fractions: read as percentages they would all be
-    near-perfect, so the file is refused. An algorithm whose values are all <= 1 while another's
-    exceed 1 was probably written as fractions among percentages; it would then "win", so the
-    returned note names it (the values are still read as percentages).
+    `algorithm` holds each value's position in `algorithms`. Every value <= 1 means the file
+    holds fractions: read as percentages they would all be near-perfect, so the file is refused.
+    An algorithm whose values are all <= 1 while another's exceed 1 was probably written as
+    fractions among percentages; it would then "win", so the returned note names it (the values
+    are still read as percentages).
 
-    >>> algs = pd.Series(["A", "A", "B", "B"])
-    >>> _percent_scale(algs, np.array([20.0, 30.0, 0.2, 0.3]), "error", "r.csv")[0][:55]
+    >>> codes, nums = np.array([0, 0, 1, 1]), np.array([20.0, 30.0, 0.2, 0.3])
+    >>> _percent_scale(codes, ["A", "B"], nums, "error", "r.csv")[0][:55]
     '--percent: B has every error <= 1 while other algorithm'
 
     """
@@ -466,8 +552,8 @@ def _percent_scale(algorithms: pd.Series, nums: np.ndarray, col: str, name: str)
         raise OodevalError(
             f"{name}: every {col} is <= 1, so these are fractions, not percentages; drop --percent"
         )
-    top = pd.Series(nums).groupby(algorithms.to_numpy(), sort=False).max()
-    low = [str(a) for a, v in top.items() if v <= 1.0]
+    top = pd.Series(nums).groupby(algorithm).max()
+    low = [str(algorithms[a]) for a, v in top.items() if v <= 1.0]
     if not low:
         return []
     shown = listing(low)
@@ -479,25 +565,16 @@ def _percent_scale(algorithms: pd.Series, nums: np.ndarray, col: str, name: str)
     ]
 
 
-def _dense(
-    rows: pd.DataFrame,
+def _check_holes(
+    out: np.ndarray,
     split: str,
     algorithms: tuple[str, ...],
     seeds: tuple[str, ...],
     envs: tuple[str, ...],
-    has_seed: bool,
     name: str,
-) -> np.ndarray:
-    """Pivot `rows` into (seeds, algorithms, envs), naming the first hole precisely."""
-    out = np.full((len(seeds), len(algorithms), len(envs)), np.nan)
-    s_idx = {s: i for i, s in enumerate(seeds)}
-    a_idx = {a: i for i, a in enumerate(algorithms)}
-    e_idx = {e: i for i, e in enumerate(envs)}
-    out[
-        rows["seed"].map(s_idx).to_numpy(),
-        rows["algorithm"].map(a_idx).to_numpy(),
-        rows["environment"].map(e_idx).to_numpy(),
-    ] = rows["error"].to_numpy()
+) -> None:
+    """Refuse a (seeds, algorithms, envs) array with a cell no row filled, naming it precisely."""
+    has_seed = seeds != ("",)
     holes = np.argwhere(np.isnan(out))
     if holes.size:
         s, a, e = holes[0]
@@ -521,4 +598,3 @@ def _dense(
             f"{name}: no algorithm has a {split} row for environment {envs[e]} in seed "
             f"{seeds[s]}; give every seed the same environments"
         )
-    return out

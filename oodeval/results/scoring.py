@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
+from oodeval.measures.domain import REGISTRY, domain_measures
 from oodeval.measures.meta import (
     TIE_DECIMALS,
     Columns,
@@ -30,9 +31,14 @@ from oodeval.measures.meta import (
     degradation_summary,
     ideal_correlations,
     tie_text,
-    unit_measures,
 )
-from oodeval.measures.registry import MEASURES, check_measures, get_measure, undefined_measures
+from oodeval.measures.registry import (
+    MEASURES,
+    check_measures,
+    get_measure,
+    measure_values,
+    undefined_measures,
+)
 from oodeval.results.longform import LongResults, read_results, results_from_frame
 from oodeval.tables import frame_records
 
@@ -306,7 +312,7 @@ def score_results(
     Scores
     """
     names = _measure_names(results, measures)
-    units = unit_measures(results.errors_table(), names)
+    units = _unit_measures(results, names)
     units["seed"] = np.asarray(results.seeds, dtype=object)[units["seed"]]
     units["algorithm"] = np.asarray(results.algorithms, dtype=object)[units["algorithm"]]
     has_ideal = "ideal" in units
@@ -344,6 +350,31 @@ def score_results(
         notes=notes,
         info=_info(results),
     )
+
+
+def _unit_measures(results: LongResults, names: Sequence[str]) -> Columns:
+    """`unit_measures` of ``results.errors_table()``, computed on the error arrays directly.
+
+    The units are (seed, algorithm) in the table's order, each with the same environments, so
+    ``loo.reshape(units, N)`` is the matrix `unit_measures` would assemble row by row and the
+    measures see the same numbers; the long table (8 copies of every error's labels) is never
+    built, which keeps ``oodeval measures`` on a big file within a few times the file's size.
+    """
+    check_measures(names)
+    n_seeds, n_algorithms, _ = results.loo.shape
+    units = n_seeds * n_algorithms
+    seed, algorithm = (i.ravel() for i in np.indices((n_seeds, n_algorithms)))
+    out: Columns = {"scenario": np.full(units, "", object), "seed": seed, "algorithm": algorithm}
+    out["n_given"] = np.full(units, results.loo.shape[2], dtype=np.int64)
+    values = domain_measures(results.loo.reshape(units, -1), names)
+    for name in names:
+        out[name] = np.empty(units)
+        out[name][:] = values[name]
+    if results.full is not None:
+        for name in (n for n, spec in REGISTRY.items() if spec.split == "all"):
+            out[name] = np.empty(units)
+            out[name][:] = measure_values(name, results.full.reshape(units, -1))
+    return out
 
 
 def _measure_names(results: LongResults, measures: Sequence[str] | None) -> list[str]:
