@@ -470,7 +470,7 @@ def test_a_unit_key_that_is_not_utf8_is_named_and_moved_aside(tmp_path):
         load_study(tmp_path)
     status = CliRunner().invoke(app, ["study", "status", str(tmp_path)])
     assert status.exit_code == 0 and status.exception is None
-    # the stored key is named as `printable` writes it, then made terminal-safe (its backslash doubled)
+    # the key as `printable` writes it, made terminal-safe (its backslash doubled)
     assert "damaged: scen\\\\udcff|ERM|seed=0: 0 of 3 result rows" in status.output
     with ResultStore(tmp_path, create=True) as store:
         done = store.move_damaged_aside()
