@@ -299,3 +299,15 @@ def test_the_one_write_place_refuses_links_dangling_or_not(world, dangling: bool
         with pytest.raises(OodevalError, match=f"^{link} is a symbolic link; "):
             write()
     assert tree(world["outside"]) == outside and link.is_symlink()
+
+
+@pytest.mark.parametrize("command", ["status", "verify"])
+def test_reading_a_linked_store_leaves_nothing_beside_its_target(world, command: str) -> None:
+    """Reading is not refused, but SQLite keeps a reader's -shm/-wal beside the link's target:
+    the reader opens the target, so that it removes them there when it is done."""
+    study, other_folder = world["study"], world["other"].parent
+    plant(study / STORE_NAME, world["other"])
+    before = tree(other_folder)
+    code, out, err = invoke("study", command, study)
+    assert code == 0, out + err
+    assert tree(other_folder) == before

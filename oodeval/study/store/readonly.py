@@ -26,6 +26,7 @@ nothing to the store: the log it would copy back is empty).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,8 +110,10 @@ def open_reader(path: Path) -> Reader:
     """Open the store `path` read-only (see the module doc for which mode and when).
 
     SQLite's errors other than "cannot create the side files" propagate (`sqlite3.Error`);
-    a log SQLite cannot read is an OodevalError.
+    a log SQLite cannot read is an OodevalError. A store that is a symbolic link is read at its
+    target, where SQLite keeps the side files, so that a reader removes those it created there.
     """
+    path = Path(os.path.realpath(path))
     fresh = not any(side_file(path, s).exists() for s in ("-wal", "-shm"))
     conn = connect(path, "mode=ro")
     try:
