@@ -30,10 +30,11 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError
-from oodeval.measures.meta import environment_warning, interval_warning
+from oodeval.measures.meta import MAX_RESAMPLES, environment_warning, interval_warning
 from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
+from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import render_frame, to_json
 
 __all__ = ["MEASURES_OPT", "measures_help", "register", "render", "measures_command"]
@@ -128,13 +129,21 @@ def measures_command(
     bootstrap: int = typer.Option(
         0,
         "--bootstrap",
+        min=0,
+        max=MAX_RESAMPLES,
         help="Add percentile bootstrap intervals to the correlations (resampling algorithms; "
-        "this many resamples, e.g. 2000). 0 = off.",
+        f"this many resamples, e.g. 2000, at most {MAX_RESAMPLES:,}). 0 = off.",
     ),
     confidence: float = typer.Option(
-        0.95, "--confidence", help="Level of the --bootstrap intervals, in (0, 1)."
+        0.95,
+        "--confidence",
+        min=0.0,
+        max=1.0,
+        help="Level of the --bootstrap intervals, in (0, 1).",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the --bootstrap resampling."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the --bootstrap resampling."
+    ),
     imports: list[str] = IMPORTS_OPT,
 ) -> None:
     """Score a results file: every measure per algorithm and seed, checked against the ideal.

@@ -27,6 +27,7 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError
+from oodeval.measures.meta.correlation import MAX_RESAMPLES
 from oodeval.measures.meta.leaderboard import (
     BOOTSTRAP_RESAMPLES,
     NO_IDEAL_NOTE,
@@ -35,6 +36,7 @@ from oodeval.measures.meta.leaderboard import (
     measure_rankings,
 )
 from oodeval.measures.registry import check_measures, measure_label, measure_names
+from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import heading, render_frame, to_json
 
 #: The measures ranked without --measures: every registered plain measure, and one member of
@@ -201,9 +203,14 @@ def measures_command(
     bootstrap: int = typer.Option(
         BOOTSTRAP_RESAMPLES,
         "--bootstrap",
-        help="Bootstrap draws of (scenario, seed) cells for the 95% intervals; 0 for none.",
+        min=0,
+        max=MAX_RESAMPLES,
+        help="Bootstrap draws of (scenario, seed) cells for the 95% intervals; 0 for none; at "
+        f"most {MAX_RESAMPLES:,}.",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap draws."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the bootstrap draws."
+    ),
     imports: list[str] = IMPORTS_OPT,
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,

@@ -47,6 +47,20 @@ from oodeval.study.store.schema import STORE_NAME
 from oodeval.study.store.units import copy_unit, read_contents, write_unit
 
 
+def make_folder(directory: Path) -> None:
+    """Create the study folder `directory` (and the folders above it), or raise OodevalError in
+    one line naming it when the system refuses (a read-only or virtual file system such as
+    /proc, no permission): nothing is created then."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OodevalError(
+            f"cannot create the study folder {directory} ({reason}); choose a folder you can "
+            "write to"
+        ) from None
+
+
 class ResultStore(StoreFile):
     """Access to ``DIR/results.sqlite``: a read-only reader, or the one writer of a study.
 
@@ -76,7 +90,7 @@ class ResultStore(StoreFile):
             )
         try:
             if create:
-                self.directory.mkdir(parents=True, exist_ok=True)
+                make_folder(self.directory)
                 self._lock = StudyLock(self.directory).acquire()
                 if not self.path.exists():
                     create_store(self.path)
