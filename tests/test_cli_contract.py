@@ -322,7 +322,7 @@ def test_ctrl_c_in_train_gmop_is_one_line_and_exit_130(tmp_path):
     model, hook = tmp_path / "model.npz", guard_announcer(tmp_path / "hook")
     # The test file has new-class rows: the note about them is printed just before training.
     proc = _oodeval(
-        ["openworld", "train-gmop", str(test), "--out", str(model), "--n-steps", "100000000"],
+        ["openworld", "train-gmop", str(test), "--out", str(model), "--n-steps", "10000000"],
         env={"PYTHONPATH": f"{REPO}{os.pathsep}{hook}", "OODEVAL_TEST_ANNOUNCE": GUARDED},
     )
     first = proc.stderr.readline()
