@@ -250,8 +250,6 @@ def preview(
     **params: Any,
 ) -> None:
     """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
-    if per_env < 1 or max_eval < 0:
-        raise OodevalError("--per-env must be >= 1 and --max-eval >= 0")
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")
     sc = scenario_of(family, source, seed, params)

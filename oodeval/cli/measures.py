@@ -129,16 +129,12 @@ def measures_command(
     bootstrap: int = typer.Option(
         0,
         "--bootstrap",
-        min=0,
-        max=MAX_RESAMPLES,
         help="Add percentile bootstrap intervals to the correlations (resampling algorithms; "
         f"this many resamples, e.g. 2000, at most {MAX_RESAMPLES:,}). 0 = off.",
     ),
     confidence: float = typer.Option(
         0.95,
         "--confidence",
-        min=0.0,
-        max=1.0,
         help="Level of the --bootstrap intervals, in (0, 1).",
     ),
     seed: int = typer.Option(
@@ -154,8 +150,11 @@ def measures_command(
     Values are errors unless the column is called `accuracy`. Output numbers are error fractions.
     """
     # Range checks here rather than typer's min=/max=, whose usage errors span several lines.
-    if bootstrap < 0:
-        raise OodevalError(f"--bootstrap must be 0 (off) or a number of resamples, got {bootstrap}")
+    if not 0 <= bootstrap <= MAX_RESAMPLES:
+        raise OodevalError(
+            f"--bootstrap must be 0 (off) or a number of resamples up to {MAX_RESAMPLES:,} (the "
+            f"cap), got {bootstrap:,}"
+        )
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     check_output_path(output)

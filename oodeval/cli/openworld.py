@@ -91,8 +91,6 @@ def score(
     tie: float = typer.Option(
         0.5,
         "--tie",
-        min=0.0,
-        max=1.0,
         help="Credit for a base/new pair with equal scores (0 = strict).",
     ),
     fmt: OutputFormat = FORMAT_OPT,

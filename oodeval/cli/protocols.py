@@ -90,9 +90,9 @@ OUT_OPT = typer.Option(
 )
 SEED_OPT = typer.Option(0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of every random draw.")
 PER_MINOR_OPT = typer.Option(
-    50, "--per-minor", min=1, max=10_000_000, help="Images per minor training domain."
+    50, "--per-minor", max=10_000_000, help="Images per minor training domain."
 )
-PER_TEST_OPT = typer.Option(50, "--per-test", min=1, max=10_000_000, help="Images per test domain.")
+PER_TEST_OPT = typer.Option(50, "--per-test", max=10_000_000, help="Images per test domain.")
 FLEXIBLE_VAL_OPT = typer.Option(
     0.0, "--val-fraction", min=0.0, max=1.0, help="Validation share per cell."
 )

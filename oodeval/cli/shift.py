@@ -137,21 +137,18 @@ def shift_command(
         help="Images the scenario SPECs draw from: auto (real MNIST, as a study's source), "
         "digits, mnist:DIR, folder:DIR, ...",
     ),
-    n_seeds: int = typer.Option(
-        3, "--n-seeds", min=1, max=1000, help="Number of seeds: seeds 0..N-1."
-    ),
+    n_seeds: int = typer.Option(3, "--n-seeds", max=1000, help="Number of seeds: seeds 0..N-1."),
     steps: int = typer.Option(
-        300, "--n-steps", min=1, max=STEPS_LIMIT, help="Training steps per network."
+        300, "--n-steps", max=STEPS_LIMIT, help="Training steps per network."
     ),
     hypothesis: Hypothesis = typer.Option(
         Hypothesis.mlp, "--hypothesis", help="Hypothesis class H."
     ),
-    batch_size: int = typer.Option(128, "--batch-size", min=1, max=BATCH_SIZE_LIMIT),
+    batch_size: int = typer.Option(128, "--batch-size", max=BATCH_SIZE_LIMIT),
     lr: float = typer.Option(1e-3, "--lr", min=0.0, max=100.0, help="Adam learning rate."),
     max_samples: int = typer.Option(
         4000,
         "--max-samples",
-        min=2,
         max=10_000_000,
         help="Subsample each set to at most this many images.",
     ),

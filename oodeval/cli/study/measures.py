@@ -228,8 +228,6 @@ def measures_command(
     check_output_path(output)
     load_imports(imports)
     names = check_measures(measure_specs(measures) or default_measures())
-    if bootstrap < 0:
-        raise OodevalError(f"--bootstrap must be 0 (no intervals) or more, got {bootstrap}")
     kinds = {d: folder_kind(d) for d in dict.fromkeys(directories)}
     if fmt is OutputFormat.csv and len(set(kinds.values())) > 1:
         raise OodevalError(
