@@ -52,12 +52,25 @@ def refuse_links(*paths: str | Path) -> None:
             raise link_refusal(path)
 
 
-def make_folder(path: str | Path) -> Path:
-    """Create the folder `path` (and missing folders above it), or reuse it; refuse when
-    `path` itself is a symbolic link. Returns it as a Path."""
+def make_folder(path: str | Path, *, what: str = "folder", named_by_user: bool = False) -> Path:
+    """Create the folder `path` (and missing folders above it), or reuse it. Returns it as a
+    Path.
+
+    A symbolic link at `path` is refused, unless `named_by_user` (a folder the user named,
+    e.g. ``study run --out DIR``: they chose it). When the system refuses (a read-only or
+    virtual file system such as /proc, no permission), an OodevalError names the `what` and
+    the reason, in one line: nothing is created then.
+    """
     path = Path(path)
-    refuse_links(path)
-    path.mkdir(parents=True, exist_ok=True)
+    if not named_by_user:
+        refuse_links(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OodevalError(
+            f"cannot create the {what} {path} ({reason}); choose a folder you can write to"
+        ) from None
     return path
 
 

@@ -554,6 +554,10 @@ def test_bad_input_through_a_real_process(command: str, category: str, f: Simple
         (["study", "estimate", "{toml_backend_os}"], "backend 'os' lacks ['build_scenario', "),
         (["study", "run", "{toml_bad_measure}", "--out", "{root}/s"], "unknown measure(s) 'me"),
         (["study", "run", "{toml_bad_cvar}", "--out", "{root}/s"], "measures: "),
+        (
+            ["study", "run", "--preset", "quick", "--out", "/proc/oodeval-x"],
+            "cannot create the study folder /proc/oodeval-x (",
+        ),
     ],
 )
 def test_messages_name_the_real_problem(argv: list[str], expected: str, f: SimpleNamespace):
@@ -650,3 +654,76 @@ def test_the_text_reader_keeps_utf8_and_names_what_else_it_found(tmp_path: Path)
         read_text(latin)
     with pytest.raises(OodevalError, match=r"\(UTF-32 text with a byte-order mark\)"):
         read_text(wide)
+
+
+# --- numbers in a study config: 0, -1, 1e20 and NaN of every numeric key --------------------------
+NUMBERS_TOML = {
+    "seeds": "seeds = [1]",
+    "steps": "steps = 5",
+    "data_seed": "data_seed = 1",
+    "batch_size": "batch_size = 8",
+    "eval_every": "eval_every = 5",
+    "holdout_fraction": "holdout_fraction = 0.2",
+    "scale": "scale = 1",
+    "n_per_given": "n_per_given = 50",
+    "n_eval": "n_eval = 50",
+    "eval_fraction": "eval_fraction = 0.2",
+}
+NUMBERS_CONFIG = """name = "numbers"
+source = "digits"
+algorithms = ["ERM"]
+{seeds}
+{steps}
+{data_seed}
+[trainer]
+{batch_size}
+{eval_every}
+{holdout_fraction}
+[[scenarios]]
+family = "sr-cmnist"
+ratio = "3:1"
+size = 8
+{scale}
+{n_per_given}
+{n_eval}
+{eval_fraction}
+"""
+#: 0 is a good seed; every other value here is refused.
+NUMBER_CASES = [
+    (key, value)
+    for key in NUMBERS_TOML
+    for value in ("0", "-1", "1e20", "99999999999999999999", "nan", "inf")
+    if not (value == "0" and key in ("seeds", "data_seed"))
+]
+
+
+def _numbers_config(key: str | None = None, value: str = "") -> str:
+    lines = dict(NUMBERS_TOML)
+    if key is not None:
+        lines[key] = f"{key} = [{value}]" if key == "seeds" else f"{key} = {value}"
+    return NUMBERS_CONFIG.format(**lines)
+
+
+def test_the_numbers_config_is_valid_as_written(tmp_path: Path) -> None:
+    """The base of the cases below passes validation: each case's refusal is its own number's."""
+    from oodeval.study import load_config, validate_config
+
+    path = tmp_path / "numbers.toml"
+    path.write_text(_numbers_config(), encoding="utf-8")
+    validate_config(load_config(path))
+
+
+@pytest.mark.parametrize(("key", "value"), NUMBER_CASES)
+def test_a_bad_number_in_a_config_is_refused_before_the_folder(
+    key: str, value: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "numbers.toml"
+    config.write_text(_numbers_config(key, value), encoding="utf-8")
+    out = tmp_path / "s"
+    argv = ["study", "run", str(config), "--out", str(out), "--no-progress"]
+    code, stdout, stderr = _invoke(argv)
+    _assert_refused(code, stdout, stderr, argv)
+    assert not out.exists()
+    # the line names the key and its rule (or the images it would need), not a Python error
+    said = stderr.split("]: ", 1)[-1]  # after a scenario's label, which names every key
+    assert re.search(rf"{key}(\[0\])? must|too few images|{key} {value}", said), stderr

@@ -323,7 +323,7 @@ def test_ctrl_c_or_sigterm_in_train_gmop_is_one_line_and_exit_130_or_143(tmp_pat
     model, hook = tmp_path / "model.npz", guard_announcer(tmp_path / "hook")
     # The test file has new-class rows: the note about them is printed just before training.
     proc = _oodeval(
-        ["openworld", "train-gmop", str(test), "--out", str(model), "--n-steps", "100000000"],
+        ["openworld", "train-gmop", str(test), "--out", str(model), "--n-steps", "10000000"],
         env={"PYTHONPATH": f"{REPO}{os.pathsep}{hook}", "OODEVAL_TEST_ANNOUNCE": GUARDED},
     )
     first = proc.stderr.readline()

@@ -226,10 +226,29 @@ def test_rankings_match_scipy_min_ranks_and_refuse_undefined_scores() -> None:
         measure_rankings(frame, ["average"])
 
 
+def test_draws_in_chunks_give_the_numbers_of_all_at_once(monkeypatch) -> None:
+    """Memory stays bounded at MAX_RESAMPLES by resampling DRAWS_PER_CHUNK draws at a time;
+    the chunks (7 draws, the last one partial) give the same board as one pass."""
+    import oodeval.measures.meta.leaderboard as board_module
+
+    frame = _units(3)
+    whole = pd.DataFrame(measure_leaderboard(frame, MEASURES, n_resamples=300, seed=2))
+    monkeypatch.setattr(board_module, "DRAWS_PER_CHUNK", 7)
+    chunked = pd.DataFrame(measure_leaderboard(frame, MEASURES, n_resamples=300, seed=2))
+    pd.testing.assert_frame_equal(chunked, whole)
+    assert np.isfinite(whole["spearman_low"].to_numpy(float)).any()
+
+
 def test_options_are_checked() -> None:
+    from oodeval.measures.meta import MAX_RESAMPLES, bootstrap_correlation_ci
+
     frame = _units(0)
     with pytest.raises(OodevalError, match="--bootstrap"):
         measure_leaderboard(frame, ["average"], n_resamples=-1)
+    with pytest.raises(OodevalError, match="at most 100,000 .the cap., got 100,001"):
+        measure_leaderboard(frame, ["average"], n_resamples=MAX_RESAMPLES + 1)
+    with pytest.raises(OodevalError, match="n_resamples must be at most 100,000"):
+        bootstrap_correlation_ci([1, 2, 3], [1, 3, 2], n_resamples=MAX_RESAMPLES + 1)
     with pytest.raises(OodevalError, match="no measures"):
         measure_leaderboard(frame, [])
 

@@ -19,7 +19,12 @@ from oodeval.openworld.base_new import (
     ratio_sweep,
     resample_to_ratio,
 )
-from oodeval.openworld.ratio_study import format_ratio_table, ratio_spread, ratio_study
+from oodeval.openworld.ratio_study import (
+    MAX_REPEATS,
+    format_ratio_table,
+    ratio_spread,
+    ratio_study,
+)
 
 
 def test_default_split_takes_the_sorted_first_half_rounding_up_like_coop():
@@ -194,3 +199,5 @@ def test_ratio_study_with_separate_models_and_bad_input():
         ratio_study(probs, labels, [0, 1, 2], [], repeats=1)
     with pytest.raises(OodevalError):
         ratio_study(probs, labels, [0, 1, 2], ["1:1"], repeats=0)
+    with pytest.raises(OodevalError, match=r"repeats must lie in \[1, 1,000\], got 1,001"):
+        ratio_study(probs, labels, [0, 1, 2], ["1:1"], repeats=MAX_REPEATS + 1)

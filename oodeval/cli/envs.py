@@ -35,10 +35,17 @@ from oodeval.environments import FAMILIES, build_scenario
 from oodeval.environments.base import Scenario
 from oodeval.environments.sources import source_forms
 from oodeval.errors import OodevalError
+from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import render_frame, to_json
 
 SOURCE_OPT = typer.Option("auto", "--source", help=f"Images: {source_forms(summaries=True)}.")
-SEED_OPT = typer.Option(0, "--seed", help="Seed for splits, label noise and spurious features.")
+SEED_OPT = typer.Option(
+    0,
+    "--seed",
+    min=0,
+    max=SEED_LIMIT - 1,
+    help="Seed for splits, label noise and spurious features.",
+)
 FAMILY_ARG = typer.Argument(..., help="Family (see `oodeval envs list`).")
 #: Types a family parameter may take on the command line (a sequence of them: a repeated option).
 CLI_SCALARS = (bool, int, float, str)
@@ -240,13 +247,15 @@ def preview(
     out: Path = typer.Option(..., "--out", metavar="FILE", help="PNG file to write the grid to."),
     source: str = SOURCE_OPT,
     seed: int = SEED_OPT,
-    per_env: int = typer.Option(8, "--per-env", help="Samples shown per environment."),
-    max_eval: int = typer.Option(5, "--max-eval", help="Evaluation environments shown (spread)."),
+    per_env: int = typer.Option(
+        8, "--per-env", min=1, max=1000, help="Samples shown per environment."
+    ),
+    max_eval: int = typer.Option(
+        5, "--max-eval", min=0, max=1000, help="Evaluation environments shown (spread)."
+    ),
     **params: Any,
 ) -> None:
     """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
-    if per_env < 1 or max_eval < 0:
-        raise OodevalError("--per-env must be >= 1 and --max-eval >= 0")
     refuse_links(out)  # never written through a link (`oodeval._files`)
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")

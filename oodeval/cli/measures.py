@@ -31,10 +31,11 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError
-from oodeval.measures.meta import environment_warning, interval_warning
+from oodeval.measures.meta import MAX_RESAMPLES, environment_warning, interval_warning
 from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
+from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import heading, render_frame, to_json
 
 __all__ = ["MEASURES_OPT", "measures_help", "register", "render", "measures_command"]
@@ -131,12 +132,16 @@ def measures_command(
         0,
         "--bootstrap",
         help="Add percentile bootstrap intervals to the correlations (resampling algorithms; "
-        "this many resamples, e.g. 2000). 0 = off.",
+        f"this many resamples, e.g. 2000, at most {MAX_RESAMPLES:,}). 0 = off.",
     ),
     confidence: float = typer.Option(
-        0.95, "--confidence", help="Level of the --bootstrap intervals, in (0, 1)."
+        0.95,
+        "--confidence",
+        help="Level of the --bootstrap intervals, in (0, 1).",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the --bootstrap resampling."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the --bootstrap resampling."
+    ),
     imports: list[str] = IMPORTS_OPT,
 ) -> None:
     """Score a results file: every measure per algorithm and seed, checked against the ideal.
@@ -147,8 +152,11 @@ def measures_command(
     Values are errors unless the column is called `accuracy`. Output numbers are error fractions.
     """
     # Range checks here rather than typer's min=/max=, whose usage errors span several lines.
-    if bootstrap < 0:
-        raise OodevalError(f"--bootstrap must be 0 (off) or a number of resamples, got {bootstrap}")
+    if not 0 <= bootstrap <= MAX_RESAMPLES:
+        raise OodevalError(
+            f"--bootstrap must be 0 (off) or a number of resamples up to {MAX_RESAMPLES:,} (the "
+            f"cap), got {bootstrap:,}"
+        )
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     check_output_path(output)

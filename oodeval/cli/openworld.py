@@ -93,7 +93,9 @@ def score(
         None, "--base-classes", help="Base class ids, e.g. 0,1,2 or 0-49 (inclusive ranges)."
     ),
     tie: float = typer.Option(
-        0.5, "--tie", help="Credit for a base/new pair with equal scores (0 = strict)."
+        0.5,
+        "--tie",
+        help="Credit for a base/new pair with equal scores (0 = strict).",
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,

@@ -38,6 +38,8 @@ from oodeval.cli._common import (
     stops_on_ctrl_c,
 )
 from oodeval.errors import OodevalError
+from oodeval.openworld.ratio_study import MAX_REPEATS
+from oodeval.study.config.keys import SEED_LIMIT, STEPS_LIMIT
 from oodeval.tables import render_frame, render_rows
 
 
@@ -56,8 +58,12 @@ def ratio_study_command(
         "--ratios",
         help="Comma-separated base:new ratios; Fwd = 1:5 and Bwd = 5:1.",
     ),
-    repeats: int = typer.Option(5, "--n-repeats", help="Seeded resamples per ratio."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the first resample."),
+    repeats: int = typer.Option(
+        5, "--n-repeats", min=1, max=MAX_REPEATS, help="Seeded resamples per ratio."
+    ),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the first resample."
+    ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
 ) -> None:
@@ -125,12 +131,22 @@ def make_features_command(
         "--encoder-source",
         help="Train the encoder on this source's base classes (digits, for an mnist:DIR source).",
     ),
-    shots: int = typer.Option(16, "--n-shots", help="Training samples per base class."),
+    shots: int = typer.Option(
+        16, "--n-shots", min=1, max=100_000, help="Training samples per base class."
+    ),
     overlap: float = typer.Option(
-        0.5, "--overlap", help="synthetic only: move new-class centres towards base ones (0..1)."
+        0.5,
+        "--overlap",
+        min=0.0,
+        max=1.0,
+        help="synthetic only: move new-class centres towards base ones (0..1).",
     ),
     seed: int = typer.Option(
-        0, "--seed", help="Seed of every draw (features, encoder images, shots) and of the encoder."
+        0,
+        "--seed",
+        min=0,
+        max=SEED_LIMIT - 1,
+        help="Seed of every draw (features, encoder images, shots) and of the encoder.",
     ),
 ) -> None:
     """Write few-shot training and test feature files for train-gmop / evaluate."""
@@ -161,19 +177,33 @@ def train_gmop_command(
         ..., "--out", metavar="FILE", help="Where to write the trained model (.npz)."
     ),
     method: Method = typer.Option(Method.gmop, "--method", help="gmop or single-context (CE)."),
-    partitions: int = typer.Option(3, "--n-partitions", help="K pseudo base/new partitions."),
-    auc_weight: float = typer.Option(1.0, "--auc-weight", help="lambda: gated AUC term weight."),
+    partitions: int = typer.Option(
+        3, "--n-partitions", min=1, max=100, help="K pseudo base/new partitions."
+    ),
+    auc_weight: float = typer.Option(
+        1.0, "--auc-weight", min=0.0, max=1e6, help="lambda: gated AUC term weight."
+    ),
     detector_weight: float = typer.Option(
-        1.0, "--detector-weight", help="alpha: detectors' cross-entropy weight."
+        1.0, "--detector-weight", min=0.0, max=1e6, help="alpha: detectors' cross-entropy weight."
     ),
-    steps: int = typer.Option(200, "--n-steps", help="Optimizer steps."),
-    lr: float = typer.Option(1e-2, "--lr", help="Adam learning rate."),
-    weight_decay: float = typer.Option(1e-3, "--weight-decay", help="Pull towards zero-shot."),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Default: full batch."),
+    steps: int = typer.Option(200, "--n-steps", min=1, max=STEPS_LIMIT, help="Optimizer steps."),
+    lr: float = typer.Option(1e-2, "--lr", min=0.0, max=100.0, help="Adam learning rate."),
+    weight_decay: float = typer.Option(
+        1e-3, "--weight-decay", min=0.0, max=1e6, help="Pull towards zero-shot."
+    ),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", min=1, max=10_000_000, help="Default: full batch."
+    ),
     logit_scale: float | None = typer.Option(
-        None, "--logit-scale", help="Cosine-to-logit scale (default: from the feature file)."
+        None,
+        "--logit-scale",
+        min=0.0,
+        max=1e6,
+        help="Cosine-to-logit scale (default: from the feature file).",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed (same seed -> same model)."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed (same seed -> same model)."
+    ),
     device: str = typer.Option(
         "cpu", "--device", help="Train on cpu, cuda, cuda:N or auto (cuda when available)."
     ),

@@ -42,6 +42,7 @@ from oodeval.protocols import (
     scan_tree,
     write_assignment_csv,
 )
+from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import render_frame, text_table, to_json
 
 app = typer.Typer(
@@ -87,10 +88,14 @@ TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
 OUT_OPT = typer.Option(
     ..., "--out", metavar="FILE", help="Domain-assignment CSV to write (path,class,domain,role)."
 )
-SEED_OPT = typer.Option(0, "--seed", help="Seed of every random draw.")
-PER_MINOR_OPT = typer.Option(50, "--per-minor", help="Images per minor training domain.")
-PER_TEST_OPT = typer.Option(50, "--per-test", help="Images per test domain.")
-FLEXIBLE_VAL_OPT = typer.Option(0.0, "--val-fraction", help="Validation share per cell.")
+SEED_OPT = typer.Option(0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of every random draw.")
+PER_MINOR_OPT = typer.Option(
+    50, "--per-minor", max=10_000_000, help="Images per minor training domain."
+)
+PER_TEST_OPT = typer.Option(50, "--per-test", max=10_000_000, help="Images per test domain.")
+FLEXIBLE_VAL_OPT = typer.Option(
+    0.0, "--val-fraction", min=0.0, max=1.0, help="Validation share per cell."
+)
 COMMON_OPT = typer.Option(
     None, "--common", help="Comma-separated common domains (default: NICO++'s or all shared)."
 )
@@ -103,7 +108,9 @@ def classic_command(
     out: str = OUT_OPT,
     train: str | None = typer.Option(None, "--train", help="Comma-separated training domains."),
     test: str | None = typer.Option(None, "--test", help="Comma-separated test domains."),
-    val_fraction: float = typer.Option(0.2, "--val-fraction", help="Validation share per cell."),
+    val_fraction: float = typer.Option(
+        0.2, "--val-fraction", min=0.0, max=1.0, help="Validation share per cell."
+    ),
     seed: int = SEED_OPT,
 ) -> None:
     """Classic protocol: the same training and test domains for every class (NICO++ Sec. 4.2).
@@ -144,9 +151,13 @@ def _listing(names: list[str], shown: int = 8) -> str:
 def flexible_random_command(
     tree: Path = TREE_ARG,
     out: str = OUT_OPT,
-    n_dominant: int = typer.Option(2, "--n-dominant", help="Dominant domains per class."),
-    n_minor: int = typer.Option(12, "--n-minor", help="Minor training domains per class."),
-    n_test: int = typer.Option(6, "--n-test", help="Test domains per class."),
+    n_dominant: int = typer.Option(
+        2, "--n-dominant", min=1, max=100_000, help="Dominant domains per class."
+    ),
+    n_minor: int = typer.Option(
+        12, "--n-minor", min=0, max=100_000, help="Minor training domains per class."
+    ),
+    n_test: int = typer.Option(6, "--n-test", min=1, max=100_000, help="Test domains per class."),
     per_minor: int = PER_MINOR_OPT,
     per_test: int = PER_TEST_OPT,
     common: str | None = COMMON_OPT,
@@ -176,10 +187,16 @@ def flexible_compositional_command(
     exclusive: str | None = typer.Option(
         None, "--exclusive", help="Comma-separated exclusive domains (default: drawn)."
     ),
-    n_exclusive: int = typer.Option(4, "--n-exclusive", help="Exclusive domains to draw."),
-    n_majority: int = typer.Option(2, "--n-majority", help="Majority domains per class."),
-    n_minority: int = typer.Option(12, "--n-minority", help="Minority domains per class."),
-    n_test: int = typer.Option(4, "--n-test", help="Test domains per class."),
+    n_exclusive: int = typer.Option(
+        4, "--n-exclusive", min=0, max=100_000, help="Exclusive domains to draw."
+    ),
+    n_majority: int = typer.Option(
+        2, "--n-majority", min=1, max=100_000, help="Majority domains per class."
+    ),
+    n_minority: int = typer.Option(
+        12, "--n-minority", min=0, max=100_000, help="Minority domains per class."
+    ),
+    n_test: int = typer.Option(4, "--n-test", min=1, max=100_000, help="Test domains per class."),
     per_minor: int = PER_MINOR_OPT,
     per_test: int = PER_TEST_OPT,
     common: str | None = COMMON_OPT,

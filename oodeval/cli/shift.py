@@ -25,6 +25,7 @@ from oodeval.cli._common import (
     stops_on_ctrl_c,
 )
 from oodeval.errors import OodevalError
+from oodeval.study.config.keys import BATCH_SIZE_LIMIT, STEPS_LIMIT
 from oodeval.tables import render_frame, to_json
 
 __all__ = ["register", "shift_command", "explanation"]
@@ -137,15 +138,20 @@ def shift_command(
         help="Images the scenario SPECs draw from: auto (real MNIST, as a study's source), "
         "digits, mnist:DIR, folder:DIR, ...",
     ),
-    n_seeds: int = typer.Option(3, "--n-seeds", help="Number of seeds: seeds 0..N-1."),
-    steps: int = typer.Option(300, "--n-steps", help="Training steps per network."),
+    n_seeds: int = typer.Option(3, "--n-seeds", max=1000, help="Number of seeds: seeds 0..N-1."),
+    steps: int = typer.Option(
+        300, "--n-steps", max=STEPS_LIMIT, help="Training steps per network."
+    ),
     hypothesis: Hypothesis = typer.Option(
         Hypothesis.mlp, "--hypothesis", help="Hypothesis class H."
     ),
-    batch_size: int = typer.Option(128, "--batch-size"),
-    lr: float = typer.Option(1e-3, "--lr", help="Adam learning rate."),
+    batch_size: int = typer.Option(128, "--batch-size", max=BATCH_SIZE_LIMIT),
+    lr: float = typer.Option(1e-3, "--lr", min=0.0, max=100.0, help="Adam learning rate."),
     max_samples: int = typer.Option(
-        4000, "--max-samples", help="Subsample each set to at most this many images."
+        4000,
+        "--max-samples",
+        max=10_000_000,
+        help="Subsample each set to at most this many images.",
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,

@@ -94,8 +94,12 @@ def variance(
         help="A study folder (`oodeval study run --out`), a DomainBed-style sweep folder, or a "
         "CSV of per-checkpoint records.",
     ),
-    last: int = typer.Option(10, "--last", help="Checkpoints per run for the epoch std."),
-    ddof: int = typer.Option(1, "--ddof", help="Delta degrees of freedom of the stds."),
+    last: int = typer.Option(
+        10, "--last", min=1, max=1_000_000, help="Checkpoints per run for the epoch std."
+    ),
+    ddof: int = typer.Option(
+        1, "--ddof", min=0, max=1_000_000, help="Delta degrees of freedom of the stds."
+    ),
     oracle: str = typer.Option(
         "best",
         "--oracle",

@@ -47,6 +47,9 @@ from oodeval.errors import OodevalError
 #: view of the registry, so a kind registered later is listed too.
 SOURCE_KINDS: Mapping[str, SourceKind] = registered_source_kinds()
 #: What ``auto`` names, for help texts.
+#: Largest image side a source is resized to: 1024 x 1024 is past any benchmark's images, and
+#: a mistyped side is refused before it asks for terabytes.
+MAX_IMAGE_SIZE = 1024
 AUTO_SUMMARY = "real MNIST: $OODEVAL_MNIST, ../shared/data/mnist or the bundled test set"
 
 
@@ -79,8 +82,8 @@ def load_source(spec: str, *, size: int | None = None) -> ImageSource:
     ((1797, 1, 8, 8), 'float32', 10)
     """
     kind, root = parse_source_spec(spec)
-    if size is not None and (not isinstance(size, int) or size < 1):
-        raise OodevalError(f"size must be a positive integer, got {size!r}")
+    if size is not None and (not isinstance(size, int) or not 1 <= size <= MAX_IMAGE_SIZE):
+        raise OodevalError(f"size must be an integer in [1, {MAX_IMAGE_SIZE}], got {size!r}")
     source = SOURCE_KINDS[kind].load(root, size=size)
     if size is not None and size != source.images.shape[-1]:
         source = resized(source, size)

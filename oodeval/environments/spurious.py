@@ -212,7 +212,10 @@ class SpuriousScenario(Scenario):
         n_pool_eval = int(round(eval_fraction * total))
         eval_pool, given_pool = order[:n_pool_eval], order[n_pool_eval:]
         for what, value in (("n_per_given", n_per_given), ("n_eval", n_eval)):
-            if value is not None and (isinstance(value, bool) or int(value) < MIN_IMAGES_PER_ENV):
+            whole = isinstance(value, int | np.integer | float) and float(value).is_integer()
+            if value is not None and (
+                isinstance(value, bool) or not whole or value < MIN_IMAGES_PER_ENV
+            ):
                 raise OodevalError(
                     f"{what} must be an integer >= {MIN_IMAGES_PER_ENV}, got {value!r}"
                 )

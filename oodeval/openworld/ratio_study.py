@@ -25,6 +25,9 @@ from oodeval.openworld.base_new import (
     resample_to_ratio,
 )
 
+#: Most resamples per ratio (``--n-repeats``): the spread of a mean settles long before, and a
+#: mistyped count is refused instead of running for hours (each repeat scores a resample).
+MAX_REPEATS = 1000
 METRICS = ("overall_acc", "hm", "base_acc", "new_acc", "auroc", "openworld_auc")
 
 
@@ -77,8 +80,8 @@ def ratio_study(
     """
     y = as_class_ids(labels, "labels")
     base = [int(c) for c in base_classes]
-    if repeats < 1:
-        raise OodevalError(f"repeats must be at least 1, got {repeats}")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise OodevalError(f"repeats must lie in [1, {MAX_REPEATS:,}], got {repeats:,}")
     parsed = [parse_ratio(r) for r in ratios]
     if not parsed:
         raise OodevalError("give at least one ratio, e.g. 1:5,1:1,5:1")

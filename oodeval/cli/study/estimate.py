@@ -25,6 +25,7 @@ from oodeval.cli.study.options import (
     study_config,
 )
 from oodeval.pool import MAX_WORKERS
+from oodeval.study.config.keys import STEPS_LIMIT
 from oodeval.tables import frame_records, render_frame, to_json
 
 if TYPE_CHECKING:  # the study stack is imported when the command runs
@@ -49,7 +50,11 @@ def estimate_command(
         "the others are timed at the smallest N only.",
     ),
     steps_fraction: float = typer.Option(
-        1.0, "--steps-fraction", help="Run the sample with this fraction of the steps."
+        1.0,
+        "--steps-fraction",
+        min=0.0,
+        max=1.0,
+        help="Run the sample with this fraction of the steps.",
     ),
     precision: str | None = typer.Option(None, "--precision", help=PRECISION_HELP),
     tf32: str | None = typer.Option(None, "--tf32", help=TF32_HELP),
@@ -57,6 +62,7 @@ def estimate_command(
     sample_steps: int | None = typer.Option(
         None,
         "--n-sample-steps",
+        max=STEPS_LIMIT,
         min=1,
         help="Time this many training steps of each sampled unit (one checkpoint) and "
         "extrapolate to the configured steps; replaces --steps-fraction. Default: 3 for a "

@@ -28,6 +28,7 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError
+from oodeval.measures.meta.correlation import MAX_RESAMPLES
 from oodeval.measures.meta.leaderboard import (
     BOOTSTRAP_RESAMPLES,
     NO_IDEAL_NOTE,
@@ -36,6 +37,7 @@ from oodeval.measures.meta.leaderboard import (
     measure_rankings,
 )
 from oodeval.measures.registry import check_measures, measure_label, measure_names
+from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import heading, render_frame, to_json
 
 #: The measures ranked without --measures: every registered plain measure, and one member of
@@ -202,9 +204,14 @@ def measures_command(
     bootstrap: int = typer.Option(
         BOOTSTRAP_RESAMPLES,
         "--bootstrap",
-        help="Bootstrap draws of (scenario, seed) cells for the 95% intervals; 0 for none.",
+        min=0,
+        max=MAX_RESAMPLES,
+        help="Bootstrap draws of (scenario, seed) cells for the 95% intervals; 0 for none; at "
+        f"most {MAX_RESAMPLES:,}.",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap draws."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the bootstrap draws."
+    ),
     imports: list[str] = IMPORTS_OPT,
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
@@ -222,8 +229,6 @@ def measures_command(
     check_output_path(output)
     load_imports(imports)
     names = check_measures(measure_specs(measures) or default_measures())
-    if bootstrap < 0:
-        raise OodevalError(f"--bootstrap must be 0 (no intervals) or more, got {bootstrap}")
     kinds = {d: folder_kind(d) for d in dict.fromkeys(directories)}
     if fmt is OutputFormat.csv and len(set(kinds.values())) > 1:
         raise OodevalError(

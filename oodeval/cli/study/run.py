@@ -115,6 +115,7 @@ def with_executor_options(command: Callable[..., None]) -> Callable[..., None]:
                 option.flag,
                 help=option.help,
                 min=option.min,
+                max=option.max,
                 rich_help_panel=cls.name.capitalize(),
             ),
             annotation=option.type | None,

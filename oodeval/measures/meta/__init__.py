@@ -72,6 +72,7 @@ from oodeval.measures.meta.choice import (
 )
 from oodeval.measures.meta.columns import SEED_MEAN, UNIT_KEYS, Columns
 from oodeval.measures.meta.correlation import (
+    MAX_RESAMPLES,
     bootstrap_correlation_ci,
     mean_std,
     paired_spearman_ci,
@@ -103,6 +104,7 @@ from oodeval.measures.meta.verdict import (
 
 __all__ = [
     "ANSWER_MEASURES",
+    "MAX_RESAMPLES",
     "MIN_INTERVAL_ALGORITHMS",
     "MIN_PICK_ENVIRONMENTS",
     "MIN_VERDICT_ALGORITHMS",

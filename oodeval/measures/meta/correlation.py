@@ -33,6 +33,10 @@ __all__ = [
 ]
 
 KENDALL_PAIRWISE_MAX = 200
+#: Most bootstrap resamples any function or command (``--bootstrap``) draws: far more than a
+#: percentile interval needs (2,000 is the default), few enough that a mistyped count is refused
+#: instead of running for hours.
+MAX_RESAMPLES = 100_000
 """Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
 
 
@@ -283,6 +287,10 @@ def bootstrap_correlation_ci(
 def _check_bootstrap_options(n_resamples: Any, confidence: float, seed: Any) -> None:
     if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
         raise OodevalError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if n_resamples > MAX_RESAMPLES:
+        raise OodevalError(
+            f"n_resamples must be at most {MAX_RESAMPLES:,} (the cap), got {n_resamples:,}"
+        )
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):

@@ -50,6 +50,7 @@ from oodeval.measures.meta.columns import (
     records_to_columns,
     row_groups,
 )
+from oodeval.measures.meta.correlation import MAX_RESAMPLES
 from oodeval.measures.meta.paper_tables import choices, ideal_correlations
 from oodeval.measures.registry import measure_label
 
@@ -235,11 +236,7 @@ def _intervals(
         nan = np.full(m, np.nan)
         return {stat: (nan, nan) for stat in LEADERBOARD_STATISTICS}
     draws = np.random.default_rng(seed).integers(0, c, size=(int(n_resamples), c))
-    boot = {
-        stat: bootstrap_means(matrices[stat], draws)
-        for stat in ("spearman", "kendall", "degradation", "ideal_choice")
-    }
-    boot["trend"] = rho_slope(matrices["spearman"], matrices["n_given"], draws)
+    boot = _resampled(matrices, draws)
     q = [(1 - confidence) / 2, (1 + confidence) / 2]
     out = {}
     for stat, values in boot.items():
@@ -250,6 +247,23 @@ def _intervals(
                 low[k], high[k] = np.quantile(valid, q)
         out[stat] = (low, high)
     return out
+
+
+#: Draws resampled at once: the (measures, draws, cells) arrays of one chunk stay a few MB, so
+#: memory does not grow with ``n_resamples`` (up to `MAX_RESAMPLES`).
+DRAWS_PER_CHUNK = 1000
+
+
+def _resampled(matrices: dict[str, np.ndarray], draws: np.ndarray) -> dict[str, np.ndarray]:
+    """Each statistic's value per measure and draw, (M, B), computed `DRAWS_PER_CHUNK` draws
+    at a time (the same numbers as all at once)."""
+    chunks: dict[str, list[np.ndarray]] = {s: [] for s in LEADERBOARD_STATISTICS}
+    for start in range(0, len(draws), DRAWS_PER_CHUNK):
+        part = draws[start : start + DRAWS_PER_CHUNK]
+        for stat in ("spearman", "kendall", "degradation", "ideal_choice"):
+            chunks[stat].append(bootstrap_means(matrices[stat], part))
+        chunks["trend"].append(rho_slope(matrices["spearman"], matrices["n_given"], part))
+    return {stat: np.concatenate(parts, axis=1) for stat, parts in chunks.items()}
 
 
 def measure_leaderboard(
@@ -342,6 +356,10 @@ def _check_options(n_resamples: Any, confidence: float, seed: Any) -> None:
         raise OodevalError(f"--bootstrap must be a whole number of draws, got {n_resamples!r}")
     if n_resamples < 0:
         raise OodevalError(f"--bootstrap must be 0 (no intervals) or more, got {n_resamples}")
+    if n_resamples > MAX_RESAMPLES:
+        raise OodevalError(
+            f"--bootstrap must be at most {MAX_RESAMPLES:,} (the cap), got {n_resamples:,}"
+        )
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:

@@ -44,7 +44,8 @@ class ExecutorOption:
     type : its Python type (str, int, float): the command line parses and checks it.
     help : one sentence for ``--help``.
     default : the value meaning "not given" (None: the executor's default).
-    min : the smallest value accepted, for numbers.
+    min, max : the smallest and largest values accepted, for numbers (a bound also refuses
+        NaN; `max` infinity too).
 
     >>> ExecutorOption("--ray-unit-cpus", "cpus_per_unit", float, "CPUs.").param_name
     'ray_unit_cpus'
@@ -56,6 +57,7 @@ class ExecutorOption:
     help: str
     default: Any = None
     min: float | None = None
+    max: float | None = None
 
     @property
     def param_name(self) -> str:

@@ -62,7 +62,12 @@ class RayExecutor(Executor):
             "Ray cluster to join, e.g. auto (default: start a local one).",
         ),
         ExecutorOption(
-            "--ray-unit-cpus", "cpus_per_unit", float, "CPUs each unit reserves on Ray (default 1)."
+            "--ray-unit-cpus",
+            "cpus_per_unit",
+            float,
+            "CPUs each unit reserves on Ray (default 1).",
+            min=0.0,
+            max=1024.0,
         ),
         ExecutorOption(
             "--ray-max-retries",
@@ -70,6 +75,7 @@ class RayExecutor(Executor):
             int,
             "Times Ray re-runs a unit whose worker or node died, on any live node (default 0).",
             min=0,
+            max=100,
         ),
     )
     workers_field: ClassVar[str] = "num_cpus"

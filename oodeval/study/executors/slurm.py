@@ -74,15 +74,24 @@ class SlurmExecutor(Executor):
     options: ClassVar[tuple[ExecutorOption, ...]] = (
         ExecutorOption("--slurm-partition", "partition", str, "Slurm partition."),
         ExecutorOption(
-            "--slurm-time", "time_minutes", int, "Time limit per job in minutes (default 60)."
+            "--slurm-time",
+            "time_minutes",
+            int,
+            "Time limit per job in minutes (default 60).",
+            min=1,
+            max=525_600,  # a year
         ),
-        ExecutorOption("--slurm-cpus", "cpus_per_unit", int, "CPUs per job (default 1)."),
-        ExecutorOption("--slurm-mem", "mem_gb", float, "Memory per job in GB."),
+        ExecutorOption(
+            "--slurm-cpus", "cpus_per_unit", int, "CPUs per job (default 1).", min=1, max=1024
+        ),
+        ExecutorOption("--slurm-mem", "mem_gb", float, "Memory per job in GB.", min=0.0, max=1e5),
         ExecutorOption(
             "--slurm-units-per-job",
             "units_per_job",
             int,
             "Units run one after another in each job (default 1).",
+            min=1,
+            max=1_000_000,
         ),
         ExecutorOption(
             "--slurm-cluster",

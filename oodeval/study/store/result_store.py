@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from oodeval._files import refuse_links
+from oodeval._files import make_folder, refuse_links
 from oodeval.errors import OodevalError
 from oodeval.study.config import ConfigChanges
 from oodeval.study.lock import LOCK_NAME, StudyLock
@@ -77,7 +77,7 @@ class ResultStore(StoreFile):
             refuse_links(self.directory / LOCK_NAME, *writer_files(self.path))
         try:
             if create:
-                self.directory.mkdir(parents=True, exist_ok=True)
+                make_folder(self.directory, what="study folder", named_by_user=True)
                 self._lock = StudyLock(self.directory).acquire()
                 if not self.path.exists():
                     create_store(self.path)
