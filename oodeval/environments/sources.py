@@ -46,10 +46,10 @@ from oodeval.errors import OodevalError
 #: The registered image-source kinds by name (``"digits"``, ``"mnist"``, ...): a live read-only
 #: view of the registry, so a kind registered later is listed too.
 SOURCE_KINDS: Mapping[str, SourceKind] = registered_source_kinds()
-#: What ``auto`` names, for help texts.
 #: Largest image side a source is resized to: 1024 x 1024 is past any benchmark's images, and
 #: a mistyped side is refused before it asks for terabytes.
 MAX_IMAGE_SIZE = 1024
+#: What ``auto`` names, for help texts.
 AUTO_SUMMARY = "real MNIST: $OODEVAL_MNIST, ../shared/data/mnist or the bundled test set"
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from oodeval._text import safe_text
 from oodeval.errors import OodevalError, listing
 from oodeval.study.config import StudyConfig, import_backend, validate_config
 from oodeval.study.estimate_steps import estimate_steps
@@ -92,12 +93,10 @@ def estimate_study(
     n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
     sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction)
     if progress:  # what is timed, before the minutes it takes (after every check of the input)
-        print(
-            sampling_line(
-                sample, mix, _sampled_n(n_by_scenario), workers, _measured_device(device)
-            ),
-            file=sys.stderr,
+        line = sampling_line(
+            sample, mix, _sampled_n(n_by_scenario), workers, _measured_device(device)
         )
+        print(safe_text(line), file=sys.stderr)  # algorithm names are the user's
     pool = None if device != "cpu" else workers
     units, wall = _sampled_units(sample, mix, directory, workers=pool, progress=progress)
     name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}

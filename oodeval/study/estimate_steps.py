@@ -44,6 +44,7 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._text import safe_text
 from oodeval._torch import resolve_device
 from oodeval.errors import OodevalError
 from oodeval.pool import WorkerPool
@@ -172,7 +173,9 @@ def _sample_rows(
                 rows.append({"scenario": name, "n_given": n, **row})
                 if progress:
                     print(
-                        f"timed {algorithm} at N_given={n}: {row['step_seconds']:.3f} s/step",
+                        safe_text(
+                            f"timed {algorithm} at N_given={n}: {row['step_seconds']:.3f} s/step"
+                        ),
                         file=sys.stderr,
                     )
     return rows

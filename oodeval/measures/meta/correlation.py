@@ -33,11 +33,11 @@ __all__ = [
 ]
 
 KENDALL_PAIRWISE_MAX = 200
+"""Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
 #: Most bootstrap resamples any function or command (``--bootstrap``) draws: far more than a
 #: percentile interval needs (2,000 is the default), few enough that a mistyped count is refused
 #: instead of running for hours.
 MAX_RESAMPLES = 100_000
-"""Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
 
 
 def _paired_scores(measure_scores: Any, ideal_scores: Any) -> tuple[np.ndarray, np.ndarray]:
