@@ -342,13 +342,13 @@ def test_ctrl_c_or_sigterm_in_train_gmop_is_one_line_and_exit_130_or_143(tmp_pat
 def test_ctrl_c_or_sigterm_in_shift_and_report_is_one_line_and_exit_130_or_143(
     tmp_path, command: str, stop: Stop
 ):
-    """shift stopped while it trains its networks (for a hundred million steps); report, whose
+    """shift stopped while it trains its networks (for ten million steps, the cap); report, whose
     work takes a second, stopped inside its guard, which the hook holds until the signal."""
     hook, html = guard_announcer(tmp_path / "hook"), tmp_path / "report.html"
     env = {"PYTHONPATH": f"{REPO}{os.pathsep}{hook}", "OODEVAL_TEST_ANNOUNCE": GUARDED}
     if command == "shift":
         args = ["shift", "--train", "digits", "--test", "digits", "--n-seeds", "1"]
-        args += ["--n-steps", "100000000"]
+        args += ["--n-steps", "10000000"]
         kept = "nothing is kept (the networks train in memory); run it again"
     else:
         args = ["report", "examples/results.csv", "--out", str(html)]

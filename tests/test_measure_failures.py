@@ -72,7 +72,9 @@ def test_analyze_takes_specs_as_written(tmp_path: Path) -> None:
 def test_leaderboard_seed_below_zero_is_one_error_line(tmp_path: Path) -> None:
     study = quick_study(tmp_path)
     code, err = cli("study", "measures", str(study), "--seed", "-1")
-    assert code == 2 and err.startswith("error: --seed must be an integer >= 0"), err
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: Invalid value for '--seed'") and "greater than or equal to 0" in lines[0], err
 
 
 def test_the_footnote_states_the_draws_used() -> None:
