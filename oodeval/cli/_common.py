@@ -157,7 +157,9 @@ def check_output_path(output: str | None) -> None:
     if output is None:
         return
     path = Path(output)
-    refuse_links(path)  # a file the user names is never written through a link either
+    # a file the user names is never written through a link either, unless it leads to a
+    # device or pipe (/dev/stdout, >(...)): `oodeval._files`
+    refuse_links(path, named_by_user=True)
     if path.is_dir():
         raise OodevalError(f"--output {output} is a folder; give a file name inside it")
     parent = path.parent
@@ -165,8 +167,14 @@ def check_output_path(output: str | None) -> None:
         raise OodevalError(
             f"--output {output}: folder {parent} does not exist; create it or choose another path"
         )
-    if not os.access(parent, os.W_OK):
+    if not os.access(parent, os.W_OK) and not _writable_file(path):
         raise OodevalError(f"--output {output}: folder {parent} is not writable")
+
+
+def _writable_file(path: Path) -> bool:
+    """`path` is a regular file (not a link) this user may write: rewritten in place when its
+    folder may not be written (`oodeval._files.write_file`)."""
+    return path.is_file() and not path.is_symlink() and os.access(path, os.W_OK)
 
 
 def echo_output(text: str, output: str | None) -> None:
@@ -175,7 +183,7 @@ def echo_output(text: str, output: str | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
-        write_file(output, text if text.endswith("\n") else text + "\n")
+        write_file(output, text if text.endswith("\n") else text + "\n", named_by_user=True)
         typer.echo(safe_text(f"wrote {output}"), err=True)
 
 
