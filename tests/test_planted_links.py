@@ -398,3 +398,29 @@ def test_a_folder_that_cannot_be_made_is_named(world, command: str) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1, out + err
     assert lines[0].startswith("error: cannot create the ") and "/proc/nope" in lines[0], err
+
+
+def test_a_writable_file_in_a_folder_one_may_not_write_is_rewritten_in_place(tmp_path) -> None:
+    """An existing ``--output`` file this user may write, in a folder they may not (no
+    temporary file can be made beside it), is rewritten in place, as before files were
+    replaced; run as a user without privileges (`tests.helpers.unprivileged`)."""
+    from tests.helpers.unprivileged import make_read_only, make_writable, run_commands
+
+    results = Path("examples/results.csv").resolve()
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (tmp_path / "home").mkdir()
+    table = folder / "table.csv"
+    table.write_text("old\n", encoding="utf-8")
+    make_read_only(folder)
+    table.chmod(0o666)
+    try:
+        argv = ["measures", str(results), "-f", "csv", "-o", str(table)]
+        ran = run_commands(folder, [argv], tmp_path / "home")
+    finally:
+        make_writable(folder)
+    assert ran["probe"] is not None  # the child really may not write the folder
+    for result in ran["results"]:
+        assert result["exit"] == 0 and result["exception"] is None, result
+    assert table.read_text(encoding="utf-8").startswith("table,")
+    assert [p.name for p in folder.iterdir()] == ["table.csv"]

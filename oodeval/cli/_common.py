@@ -173,8 +173,15 @@ def check_output_path(output: str | None) -> None:
 
 def _writable_file(path: Path) -> bool:
     """`path` is a regular file (not a link) this user may write: rewritten in place when its
-    folder may not be written (`oodeval._files.write_file`)."""
-    return path.is_file() and not path.is_symlink() and os.access(path, os.W_OK)
+    folder may not be written (`oodeval._files.write_file`). Opened to write and closed (not
+    truncated: nothing changes), as `os.access` answers for the real user, not this one."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
 
 
 def echo_output(text: str, output: str | None) -> None:
