@@ -11,9 +11,15 @@ Each first refuses a link where the file should be with `refuse_links`: one line
 before anything is written.
 
 The rule for paths a user names: a file named on the command line (``--out report.html``,
-``--output table.csv``) must not be a link either; a folder named there (``study run --out
-DIR``, ``--analysis-dir``) may be one, as may any folder above a written file: the user chose
-it. The names oodeval picks inside a folder never are.
+``--output table.csv``) must not be a link to a file or a folder, nor a dangling one; a link
+there to a character device, a pipe or a socket (``/dev/stdout``, ``/dev/fd/N``, the shell's
+``>(...)``) is written in place (``named_by_user=True``). A folder named there (``study run
+--out DIR``, ``--analysis-dir``) may be any link, as may any folder above a written file: the
+user chose it. The names oodeval picks inside a folder are never links, whatever they point to.
+
+A replaced file is a new file (a new inode): a hard link to the old one elsewhere keeps the old
+content. When the folder may not be written but the file may (an ``--output`` file in a shared
+folder), the temporary file cannot be made, and the file is rewritten in place instead.
 """
 
 from __future__ import annotations
@@ -42,14 +48,29 @@ def link_refusal(path: str | Path) -> OodevalError:
     )
 
 
-def refuse_links(*paths: str | Path) -> None:
+def refuse_links(*paths: str | Path, named_by_user: bool = False) -> None:
     """Raise `link_refusal` for the first of `paths` that is a symbolic link (dangling or not).
 
     Only the last part of each path is looked at (``os.lstat``): folders above it may be links.
+    `named_by_user` (files the user named on the command line): a link to a character device,
+    a pipe or a socket (``/dev/stdout``, ``>(...)``) is let through; `write_file` writes it in
+    place.
     """
     for path in paths:
-        if os.path.islink(path):
+        if os.path.islink(path) and not (named_by_user and _leads_to_a_stream(path)):
             raise link_refusal(path)
+
+
+def _is_stream(mode: int) -> bool:
+    """A character device, a pipe or a socket: written in place, never replaced."""
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _leads_to_a_stream(path: str | Path) -> bool:
+    try:
+        return _is_stream(os.stat(path).st_mode)  # the link followed
+    except OSError:  # dangling, or a loop
+        return False
 
 
 def make_folder(path: str | Path, *, what: str = "folder", named_by_user: bool = False) -> Path:
@@ -86,33 +107,67 @@ def open_no_link(path: str | Path, flags: int, mode: int = 0o644) -> int:
         raise
 
 
-def write_file(path: str | Path, data: str | bytes) -> Path:
+def write_file(path: str | Path, data: str | bytes, *, named_by_user: bool = False) -> Path:
     """Write `data` (text as UTF-8) to the file `path`, never through a symbolic link.
 
     A regular file (or none) is replaced atomically: `data` goes into a new temporary file in
     the same folder (created exclusively, keeping an existing file's permissions), which then
     replaces `path` (``os.replace`` replaces a link, never follows it), so a reader sees the old
-    file or the new one, never half of one. A device or pipe the user named (``/dev/null``) is
-    written in place. A link at `path` is refused (`link_refusal`) and nothing is written.
+    file or the new one, never half of one; the result is a new inode (a hard link to the old
+    file keeps the old content). Where the folder refuses the temporary file (no permission, a
+    read-only mount) but an existing regular file is there, that file is rewritten in place.
+    A device or pipe (``/dev/null``) is written in place. A link at `path` is refused
+    (`link_refusal`) and nothing is written, except, when `named_by_user`, a link to a
+    character device, a pipe or a socket (``/dev/stdout``; see `refuse_links`).
     Returns `path` as a Path.
     """
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    refuse_links(path)
+    refuse_links(path, named_by_user=named_by_user)
     try:
         mode: int | None = os.lstat(path).st_mode
     except FileNotFoundError:
         mode = None
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    if mode is not None and not stat.S_ISREG(mode):
-        with os.fdopen(open_no_link(path, os.O_WRONLY), "wb") as fh:
-            fh.write(raw)
-        return path
+    if mode is not None and stat.S_ISLNK(mode):  # to a device or pipe the user named
+        _write_to_stream(path, raw)
+    elif mode is not None and not stat.S_ISREG(mode):
+        _write_in_place(open_no_link(path, os.O_WRONLY), raw)
+    else:
+        _replace(path, raw, mode)
+    return path
+
+
+def _write_in_place(fd: int, raw: bytes) -> None:
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(raw)
+
+
+def _write_to_stream(path: Path, raw: bytes) -> None:
+    """Write through the link `path` to a device, pipe or socket; refused (`link_refusal`) when
+    it leads elsewhere by the time it is opened (opening does not truncate: nothing changes)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.EISDIR):
+            raise link_refusal(path) from None
+        raise
+    if not _is_stream(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise link_refusal(path)
+    _write_in_place(fd, raw)
+
+
+def _replace(path: Path, raw: bytes, mode: int | None) -> None:
+    """Replace the regular file `path` (`mode`: its st_mode, None when absent) by `raw`."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         fd = open_no_link(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:  # name the file asked for, not the temporary one
+        if mode is not None and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            _write_in_place(open_no_link(path, os.O_WRONLY | os.O_TRUNC), raw)
+            return
         raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -123,4 +178,3 @@ def write_file(path: str | Path, data: str | bytes) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return path

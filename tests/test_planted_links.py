@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,7 @@ def world(tmp_path: Path, finished: Path) -> dict[str, Path]:
         "victim": outside / "victim.txt",
         "other": outside / "other" / STORE_NAME,
         "empty": outside / "empty",
+        "devnull": Path(os.devnull),
         "tmp": tmp_path,
     }
 
@@ -119,6 +122,7 @@ def plant(link: Path, target: Path) -> Path:
 RUN_CASES = [
     ("report.html", "victim", False),
     ("report.html", "victim", True),
+    ("report.html", "devnull", False),  # a name oodeval picks: refused whatever it points to
     ("study.lock", "victim", False),
     ("study.lock", "victim", True),
     (STORE_NAME, "other", True),
@@ -311,3 +315,112 @@ def test_reading_a_linked_store_leaves_nothing_beside_its_target(world, command:
     code, out, err = invoke("study", command, study)
     assert code == 0, out + err
     assert tree(other_folder) == before
+
+
+# (planted side files, beside the store itself (False) or beside the target of a linked store)
+SIDE_CASES = [(("-wal", "-shm"), False), (("-shm",), False), (("-wal", "-shm"), True)]
+
+
+@pytest.mark.parametrize("command", ["status", "verify"])
+@pytest.mark.parametrize(("planted", "linked"), SIDE_CASES)
+def test_a_reader_refuses_planted_side_file_links(world, command, planted, linked) -> None:
+    """A -wal/-shm link beside the store a reader opens (the link's target, for a linked
+    store) is refused before SQLite opens anything: one line naming it, nothing created."""
+    study = world["study"]
+    for name in READER_FILES:
+        (study / name).unlink(missing_ok=True)
+    store = plant(study / STORE_NAME, world["other"]) if linked else study / STORE_NAME
+    beside = world["other"] if linked else store
+    for name in READER_FILES:
+        (beside.parent / name).unlink(missing_ok=True)
+    links = [plant(beside.with_name(beside.name + s), world["victim"]) for s in planted]
+    before, outside = tree(study), tree(world["outside"])
+    assert_refused(invoke("study", command, study), links[0])
+    assert tree(study) == before and tree(world["outside"]) == outside
+
+
+def test_a_link_the_user_names_to_a_device_or_pipe_is_written(world) -> None:
+    """``-o LINK`` to /dev/null or to a pipe (what /dev/stdout and ``>(...)`` are) is written
+    in place; a dangling link or one to a folder is still refused."""
+    argv = ["measures", Path("examples/results.csv").resolve(), "-f", "csv", "-o"]
+    devnull = plant(world["tmp"] / "null.csv", Path(os.devnull))
+    code, out, err = invoke(*argv, devnull)
+    assert code == 0 and devnull.is_symlink(), out + err
+    fifo = world["tmp"] / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so that opening it to write goes on
+    try:
+        code, out, err = invoke(*argv, plant(world["tmp"] / "to-pipe.csv", fifo))
+        got = os.read(reader, 1 << 20).decode()
+    finally:
+        os.close(reader)
+    assert code == 0 and got.startswith("table,"), out + err
+    for target in (world["outside"] / "nowhere", world["empty"]):
+        link = plant(world["tmp"] / "refused.csv", target)
+        assert_refused(invoke(*argv, link), link)
+        assert list(world["empty"].iterdir()) == []
+
+
+def test_dev_stdout_is_written() -> None:
+    """``-o /dev/stdout`` (a link to the pipe the shell gave): the table comes on stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "oodeval.cli.main", "measures", "examples/results.csv"]
+        + ["-f", "csv", "-o", "/dev/stdout"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("table,"), proc.stderr
+
+
+def test_a_replaced_file_is_a_new_one_a_hard_link_keeps_the_old(world) -> None:
+    """`write_file` replaces a file by a new one (atomically): a hard link to it elsewhere is
+    another name of the old file and keeps the old content (documented in `oodeval._files`)."""
+    from oodeval._files import write_file
+
+    hard = world["tmp"] / "hard.txt"
+    os.link(world["victim"], hard)
+    write_file(hard, "new\n")
+    assert hard.read_text() == "new\n" and world["victim"].read_bytes() == b"precious bytes\n"
+    assert hard.stat().st_nlink == 1
+
+
+@pytest.mark.parametrize("command", ["report", "analyze"])
+def test_a_folder_that_cannot_be_made_is_named(world, command: str) -> None:
+    """The report's and the analysis' folders are made by `oodeval._files.make_folder`: a
+    folder the system refuses is one line naming it and why."""
+    if command == "report":
+        argv = ["report", world["study"], "--out", "/proc/nope/report.html"]
+    else:
+        argv = ["study", "analyze", world["study"], "--analysis-dir", "/proc/nope/analysis"]
+    code, out, err = invoke(*argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, out + err
+    assert lines[0].startswith("error: cannot create the ") and "/proc/nope" in lines[0], err
+
+
+def test_a_writable_file_in_a_folder_one_may_not_write_is_rewritten_in_place(tmp_path) -> None:
+    """An existing ``--output`` file this user may write, in a folder they may not (no
+    temporary file can be made beside it), is rewritten in place, as before files were
+    replaced; run as a user without privileges (`tests.helpers.unprivileged`)."""
+    from tests.helpers.unprivileged import make_read_only, make_writable, run_commands
+
+    results = Path("examples/results.csv").resolve()
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (tmp_path / "home").mkdir()
+    table = folder / "table.csv"
+    table.write_text("old\n", encoding="utf-8")
+    make_read_only(folder)
+    table.chmod(0o666)
+    try:
+        argv = ["measures", str(results), "-f", "csv", "-o", str(table)]
+        ran = run_commands(folder, [argv], tmp_path / "home")
+    finally:
+        make_writable(folder)
+    assert ran["probe"] is not None  # the child really may not write the folder
+    for result in ran["results"]:
+        assert result["exit"] == 0 and result["exception"] is None, result
+    assert table.read_text(encoding="utf-8").startswith("table,")
+    assert [p.name for p in folder.iterdir()] == ["table.csv"]

@@ -157,7 +157,9 @@ def check_output_path(output: str | None) -> None:
     if output is None:
         return
     path = Path(output)
-    refuse_links(path)  # a file the user names is never written through a link either
+    # a file the user names is never written through a link either, unless it leads to a
+    # device or pipe (/dev/stdout, >(...)): `oodeval._files`
+    refuse_links(path, named_by_user=True)
     if path.is_dir():
         raise OodevalError(f"--output {output} is a folder; give a file name inside it")
     parent = path.parent
@@ -165,8 +167,21 @@ def check_output_path(output: str | None) -> None:
         raise OodevalError(
             f"--output {output}: folder {parent} does not exist; create it or choose another path"
         )
-    if not os.access(parent, os.W_OK):
+    if not os.access(parent, os.W_OK) and not _writable_file(path):
         raise OodevalError(f"--output {output}: folder {parent} is not writable")
+
+
+def _writable_file(path: Path) -> bool:
+    """`path` is a regular file (not a link) this user may write: rewritten in place when its
+    folder may not be written (`oodeval._files.write_file`). Opened to write and closed (not
+    truncated: nothing changes), as `os.access` answers for the real user, not this one."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
 
 
 def echo_output(text: str, output: str | None) -> None:
@@ -175,7 +190,7 @@ def echo_output(text: str, output: str | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
-        write_file(output, text if text.endswith("\n") else text + "\n")
+        write_file(output, text if text.endswith("\n") else text + "\n", named_by_user=True)
         typer.echo(safe_text(f"wrote {output}"), err=True)
 
 

@@ -256,7 +256,7 @@ def preview(
     **params: Any,
 ) -> None:
     """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
-    refuse_links(out)  # never written through a link (`oodeval._files`)
+    refuse_links(out, named_by_user=True)  # never through a link to a file (`oodeval._files`)
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")
     sc = scenario_of(family, source, seed, params)
@@ -313,7 +313,7 @@ def save_grid(rows, per_env: int, out: Path, *, title: str) -> None:
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, dpi=80, format=target.suffix[1:].lower())
-        write_file(target, buffer.getvalue())
+        write_file(target, buffer.getvalue(), named_by_user=True)
     except OSError as exc:
         raise OodevalError(f"cannot write {out}: {exc.strerror}; check the folder") from None
     finally:

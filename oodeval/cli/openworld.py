@@ -67,7 +67,7 @@ def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> None:
     writer.writerow(["threshold", "miss_rate_b", "hit_rate_n"])
     for row in zip(thresholds.tolist(), miss.tolist(), hit.tolist(), strict=True):
         writer.writerow(repr(v) for v in row)
-    write_file(path, text.getvalue())
+    write_file(path, text.getvalue(), named_by_user=True)
     typer.echo(safe_text(f"wrote {path}"), err=True)
 
 
@@ -114,7 +114,7 @@ def score(
     Example: oodeval openworld examples/openworld_predictions.csv --base-classes 0-2
     """
     if curve is not None:
-        refuse_links(curve)
+        refuse_links(curve, named_by_user=True)
     ids = parse_class_ids(base_classes) if base_classes is not None else None
     arrays = read_predictions(predictions)
     metrics, samples = score_predictions(arrays, ids, tie)

@@ -62,6 +62,7 @@ def report_command(
         path = write_report(
             input_path,
             out,
+            named_by_user=True,
             base_classes=base_classes,
             percent=percent,
             exclude_damaged=exclude_damaged,

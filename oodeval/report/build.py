@@ -7,7 +7,7 @@ import csv
 import io
 from pathlib import Path
 
-from oodeval._files import refuse_links, write_file
+from oodeval._files import make_folder, refuse_links, write_file
 from oodeval._text import read_text
 from oodeval.errors import OodevalError
 from oodeval.report.page import Section, render_page
@@ -81,13 +81,16 @@ def build_report(
     return render_page(title, subtitle, sections)
 
 
-def write_report(input_path: str | Path, out: str | Path, **kwargs: object) -> Path:
+def write_report(
+    input_path: str | Path, out: str | Path, *, named_by_user: bool = False, **kwargs: object
+) -> Path:
     """Build the report on `input_path` and write it to `out`; return the written path.
 
-    `out` must not be a symbolic link (refused before the report is built; `oodeval._files`).
+    `out` must not be a symbolic link (refused before the report is built; `oodeval._files`),
+    unless `named_by_user` (``report --out``) and it leads to a device or pipe (/dev/stdout).
     """
     out = Path(out)
-    refuse_links(out)
+    refuse_links(out, named_by_user=named_by_user)
     if out.is_dir():
         raise OodevalError(
             f"--out {out} is a folder; give the HTML file's name, e.g. {out}/report.html"
@@ -96,6 +99,6 @@ def write_report(input_path: str | Path, out: str | Path, **kwargs: object) -> P
     if above is not None and not above.is_dir():
         raise OodevalError(f"--out {out}: {above} is a file, not a folder; choose another path")
     html = build_report(input_path, **kwargs)  # type: ignore[arg-type]
-    if out.parent and not out.parent.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-    return write_file(out, html)
+    if out.parent and not out.parent.exists():  # the folder above is the user's: may be a link
+        make_folder(out.parent, what="report's folder", named_by_user=True)
+    return write_file(out, html, named_by_user=named_by_user)

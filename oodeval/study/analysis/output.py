@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from oodeval._files import refuse_links, write_file
+from oodeval._files import make_folder, refuse_links, write_file
 from oodeval._text import safe_text
 from oodeval.measures import measure_label, meta
 from oodeval.study.analysis.leaderboard import leaderboard_text
@@ -167,6 +167,7 @@ def write_analysis(
         else load_study(directory, exclude_damaged=exclude_damaged)
     )
     results = analyze(study) if results is None else results
+    named_by_user = out_dir is not None  # a folder the user names may be a link
     if out_dir is None:  # a name of oodeval's own: never a link (`oodeval._files`)
         out_dir = Path(study.directory) / "analysis"
         refuse_links(out_dir)
@@ -174,7 +175,7 @@ def write_analysis(
     written = {name: out_dir / f"{name}.csv" for name in results}
     written["markdown"] = out_dir / "analysis.md"
     refuse_links(*written.values())  # all of them before the first is written
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir, what="analysis folder", named_by_user=named_by_user)
     notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
     for name, frame in results.items():
         write_file(written[name], notes + csv_text(frame, float_format="%.6g"))

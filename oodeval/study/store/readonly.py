@@ -31,6 +31,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from oodeval._files import refuse_links
 from oodeval.errors import OodevalError
 
 #: SQLite's messages when a read-only connection cannot create (or open) ``-shm``/``-wal``.
@@ -112,8 +113,12 @@ def open_reader(path: Path) -> Reader:
     SQLite's errors other than "cannot create the side files" propagate (`sqlite3.Error`);
     a log SQLite cannot read is an OodevalError. A store that is a symbolic link is read at its
     target, where SQLite keeps the side files, so that a reader removes those it created there.
+    A ``-wal`` or ``-shm`` beside that target that is a symbolic link is refused
+    (`oodeval._files.link_refusal`) before SQLite opens anything.
     """
     path = Path(os.path.realpath(path))
+    # SQLite follows links: a planted -wal/-shm would be read (or created) through, elsewhere
+    refuse_links(side_file(path, "-wal"), side_file(path, "-shm"))
     fresh = not any(side_file(path, s).exists() for s in ("-wal", "-shm"))
     conn = connect(path, "mode=ro")
     try:
