@@ -80,7 +80,8 @@ def test_broken_configs_are_refused_before_out(broken, command: str) -> None:
 #: Text no TOML parser accepts (or that holds no table of keys).
 INVALID_TOML = ["steps = ", "steps = 1\nsteps = 2\n", "[trainer\n", "seeds = [0,\n",
                 "name = 'unterminated\n", "= 5\n", "steps = 0x\n", "a.b = 1\na = 2\n",
-                "steps = 1979-05-27T07:32:00Z\n", "steps = 1_\n", "\x00"]
+                "steps = 1979-05-27T07:32:00Z\n", "steps = 1_\n", "\x00",
+                "steps = 1" + "0" * 5000 + "\n"]  # over int()'s 4,300 digits: a ValueError
 
 
 @fuzz_settings(60)
