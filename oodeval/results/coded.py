@@ -17,6 +17,7 @@ split, a value that is not a finite number) is remembered rather than raised, so
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -27,6 +28,10 @@ __all__ = ["CHUNK_ROWS", "BadValue", "CodedRows", "LabelColumn", "frame_chunks"]
 
 #: Rows coded at a time: about 60 bytes a cell while a chunk is strings, so ~60 MB at most.
 CHUNK_ROWS = 200_000
+
+
+#: An integer as a value cell may hold it (pandas reads one of over ~20 digits as NaN, not inf).
+_DIGITS = re.compile(r"[+-]?[0-9]+")
 
 
 def _cell_texts(cells: pd.Series) -> pd.Series:
@@ -115,6 +120,9 @@ class CodedRows:
         if self.bad_value is None:
             for k in np.flatnonzero(~np.isfinite(nums))[:1]:
                 text = raw.iloc[k]
+                if isinstance(text, str) and _DIGITS.fullmatch(text):  # pandas: NaN past int64
+                    nums = nums.copy()
+                    nums[k] = float(text)  # an integer too large for a float: infinite
                 self.bad_value = BadValue(
                     row=start + int(k),
                     text=text if isinstance(text, str) else "",
