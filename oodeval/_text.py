@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import codecs
 import re
+import sys
 from pathlib import Path
 
 from oodeval.errors import OodevalError
 
-__all__ = ["first_character", "read_text", "safe_text"]
+__all__ = ["first_character", "parse_problem", "read_text", "safe_text"]
 
 _BLOCK = 1 << 20  # bytes decoded at a time by `first_character`
 
@@ -167,3 +168,21 @@ def safe_text(text: object) -> str:
     """
     text = str(text)
     return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text
+
+
+def parse_problem(exc: ValueError) -> str:
+    """What a JSON or TOML parser found wrong, for an error line: its message, or, for the
+    ValueError Python's int() raises for an integer of over 4300 digits (which `json.loads` and
+    `tomllib.loads` let through), that the number is too long.
+
+    >>> import json
+    >>> try:
+    ...     json.loads("1" * 5000)
+    ... except ValueError as exc:
+    ...     print(parse_problem(exc))
+    a number longer than 4300 digits
+    """
+    if "integer string conversion" in str(exc):
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        return f"a number longer than {limit} digits"
+    return getattr(exc, "msg", None) or str(exc)

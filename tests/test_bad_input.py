@@ -29,6 +29,11 @@ EXAMPLES = ROOT / "examples"
 
 # Bytes no text file holds: a PNG signature (0x89 is not UTF-8) and NUL bytes.
 BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10" + bytes(range(256))
+# A number longer than the 4,300 digits Python's int() reads: json and tomllib raise ValueError.
+LONG_ZEROS = "0" * 5000
+LONG_JSONL = (
+    f'{{"algorithm": "ERM", "environment": "e1", "error": 1{LONG_ZEROS}, "split": "loo"}}\n'
+)
 
 
 def _commands(*, leaves_only: bool = True) -> dict[str, object]:
@@ -100,6 +105,8 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     put("sweep/run1/results.jsonl", BINARY)
     put("sweep/run1/done", "done\n")
     split = put("split.csv", "path,class,domain,role\nautumn/cat/0.jpg,cat,autumn,test\n")
+    put("long_sweep/run1/results.jsonl", LONG_JSONL.replace('"algorithm"', '"args": {}, "x"'))
+    put("long_sweep/run1/done", "done\n")
     toml = (EXAMPLES / "study.toml").read_text(encoding="utf-8")
     victim = put("victim.txt", "never written through a link\n")
     link = root / "link.txt"
@@ -127,11 +134,16 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         results_pct=put("results_pct.csv", "\n".join(pct) + "\n"),
         ragged=put("ragged.csv", lines[0] + "\n" + lines[1] + ",extra,fields\n"),
         broken_jsonl=put("broken.jsonl", '{"algorithm": "ERM", "environment": \n'),
+        long_jsonl=put("long.jsonl", LONG_JSONL),
+        long_json=put("long.json", f"[{LONG_JSONL.strip()}]"),
+        long_csv=put("long.csv", f"algorithm,environment,error,split\nERM,e1,1{LONG_ZEROS},loo\n"),
+        long_sweep=root / "long_sweep",
         nan=put("nan.csv", lines[0] + "\n" + lines[1].rsplit(",", 1)[0] + ",nan\n"),
         wrong_cols=put("wrong.csv", "model,score\nERM,0.3\n"),
         two_envs=put("two_envs.csv", two_envs),
         bad_toml=put("bad.toml", 'name = "x\nsteps = \n'),
         toml_steps0=put("steps0.toml", toml.replace("steps = 300", "steps = 0")),
+        toml_long=put("long.toml", toml.replace("steps = 300", f"steps = 1{LONG_ZEROS}")),
         toml_unknown_alg=put("alg.toml", toml.replace('"VREx"', '"NoSuchAlgorithm"')),
         toml_2envs=put(  # ratio 1:1 at scale 1: one major and one minor environment
             "twoenv.toml",
@@ -195,6 +207,8 @@ CASES = [
     C("measures", "empty file", lambda f: [f.empty]),
     C("measures", "malformed CSV", lambda f: [f.ragged]),
     C("measures", "malformed JSON", lambda f: [f.broken_jsonl]),
+    C("measures", "malformed JSON", lambda f: [f.long_jsonl]),
+    C("measures", "malformed JSON", lambda f: [f.long_json]),
     C("measures", "NaN values", lambda f: [f.nan]),
     C("measures", "wrong columns", lambda f: [f.wrong_cols]),
     C("measures", "percentages as fractions", lambda f: [f.results_pct]),
@@ -256,6 +270,7 @@ CASES = [
     C("import domainbed", "file instead of folder", lambda f: [f.results]),
     C("import domainbed", "empty folder", lambda f: [f.folder]),
     C("import domainbed", "binary file", lambda f: [f.sweep]),
+    C("import domainbed", "malformed JSON", lambda f: [f.long_sweep]),
     C("import domainbed", "unknown name", lambda f: [f.sweep, "--selection", "psychic"]),
     C("import domainbed", "folder as output file", lambda f: [f.sweep, "--output", f.folder]),
     # --- openworld -----------------------------------------------------------------------------
@@ -336,6 +351,7 @@ CASES = [
     C("study run", "UTF-16 file", lambda f: [f.utf16_toml, "--out", f.root / "s"]),
     C("study run", "empty file", lambda f: [f.empty_toml, "--out", f.root / "s"]),
     C("study run", "malformed TOML", lambda f: [f.bad_toml, "--out", f.root / "s"]),
+    C("study run", "malformed TOML", lambda f: [f.toml_long, "--out", f.root / "s"]),
     C("study run", "out-of-range number", lambda f: [f.toml_steps0, "--out", f.root / "s"]),
     C(
         "study run",
@@ -392,6 +408,7 @@ CASES = [
     C("study estimate", "binary file", lambda f: [f.binary_toml]),
     C("study estimate", "UTF-16 file", lambda f: [f.utf16_toml]),
     C("study estimate", "malformed TOML", lambda f: [f.bad_toml]),
+    C("study estimate", "malformed TOML", lambda f: [f.toml_long]),
     C("study estimate", "out-of-range number", lambda f: [*PRESET, "--steps-fraction", "0"]),
     C("study estimate", "out-of-range number", lambda f: [*PRESET, "--workers", "100000000000"]),
     C("study estimate", "unknown name", lambda f: [*PRESET, "--algorithms", "NoSuchAlgorithm"]),
@@ -552,6 +569,10 @@ def test_bad_input_through_a_real_process(command: str, category: str, f: Simple
         (["envs", "show", "sr-cmnist", "--scale", "100000"], "use a scale of at most 333"),
         (["study", "run", "{toml_imports_os}", "--out", "{root}/s"], "module 'os' registers "),
         (["study", "estimate", "{toml_backend_os}"], "backend 'os' lacks ['build_scenario', "),
+        (["measures", "{long_jsonl}"], "line 1 is not valid JSON (a number longer than 4300 di"),
+        (["measures", "{long_json}"], "is not valid JSON (a number longer than 4300 digits)"),
+        (["measures", "{long_csv}"], "line 2: error is infinite (algorithm ERM, environment e1)"),
+        (["study", "estimate", "{toml_long}"], "is not valid TOML: a number longer than 4300 "),
         (["study", "run", "{toml_bad_measure}", "--out", "{root}/s"], "unknown measure(s) 'me"),
         (["study", "run", "{toml_bad_cvar}", "--out", "{root}/s"], "measures: "),
         (

@@ -254,11 +254,27 @@ def test_report_on_predictions_writes_a_page_or_nothing(generated, kind, damage,
         assert not page.exists() and not page.parent.exists(), argv
 
 
-@pytest.mark.parametrize("label", ["1e19", "1e308", "-1e300"])
-def test_a_class_id_past_int64_is_named(label: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        ("1e19", "below 2**63, found 1e+19"),
+        ("1e308", "below 2**63, found 1e+308"),
+        ("-1e300", ">= 0, found -1e+300"),  # the offending value, not the largest label (1)
+    ],
+)
+def test_a_class_id_past_int64_is_named(label: str, expected: str, tmp_path: Path) -> None:
     """Found by the fuzzer: a float label past int64 wrapped when cast (1e19 was reported as
     the class id -9223372036854775808)."""
     raw = f"label,score,base_prediction,new_prediction\n0,0.9,0,1\n{label},0.1,0,1\n".encode()
     code, out, err, argv = _score(tmp_path, ".csv", raw, "--base-classes", "0")
     assert_refused(code, out, err, argv)
-    assert "labels must hold class ids below 2**63" in err, err
+    assert f"labels must hold class ids {expected}" in err, err
+
+
+def test_a_class_id_below_int64_is_named_by_its_value(tmp_path: Path) -> None:
+    """Below -2**63 (new_prediction may be -1, "not predicted") the message shows that value,
+    not the column's maximum."""
+    raw = b"label,score,base_prediction,new_prediction\n0,0.9,0,1\n1,0.1,0,-1e19\n"
+    code, out, err, argv = _score(tmp_path, ".csv", raw, "--base-classes", "0")
+    assert_refused(code, out, err, argv)
+    assert "new_predictions must hold class ids >= -2**63, found -1e+19" in err, err

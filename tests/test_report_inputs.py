@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from scipy.stats import rankdata
 
+from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
 from oodeval.report.build import build_report, input_kind
 from oodeval.report.openworld_report import openworld_sections
@@ -110,6 +111,29 @@ def test_ratio_sweep_moves_base_share_and_plots_the_study_numbers():
             assert value.item() == pytest.approx(row[metric], abs=1e-12)
     shares = plotted.drop_duplicates("ratio").base_share.to_numpy()
     assert shares[0] < 0.5 < shares[-1]
+
+
+def test_too_few_samples_leave_only_the_ratio_sweep_out(tmp_path):
+    """One base and one new sample cannot be resampled to 1:5: the report says so and keeps the
+    rest."""
+    path = tmp_path / "p.csv"
+    path.write_text("label,prob_0,prob_1\n0,0.9,0.1\n1,0.2,0.8\n", encoding="utf-8")
+    (overview,) = openworld_sections(path, base_classes="0")
+    assert any(n.startswith("No ratio sweep: too few samples to resample") for n in overview.notes)
+    assert overview.tables
+
+
+def test_another_error_of_the_ratio_sweep_stops_the_report(monkeypatch):
+    """Only a test set too small to resample leaves the sweep out; any other problem is the
+    usual one-line error, not blamed on too few samples."""
+    import oodeval.openworld.ratio_study as ratio_study_module
+
+    def refuse(*args, **kwargs):
+        raise OodevalError("outputs must be finite numbers, got NaN in row 3")
+
+    monkeypatch.setattr(ratio_study_module, "ratio_study", refuse)
+    with pytest.raises(OodevalError, match=r"^outputs must be finite numbers, got NaN in row 3$"):
+        openworld_sections(PREDICTIONS, base_classes="0-2")
 
 
 def test_source_kind_tells_the_three_sources_apart(tmp_path):

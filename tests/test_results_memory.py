@@ -4,10 +4,12 @@ scored from the error arrays equal those of the long table, and the benchmark ru
 
 from __future__ import annotations
 
+import contextlib
 import random
 import subprocess
 import sys
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +109,51 @@ def test_frames_are_read_in_chunks_too(monkeypatch):
     frame.loc[7, "algorithm"] = None  # a missing label is reported as missing, not as "nan"
     with pytest.raises(OodevalError, match=r"^results row 8: algorithm is empty or missing"):
         results_from_frame(frame)
+
+
+@contextlib.contextmanager
+def _string_inference(on: bool):
+    """pandas 3's str dtype (``future.infer_string``) on or off: off, ``astype(str)`` turns None
+    and NaN into the text 'None' and 'nan', as on pandas 2 (which pyproject allows)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pandas 3 deprecates turning it off
+        try:
+            pd.get_option("future.infer_string")
+        except (KeyError, pd.errors.OptionError):  # pandas 2.0 (always off), 4 (always on)
+            if on != (int(pd.__version__.split(".")[0]) >= 3):
+                pytest.skip(f"pandas {pd.__version__} cannot switch its str dtype")
+            yield
+            return
+        with pd.option_context("future.infer_string", on):
+            yield
+
+
+@pytest.mark.parametrize("missing", [None, np.nan], ids=["None", "NaN"])
+@pytest.mark.parametrize("infer_string", [False, True], ids=["pandas-2-strings", "str-dtype"])
+def test_a_missing_cell_of_an_object_column_reads_as_empty(missing, infer_string):
+    """A missing label or value in an object column is reported as empty or missing, never read
+    as a label or value 'None' or 'nan', whichever string type pandas gives `astype(str)`."""
+    with _string_inference(infer_string):
+        frame = pd.DataFrame(
+            {
+                "algorithm": pd.Series(["A", "B", "A", "B"], dtype=object),
+                "environment": pd.Series(["e1", "e1", "e2", missing], dtype=object),
+                "split": ["loo"] * 4,
+                "error": pd.Series([0.1, 0.2, 0.3, 0.4], dtype=object),
+            }
+        )
+        with pytest.raises(OodevalError) as caught:
+            results_from_frame(frame)
+        assert str(caught.value).startswith(
+            "results row 4: environment is empty or missing; fill it in"
+        ), caught.value
+        frame.loc[3, "environment"] = "e2"
+        frame.loc[2, "error"] = missing
+        with pytest.raises(OodevalError) as caught:
+            results_from_frame(frame)
+        assert str(caught.value).startswith(
+            "results row 3: error is empty or missing (algorithm A, environment e2)"
+        ), caught.value
 
 
 def test_reading_stays_within_a_few_times_the_file(tmp_path, monkeypatch):

@@ -329,15 +329,22 @@ def test_bad_arguments_are_one_line(studies, tmp_path):
 N_SCENARIOS, N_SEEDS = 10, 15
 
 
-def large_store(folder: Path, algorithms: list[str]) -> None:
-    """A verified store of N_SCENARIOS x algorithms x N_SEEDS units, written through the API."""
-    specs = [{"family": "synthetic", "ratio": "3:1", "scale": s} for s in range(1, N_SCENARIOS + 1)]
+def large_store(
+    folder: Path,
+    algorithms: list[str],
+    *,
+    backend: str = "tests.checkpoint_backend",
+    n_scenarios: int = N_SCENARIOS,
+    n_seeds: int = N_SEEDS,
+) -> None:
+    """A verified store of n_scenarios x algorithms x n_seeds units, written through the API."""
+    specs = [{"family": "synthetic", "ratio": "3:1", "scale": s} for s in range(1, n_scenarios + 1)]
     names = {scenario_key(s): f"synthetic/ratio=3:1/scale={s['scale']}" for s in specs}
     config = {
         "name": "large",
-        "backend": "tests.checkpoint_backend",
+        "backend": backend,
         "algorithms": algorithms,
-        "seeds": list(range(N_SEEDS)),
+        "seeds": list(range(n_seeds)),
         "steps": 5,
         "scenarios": specs,
     }
@@ -345,7 +352,7 @@ def large_store(folder: Path, algorithms: list[str]) -> None:
         store.bind_config(config, scenario_names=names)
         for spec in specs:
             for algorithm in algorithms:
-                for seed in range(N_SEEDS):
+                for seed in range(n_seeds):
                     scenario = names[scenario_key(spec)]
                     rows = [("all", f"e={i}", (seed + i) / 100, 50) for i in range(5)]
                     record = UnitRecord(
@@ -454,3 +461,16 @@ def test_only_the_units_of_an_inputs_current_config_are_copied(studies, tmp_path
         "ERM", "IRM", "GroupDRO", "VREx"
     ]  # fmt: skip
     assert os.path.exists(out / "study.lock")
+
+
+def test_studies_whose_backend_is_not_installed_here_merge(tmp_path):
+    """Merging copies stored rows and never trains: a backend module that is not importable on
+    this machine (the studies ran elsewhere) is kept as written, not refused."""
+    backend = "lab_only_package.trainer_backend"  # on no Python path here
+    large_store(tmp_path / "a", ["ERM"], backend=backend, n_scenarios=1, n_seeds=2)
+    large_store(tmp_path / "b", ["IRM"], backend=backend, n_scenarios=1, n_seeds=2)
+    out = tmp_path / "merged"
+    result = merge(tmp_path / "a", tmp_path / "b", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("4 units copied (2 from ")
+    assert json.loads(dict(table(out, "study"))["config"])["backend"] == backend

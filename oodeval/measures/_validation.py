@@ -159,6 +159,9 @@ def as_class_ids(x: Any, name: str, *, check_nonnegative: bool = True) -> np.nda
     >>> as_class_ids([0, 1e19], "labels")
     Traceback (most recent call last):
     oodeval.errors.OodevalError: labels must hold class ids below 2**63, found 1e+19
+    >>> as_class_ids([0, -1e19], "predictions", check_nonnegative=False)
+    Traceback (most recent call last):
+    oodeval.errors.OodevalError: predictions must hold class ids >= -2**63, found -1e+19
     """
     arr = np.asarray(x)
     if arr.ndim != 1:
@@ -171,8 +174,11 @@ def as_class_ids(x: Any, name: str, *, check_nonnegative: bool = True) -> np.nda
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise OodevalError(f"{name} must hold integer class ids, found non-integer values")
     # beyond int64 the cast below would wrap (1e19 -> a negative id)
-    if arr.size and (np.max(arr) >= 2.0**63 or np.min(arr) < -(2.0**63)):
-        raise OodevalError(f"{name} must hold class ids below 2**63, found {arr.max():g}")
+    if arr.size and np.max(arr) >= 2.0**63:
+        raise OodevalError(f"{name} must hold class ids below 2**63, found {np.max(arr):g}")
+    if arr.size and np.min(arr) < -(2.0**63):  # the offending value, not the largest
+        lowest = "0" if check_nonnegative else "-2**63"
+        raise OodevalError(f"{name} must hold class ids >= {lowest}, found {np.min(arr):g}")
     ids = arr.astype(np.int64)
     if check_nonnegative and ids.size and ids.min() < 0:
         raise OodevalError(f"{name} must hold class ids >= 0, found {int(ids.min())}")

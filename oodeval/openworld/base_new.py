@@ -26,6 +26,11 @@ RATIO_PRESETS: dict[str, tuple[float, float]] = {"fwd": (1.0, 5.0), "bwd": (5.0,
 DEFAULT_RATIOS: tuple[str, ...] = ("1:10", "1:5", "1:2", "1:1", "2:1", "5:1", "10:1")
 
 
+class TooFewToResample(OodevalError):
+    """A test set too small (or without base or new samples) to resample to a base:new ratio:
+    a report leaves its ratio sweep out for it; every other error still stops it."""
+
+
 @dataclass(frozen=True)
 class BaseNewClasses:
     """Sorted base and new class ids (disjoint; together they are every class)."""
@@ -208,7 +213,7 @@ def resample_to_ratio(
     is_base = np.isin(y, base)
     n_b_avail, n_n_avail = int(is_base.sum()), int((~is_base).sum())
     if n_b_avail == 0 or n_n_avail == 0:
-        raise OodevalError(
+        raise TooFewToResample(
             f"need samples of both base and new classes to resample, got {n_b_avail} base and "
             f"{n_n_avail} new"
         )
@@ -219,7 +224,7 @@ def resample_to_ratio(
         scale = min(scale, n_total / (a + b))
     n_b, n_n = int(math.floor(a * scale + 1e-9)), int(math.floor(b * scale + 1e-9))
     if n_b == 0 or n_n == 0:
-        raise OodevalError(
+        raise TooFewToResample(
             f"ratio {format_ratio((a, b))} leaves no base or no new samples from {n_b_avail} base "
             f"and {n_n_avail} new; use a less extreme ratio"
         )

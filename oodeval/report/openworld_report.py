@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_curve
+from oodeval.openworld.base_new import TooFewToResample
 from oodeval.report.figures import Figure, curves, lines
 from oodeval.report.page import Section
 from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
@@ -104,7 +104,7 @@ def openworld_sections(path: str | Path, *, base_classes: str | None = None) -> 
     sections = [overview]
     try:
         sweep = ratio_sweep_table(arrays, ids)
-    except OodevalError as exc:  # a file too small to resample: the rest is still reported
+    except TooFewToResample as exc:  # a file too small to resample: the rest is still reported
         overview.notes.append(
             f"No ratio sweep: too few samples to resample to every base:new ratio ({exc})."
         )

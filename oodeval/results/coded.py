@@ -17,6 +17,7 @@ split, a value that is not a finite number) is remembered rather than raised, so
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -27,6 +28,20 @@ __all__ = ["CHUNK_ROWS", "BadValue", "CodedRows", "LabelColumn", "frame_chunks"]
 
 #: Rows coded at a time: about 60 bytes a cell while a chunk is strings, so ~60 MB at most.
 CHUNK_ROWS = 200_000
+
+
+#: An integer as a value cell may hold it (pandas reads one of over ~20 digits as NaN, not inf).
+_DIGITS = re.compile(r"[+-]?[0-9]+")
+
+
+def _cell_texts(cells: pd.Series) -> pd.Series:
+    """`cells` as text, a missing cell (None, NaN, NA) as "": ``astype(str)`` alone gives the
+    text 'None' or 'nan' for it on pandas 2 (or with pandas 3's str dtype off).
+
+    >>> _cell_texts(pd.Series(["a", None, float("nan")], dtype=object)).tolist()
+    ['a', '', '']
+    """
+    return cells.where(cells.notna(), "").astype(str)
 
 
 class LabelColumn:
@@ -43,7 +58,7 @@ class LabelColumn:
 
     def add(self, cells: pd.Series, start: int) -> np.ndarray:
         """Code `cells` (rows `start`, `start` + 1, ...); return their codes."""
-        local, uniques = pd.factorize(cells.astype(str), use_na_sentinel=False)
+        local, uniques = pd.factorize(_cell_texts(cells), use_na_sentinel=False)
         lut = np.empty(len(uniques) + 1, dtype=np.int64)
         for k, label in enumerate(uniques):
             label = label.strip() if isinstance(label, str) else ""
@@ -99,12 +114,15 @@ class CodedRows:
         start = self.n_rows
         for col, column in self.labels.items():
             column.add(chunk[col], start)
-        cells = chunk[self.value_column].astype(str)
+        cells = _cell_texts(chunk[self.value_column])
         raw = cells.str.strip()
         nums = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
         if self.bad_value is None:
             for k in np.flatnonzero(~np.isfinite(nums))[:1]:
                 text = raw.iloc[k]
+                if isinstance(text, str) and _DIGITS.fullmatch(text):  # pandas: NaN past int64
+                    nums = nums.copy()
+                    nums[k] = float(text)  # an integer too large for a float: infinite
                 self.bad_value = BadValue(
                     row=start + int(k),
                     text=text if isinstance(text, str) else "",
@@ -120,7 +138,7 @@ class CodedRows:
     def _label(chunk: pd.DataFrame, col: str, k: int) -> str:
         if col not in chunk.columns:
             return ""
-        cell = chunk[col].iloc[k : k + 1].astype(str).iloc[0]  # as `LabelColumn.add` reads it
+        cell = _cell_texts(chunk[col].iloc[k : k + 1]).iloc[0]  # as `LabelColumn.add` reads it
         return cell.strip() if isinstance(cell, str) else ""
 
     def values(self) -> np.ndarray:

@@ -15,6 +15,7 @@ import json
 
 import pandas as pd
 
+from oodeval._text import parse_problem
 from oodeval.errors import OodevalError
 
 __all__ = ["json_lines_frame", "json_records_frame"]
@@ -28,10 +29,10 @@ def json_lines_frame(text: str, name: str) -> pd.DataFrame:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, or int() refusing a huge number
             raise OodevalError(
-                f"{name} line {lineno} is not valid JSON ({exc.msg}); each line must be one "
-                'JSON object such as {"algorithm": "ERM", "environment": "e1", '
+                f"{name} line {lineno} is not valid JSON ({parse_problem(exc)}); each line must "
+                'be one JSON object such as {"algorithm": "ERM", "environment": "e1", '
                 '"error": 0.2, "split": "loo"}'
             ) from None
         if not isinstance(obj, dict):
@@ -55,9 +56,10 @@ def json_records_frame(text: str, name: str) -> pd.DataFrame:
     """A JSON list of row objects (what ``--format json`` prints for a results table)."""
     try:
         rows = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or int() refusing a huge number
+        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise OodevalError(
-            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}); write a list of "
+            f"{name} is not valid JSON ({parse_problem(exc)}{where}); write a list of "
             "objects with fields algorithm, environment, error|accuracy, split[, seed]"
         ) from None
     if not isinstance(rows, list) or not rows:

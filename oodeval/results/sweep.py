@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._text import parse_problem
 from oodeval.errors import OodevalError
 from oodeval.results.selection import CHECKPOINT_COLUMNS
 
@@ -134,6 +135,9 @@ def _read_run(results: Path, notes: list[str]) -> list[dict[str, Any]]:
             obj = json.loads(line)
         except json.JSONDecodeError:
             notes.append(f"skipped {results} line {lineno}: not valid JSON (truncated?)")
+            continue
+        except ValueError as exc:  # int() refuses a number of over 4300 digits
+            notes.append(f"skipped {results} line {lineno}: not valid JSON ({parse_problem(exc)})")
             continue
         parsed = _parse_record(obj)
         if isinstance(parsed, str):

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
-from oodeval._text import read_text
+from oodeval._text import parse_problem, read_text
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import FAMILIES, get_measure, measure_names
 from oodeval.study.config.imports import import_digests, resolved_import
@@ -64,6 +64,10 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise OodevalError(f"study config {path} is not valid TOML: {exc}") from None
+    except ValueError as exc:  # int() refuses a number of over 4300 digits
+        raise OodevalError(
+            f"study config {path} is not valid TOML: {parse_problem(exc)}; write a shorter number"
+        ) from None
     data.setdefault("name", path.stem)
     problems = []
     for key, what in _COMPUTED_KEYS:

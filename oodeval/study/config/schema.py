@@ -184,7 +184,8 @@ def config_from_dict(data: Mapping[str, Any], *, run_user_code: bool = True) -> 
     ----------
     data : a table of config keys, as TOML parses it or `StudyConfig.to_dict` writes it.
     run_user_code : False keeps a measure name unknown yet as written instead of importing the
-        ``imports`` (`study merge` combines stored configs without running their code).
+        ``imports``, and the backend unchecked (`study merge` combines stored configs without
+        running their code, on a machine that need not have their backend installed).
 
     Returns
     -------
@@ -200,7 +201,7 @@ def _checked_config(data: Any, problems: list[str], *, run_user_code: bool = Tru
     if not isinstance(data, Mapping):
         raise ConfigError(["a study config must be a table of keys"])
     values, bad = parsed_fields(data, problems, CONFIG_KEYS)
-    if "backend" not in bad:
+    if run_user_code and "backend" not in bad:  # a merge keeps the stored name as written
         found = backend_problems(values["backend"])  # nothing imported to refuse it
         problems += found
         bad.update({"backend"} if found else ())
