@@ -145,7 +145,8 @@ class WorkerPool(ProcessPoolExecutor):
     as a device each.
 
     Used as a context manager, the pool waits for its work on a normal exit and `abandon`\\ s it
-    when an exception (Ctrl-C and SIGTERM included) leaves the block.
+    when an exception (Ctrl-C and SIGTERM included) leaves the block or when the pool is broken
+    (a worker died: its other units have failed already, and their workers ignore SIGTERM).
 
     >>> with WorkerPool(1) as pool:
     ...     pool.submit(pow, 2, 10).result()
@@ -187,7 +188,15 @@ class WorkerPool(ProcessPoolExecutor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         with interrupts_blocked():  # the pool may start a worker here (see the class docstring)
-            return super().submit(fn, *args, **kwargs)
+            future = super().submit(fn, *args, **kwargs)
+        # The pool wakes its manager thread *before* it starts a worker for the unit, so the
+        # manager may not watch the new worker yet: were that worker to die while the others
+        # run long units, nothing would be noticed until one of them ends. Wake it again.
+        wakeup = getattr(self, "_executor_manager_thread_wakeup", None)
+        if wakeup is not None:
+            with contextlib.suppress(OSError, ValueError):  # the pool is shutting down
+                wakeup.wakeup()
+        return future
 
     def abandon(self) -> None:
         """Stop now: drop queued work and kill the workers, abandoning what they are running.
@@ -203,7 +212,10 @@ class WorkerPool(ProcessPoolExecutor):
             self.shutdown(wait=True, cancel_futures=True)
 
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> bool:
-        if exc_type is None:
+        # A broken pool (a worker died) has failed every unit in flight and is ending the other
+        # workers with SIGTERM, which they ignore: waiting would wait for their units, whose
+        # results are already dropped. So the pool kills them, as on an exception.
+        if exc_type is None and not self._broken:
             self.shutdown(wait=True)
         else:
             self.abandon()

@@ -66,3 +66,45 @@ def test_sigterm_raises_terminated_once_and_the_line_says_terminated_with_143(ca
     with sigterm_like_ctrl_c():  # a new command starts clean
         assert interrupted("interrupted: nothing kept").exit_code == 130
     assert capsys.readouterr().err == "interrupted: nothing kept\n"
+
+
+@pytest.mark.parametrize("when", ["returned", "restoring"])
+def test_a_sigterm_as_the_command_ends_gives_the_line_and_143_not_a_traceback(
+    when, monkeypatch, capsys
+):
+    """The window past the command's own guards: after it returned, before `sigterm_like_ctrl_c`
+    put the previous handler back. The signal is raised there by a hook (raise_signal runs the
+    handler before it returns)."""
+    import signal
+
+    from oodeval.cli import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    real_signal = signal.signal
+    raised: list[bool] = []
+
+    def command(args):
+        if when == "returned":  # the command is done, its guards left
+            signal.raise_signal(signal.SIGTERM)
+        return 0
+
+    def signal_then_set(signum, handler):
+        if signum == signal.SIGTERM and handler is before and not raised:
+            raised.append(True)
+            signal.raise_signal(signal.SIGTERM)
+        return real_signal(signum, handler)
+
+    monkeypatch.setattr(main, "_run", command)
+    if when == "restoring":  # inside the block's clean-up
+        monkeypatch.setattr(signal, "signal", signal_then_set)
+    try:
+        code = main.run([])
+    except KeyboardInterrupt as exc:  # raised, it would stop pytest's whole run
+        pytest.fail(f"{type(exc).__name__} escaped run(): a traceback for the user")
+    finally:
+        handler = signal.getsignal(signal.SIGTERM)
+        real_signal(signal.SIGTERM, before)  # never leave the command's handler behind
+    assert code == 143 and handler is before
+    assert capsys.readouterr().err == (
+        "terminated: stopped before it finished; run the same command again\n"
+    )

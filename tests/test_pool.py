@@ -37,6 +37,13 @@ def _announce_then_block(path: str) -> None:
     _block()
 
 
+def _announce_pid_then_block(path: str) -> None:
+    """Write this process's PID to the file `path` (made whole at once), then `_block`."""
+    Path(path + ".part").write_text(str(os.getpid()), encoding="utf-8")
+    os.replace(path + ".part", path)
+    _block()
+
+
 def _remember(up, together, item) -> None:
     up.wait(timeout=120)  # both workers are up before either takes a task
     _ITEM["item"], _ITEM["together"] = item, together
@@ -103,6 +110,32 @@ def test_leaving_the_pool_block_by_an_exception_abandons_the_units():
         running = pool.submit(_block)
         raise KeyboardInterrupt
     assert running.done() and not _alive(pid)
+
+
+def test_a_pool_broken_by_a_dead_worker_does_not_wait_for_the_units_of_the_others(tmp_path):
+    """One worker dies while another runs a unit that never ends: the pool fails both units at
+    once and ends the other worker with SIGTERM, which workers ignore. Leaving the block must
+    kill that worker, not wait for its unit (hours, in a study; here forever). The dying worker
+    is started by the submit of its unit, after the pool's manager went to wait: the death is
+    seen all the same, not when the other unit ends."""
+    started = tmp_path / "started"
+    pool = WorkerPool(2)
+    try:
+        running = pool.submit(_announce_pid_then_block, str(started))
+        wait_until(started.exists, "start of the unit that never ends")
+        survivor = int(started.read_text(encoding="utf-8"))
+        with pytest.raises(BrokenProcessPool):  # the other worker takes it: the first is busy
+            pool.submit(os._exit, 3).result(timeout=120)
+        with pytest.raises(BrokenProcessPool):  # failed at once, its worker still running
+            running.result(timeout=0)
+        leaving = threading.Thread(target=pool.__exit__, args=(None, None, None), daemon=True)
+        leaving.start()
+        # before the fix the pool waited for `survivor`, which ignored the SIGTERM it was sent
+        wait_until(lambda: not leaving.is_alive(), "exit from the pool block", seconds=60)
+        assert not _alive(survivor)
+    finally:  # the safety net: never leave a blocked worker (and a waiting thread) behind
+        for process in list((pool._processes or {}).values()):
+            process.kill()
 
 
 def _exit_with(parent: int) -> None:

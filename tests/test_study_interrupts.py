@@ -112,6 +112,29 @@ def test_sigterm_stops_a_ray_study_with_one_line_and_the_same_command_resumes(tm
     _assert_resumes_whole(config, out, stored, tmp_path / "reference")
 
 
+def test_a_dead_worker_does_not_leave_the_study_waiting_for_the_units_of_the_others(tmp_path):
+    """The first unit hangs (ten minutes, SIGTERM ignored, as every worker does) and the second
+    kills its worker: the run stops the hanging worker instead of waiting for it, runs both
+    units again, each alone (they pass then), and finishes the study with one ordinary run."""
+    started = tmp_path / "started"
+    started.mkdir()
+    options = f'started_dir = "{started}"\nhang_then_crash = true'
+    config = write_config(tmp_path, options=options)
+    out, token = tmp_path / "out", uuid.uuid4().hex
+    proc = start_driver(config, out, tmp_path / "driver.log", token)
+    try:  # the bound is a guard: the run ends once its units do, the hanging one excepted
+        wait_until(lambda: proc.poll() is not None, "end of the study after a worker died")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert_no_process_survives(token)
+    assert (started / "hanging").exists() and (started / "crashed").exists()
+    stderr = proc.stderr.read().decode()
+    assert proc.returncode == 0, stderr
+    units = load_study(out).units
+    assert (units["status"] == "done").sum() == 12, units  # the 4 CORAL units fail by design
+
+
 def _assert_resumes_whole(config: Path, out: Path, stored: int, reference: Path) -> None:
     """The stopped study's store is intact and holds whole units only (none of the abandoned
     GroupDRO ones); running it again completes it, equal to an uninterrupted run."""

@@ -242,6 +242,8 @@ def sigterm_like_ctrl_c() -> Iterator[None]:
     stopped, the store's open transaction rolls back, and the command prints its one line and
     exits 143 (`interrupted`). Only the first SIGTERM raises; later ones (Slurm signals every
     process of a job, ``srun`` forwards the signal too) are ignored while the command cleans up.
+    A SIGTERM that comes as the block ends, past the command's own guards, raises `Terminated`
+    out of the block, with the previous handler back (`oodeval.cli.main.run` answers it).
     Outside the main thread (SIGTERM handlers can only be set there) it does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -254,13 +256,18 @@ def sigterm_like_ctrl_c() -> Iterator[None]:
             raise Terminated()
 
     _TERMINATING.clear()
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
+    previous = signal.getsignal(signal.SIGTERM)
+    # None: a handler set outside Python, which cannot be put back; the default then
+    restored = signal.SIG_DFL if previous is None else previous
+    try:  # set inside the try: a SIGTERM just after it still puts the previous handler back
+        signal.signal(signal.SIGTERM, on_sigterm)
         yield
     finally:
-        # None: a handler set outside Python, which cannot be put back; the default then
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-        _TERMINATING.clear()
+        try:
+            signal.signal(signal.SIGTERM, restored)
+        finally:  # a SIGTERM may raise (once) just before the line above: put it back anyway
+            signal.signal(signal.SIGTERM, restored)
+            _TERMINATING.clear()
 
 
 def render_metrics(metrics: dict[str, Any], fmt: OutputFormat) -> str:

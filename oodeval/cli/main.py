@@ -23,7 +23,9 @@ from oodeval.cli import (
 )
 from oodeval.cli._common import (
     INTERRUPTED_BACKSTOP,
+    TERMINATED,
     USAGE_ERROR,
+    Terminated,
     interrupted,
     sigterm_like_ctrl_c,
 )
@@ -94,8 +96,12 @@ def run(args: list[str] | None = None) -> int:
     status 143 (`oodeval.cli._common.sigterm_like_ctrl_c`). Tests call this to see what a user
     sees.
     """
-    with sigterm_like_ctrl_c():
-        return _run(args)
+    try:
+        with sigterm_like_ctrl_c():
+            return _run(args)
+    except Terminated:  # SIGTERM as the command ended, past its own guards: no traceback
+        typer.echo(f"terminated: {INTERRUPTED_BACKSTOP}", err=True)
+        return TERMINATED
 
 
 def _run(args: list[str] | None) -> int:
