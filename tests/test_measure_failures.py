@@ -74,7 +74,8 @@ def test_leaderboard_seed_below_zero_is_one_error_line(tmp_path: Path) -> None:
     code, err = cli("study", "measures", str(study), "--seed", "-1")
     lines = err.splitlines()
     assert code == 2 and len(lines) == 1, err
-    assert lines[0].startswith("error: Invalid value for '--seed'") and "greater than or equal to 0" in lines[0], err
+    assert lines[0].startswith("error: Invalid value for '--seed'"), err
+    assert "greater than or equal to 0" in lines[0], err
 
 
 def test_the_footnote_states_the_draws_used() -> None:
