@@ -20,7 +20,7 @@ from pathlib import Path
 
 from oodeval.errors import OodevalError
 
-__all__ = ["first_character", "parse_problem", "read_text", "safe_text"]
+__all__ = ["first_character", "parse_problem", "read_text", "safe_text", "shortened"]
 
 _BLOCK = 1 << 20  # bytes decoded at a time by `first_character`
 
@@ -168,6 +168,25 @@ def safe_text(text: object) -> str:
     """
     text = str(text)
     return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text
+
+
+def shortened(text: str, *, longest: int = 200) -> str:
+    """`text` with every quoted span or space-free run of over `longest` characters cut to its
+    first and last characters around the count left out, for a message that quotes a user's
+    3,000-character name or cell; shorter text is returned unchanged.
+
+    >>> print(shortened("unknown algorithm '" + "x" * 100 + "'; give ERM", longest=30))
+    unknown algorithm 'xxxxxxxxxxxxxxxxxxx...[79 characters]...xx'; give ERM
+    """
+
+    def cut(match: re.Match[str]) -> str:
+        span = match.group(0)
+        head, tail = longest * 2 // 3, max(longest // 10, 1)
+        short = f"{span[:head]}...[{len(span) - head - tail:,} characters]...{span[-tail:]}"
+        return short if len(short) < len(span) else span
+
+    n = longest + 1  # a quoted span, or a run without spaces, longer than `longest`
+    return re.sub(rf"'[^']{{{n},}}'|\"[^\"]{{{n},}}\"|\S{{{n},}}", cut, text)
 
 
 def parse_problem(exc: ValueError) -> str:

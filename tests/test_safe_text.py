@@ -24,7 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from oodeval._text import safe_text
+from oodeval._text import safe_text, shortened
+from oodeval.cli._common import LONGEST_ERROR
 from oodeval.cli.main import run
 from oodeval.study.config import config_from_dict
 from oodeval.study.runner import run_study
@@ -362,3 +363,28 @@ def test_a_results_file_path_with_a_tab_is_shown_escaped(tmp_path):
     code, _, err = invoke(["measures", str(missing)])
     assert code == 2 and err.count("\n") == 1 and "res\\tults.csv" in err
     assert_clean(err)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab '\""), max_size=400), st.integers(5, 60))
+def test_shortened_cuts_only_long_spans_and_never_lengthens(text, longest):
+    cut = shortened(text, longest=longest)
+    assert len(cut) <= len(text)
+    # nothing to cut: every space-free run and quoted span is at most `longest` long
+    spans = [*text.split(), *text.split("'")[1::2], *text.split('"')[1::2]]
+    if all(len(span) <= longest for span in spans):
+        assert cut == text
+
+
+@pytest.mark.parametrize("cell", ["A" * 3000, "A " * 1500])
+def test_an_error_naming_a_huge_name_stays_a_short_line(tmp_path, cell):
+    """A 3,000-character algorithm name in a refused row: the error line names it, shortened."""
+    results = tmp_path / "r.csv"
+    rows = ["algorithm,seed,split,environment,error"]
+    rows += [f"{cell},0,loo,e{e},0.1" for e in range(4)] + [f"{cell},0,all,e0,nan"]
+    results.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    code, out, err = invoke(["measures", str(results)])
+    assert code == 2 and out == "" and err.count("\n") == 1, err[:300]
+    assert err.startswith("error: ") and "error is NaN" in err, err[:300]
+    if " " not in cell:  # a name of words is printed whole: no span in it is long
+        assert len(err) < LONGEST_ERROR + 100 and "characters]..." in err, err[:300]

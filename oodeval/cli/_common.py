@@ -28,7 +28,7 @@ from typer.core import TyperGroup
 
 from oodeval._extras import extra_of, missing_extra_message
 from oodeval._files import refuse_links, write_file
-from oodeval._text import safe_text
+from oodeval._text import safe_text, shortened
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, render_rows, to_json
 
@@ -60,10 +60,18 @@ OUTPUT_OPT: Any = typer.Option(
 )
 
 
+#: Longest error line printed whole; past it, long names and values in it are `shortened`.
+LONGEST_ERROR = 500
+
+
 def fail(message: str) -> typer.Exit:
     """Print `message` as one line on stderr (through `safe_text`: a newline or bidi character in
-    a name or path shows as an escape) and return the Exit(2) to raise."""
-    typer.echo(f"error: {safe_text(message)}", err=True)
+    a name or path shows as an escape; a line over `LONGEST_ERROR` characters has its long
+    quoted values and space-free runs `shortened`) and return the Exit(2) to raise."""
+    line = safe_text(message)
+    if len(line) > LONGEST_ERROR:
+        line = shortened(line)
+    typer.echo(f"error: {line}", err=True)
     return typer.Exit(code=USAGE_ERROR)
 
 
