@@ -118,15 +118,19 @@ def _refused_or_answered(tmp: Path, suffix: str, raw: bytes, args: list[str], al
     assert not outputs[0].exists() and not outputs[1].exists(), argv
 
 
+def _csv_file(generated) -> tuple[str, bytes, list[str]]:
+    """A generated predictions file as CSV: (suffix, bytes, the arguments it needs)."""
+    if isinstance(generated, Scored):
+        suffix, raw = _scored_file(generated, "csv", ("1", "0"))
+        return suffix, raw, []
+    suffix, raw = _outputs_file(generated, "csv", False)
+    return suffix, raw, ["--base-classes", ",".join(map(str, generated.base))]
+
+
 @fuzz_settings(80)
 @given(scored_predictions() | model_predictions(), st.sampled_from(sorted(MUTATIONS)), st.data())
 def test_broken_csv_predictions_are_refused_or_answered(generated, mutation, data) -> None:
-    if isinstance(generated, Scored):
-        suffix, raw = _scored_file(generated, "csv", ("1", "0"))
-        args: list[str] = []
-    else:
-        suffix, raw = _outputs_file(generated, "csv", False)
-        args = ["--base-classes", ",".join(map(str, generated.base))]
+    suffix, raw, args = _csv_file(generated)
     mutate, always = MUTATIONS[mutation]
     with tempfile.TemporaryDirectory() as tmp:
         _refused_or_answered(Path(tmp), suffix, mutate(raw, data), args, always)
@@ -142,12 +146,7 @@ BAD_CELLS = ["nan", "NaN", "", "abc", "0x10", "1,5", "inf", "-inf", "1e400", "-1
 def test_a_bad_cell_is_refused_or_answered(generated, bad: str, data) -> None:
     """A bad cell anywhere: refused in one line, or (a score of inf, a label out of range...)
     answered; never a traceback."""
-    if isinstance(generated, Scored):
-        suffix, raw = _scored_file(generated, "csv", ("1", "0"))
-        args: list[str] = []
-    else:
-        suffix, raw = _outputs_file(generated, "csv", False)
-        args = ["--base-classes", ",".join(map(str, generated.base))]
+    suffix, raw, args = _csv_file(generated)
     lines = raw.decode("utf-8").splitlines()
     row = data.draw(st.integers(1, len(lines) - 1), label="row")
     cells = lines[row].split(",")

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from oodeval.cli.main import run
 from oodeval.study.store import STORE_NAME
+from tests.helpers.cli import invoke as invoke_argv
+from tests.helpers.studies import finished_study
 
 CONFIG = """
 name = "links"
@@ -35,12 +35,7 @@ scenarios = [{ family = "synthetic", ratio = "3:1", scale = 1 }]
 
 def invoke(*argv: object) -> tuple[int, str, str]:
     """`oodeval ARGV` as the console script runs it: (status, stdout, stderr)."""
-    with CliRunner().isolation() as (out, err, _):
-        try:
-            code = run([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        return code, out.getvalue().decode(), err.getvalue().decode()
+    return invoke_argv([str(a) for a in argv])
 
 
 #: Files SQLite makes beside a store it only reads (the read side's business, not this one's).
@@ -79,12 +74,7 @@ def assert_refused(result: tuple[int, str, str], link: Path) -> None:
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished synthetic study (``DIR/s``) and its config (``DIR/study.toml``)."""
     root = tmp_path_factory.mktemp("finished")
-    (root / "study.toml").write_text(CONFIG, encoding="utf-8")
-    code, out, err = invoke(
-        "study", "run", root / "study.toml", "--out", root / "s", "--workers", "1",
-        "--no-progress", "--no-report",
-    )  # fmt: skip
-    assert code == 0, out + err
+    finished_study(root, CONFIG)
     return root
 
 

@@ -34,6 +34,7 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.study.read_model import load_study
 from oodeval.study.store import STORE_NAME
+from tests.helpers.studies import finished_study
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -139,14 +140,7 @@ def digest(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("clean")
-    (root / "study.toml").write_text(CONFIG, encoding="utf-8")
-    result = invoke(
-        "study", "run", root / "study.toml", "--out", root / "s", "--workers", "1",
-        "--no-progress", "--no-report",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    return root
+    return finished_study(tmp_path_factory.mktemp("clean"), CONFIG).parent
 
 
 def damaged_copy(clean: Path, target: Path, kind: str) -> Path:

@@ -25,6 +25,7 @@ from oodeval.cli.main import app
 from oodeval.errors import OodevalError
 from oodeval.study.store import STORE_NAME, ResultStore
 from oodeval.study.store.readonly import Reader, file_stamp
+from tests.helpers.studies import finished_study
 from tests.helpers.unprivileged import give_to_reader, make_read_only, make_writable, run_commands
 
 CONFIG = """
@@ -46,14 +47,7 @@ def invoke(*args: object):
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory) -> Path:
     """The study, and the answers of every reader on it (where it may write)."""
-    root = tmp_path_factory.mktemp("clean")
-    (root / "study.toml").write_text(CONFIG, encoding="utf-8")
-    result = invoke(
-        "study", "run", root / "study.toml", "--out", root / "s", "--workers", "1",
-        "--no-progress", "--no-report",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    return root / "s"
+    return finished_study(tmp_path_factory.mktemp("clean"), CONFIG)
 
 
 @pytest.fixture(scope="module")

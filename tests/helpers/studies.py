@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from oodeval.study import config_from_dict, load_study
+from tests.helpers.cli import invoke
 
 #: The algorithms of `synthetic_config`.
 ALGOS = ["ERM", "IRM", "GroupDRO", "VREx", "MMD"]
@@ -83,3 +84,13 @@ def count_stored_units(directory: Path) -> int:
             conn.close()
     except sqlite3.Error:
         return 0
+
+
+def finished_study(root: Path, config: str) -> Path:
+    """Run the study `config` (TOML text, written to ``root/study.toml``) to the end in
+    ``root/s`` with one worker, no progress bar and no report; return ``root/s``."""
+    (root / "study.toml").write_text(config, encoding="utf-8")
+    argv = ["study", "run", str(root / "study.toml"), "--out", str(root / "s"), "--workers", "1"]
+    code, out, err = invoke([*argv, "--no-progress", "--no-report"])
+    assert code == 0, out + err
+    return root / "s"
