@@ -313,13 +313,19 @@ def _interrupt(proc: subprocess.Popen, signum: int = signal.SIGINT) -> tuple[int
     return proc.returncode, stderr
 
 
-@pytest.mark.parametrize("stop", STOPS.values(), ids=STOPS)
-def test_ctrl_c_or_sigterm_in_train_gmop_is_one_line_and_exit_130_or_143(tmp_path, stop: Stop):
+def _features(tmp_path: Path) -> tuple[Path, Path]:
+    """Synthetic open-world features (train.npz, test.npz) in `tmp_path`, for train-gmop."""
     train, test = tmp_path / "train.npz", tmp_path / "test.npz"
     _invoke(
         ["openworld", "make-features", "--source", "synthetic", "--n-shots", "8",
          "--train-out", str(train), "--test-out", str(test)]
     )  # fmt: skip
+    return train, test
+
+
+@pytest.mark.parametrize("stop", STOPS.values(), ids=STOPS)
+def test_ctrl_c_or_sigterm_in_train_gmop_is_one_line_and_exit_130_or_143(tmp_path, stop: Stop):
+    train, test = _features(tmp_path)
     model, hook = tmp_path / "model.npz", guard_announcer(tmp_path / "hook")
     # The test file has new-class rows: the note about them is printed just before training.
     proc = _oodeval(
@@ -370,11 +376,7 @@ def test_python_m_exits_130_after_an_interrupt_raised_inside_exec(tmp_path):
     through ``-m``: the SIGINT landed in the lazy imports of the first training step, inside a
     dataclass's ``exec()``. The console script exits through another path, which ignores the mark.
     """
-    train, test = tmp_path / "train.npz", tmp_path / "test.npz"
-    _invoke(
-        ["openworld", "make-features", "--source", "synthetic", "--n-shots", "8",
-         "--train-out", str(train), "--test-out", str(test)]
-    )  # fmt: skip
+    train, test = _features(tmp_path)
     model, hook = tmp_path / "model.npz", guard_announcer(tmp_path / "hook")
     cmd = [sys.executable, "-m", "oodeval.cli.main", "openworld", "train-gmop", str(test)]
     env = {"PYTHONPATH": f"{REPO}{os.pathsep}{hook}", "OODEVAL_TEST_RAISE_IN_EXEC": "1"}
