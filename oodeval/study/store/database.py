@@ -20,7 +20,7 @@ from typing import Any
 
 from oodeval._files import open_no_link
 from oodeval.errors import OodevalError
-from oodeval.study.store.readonly import Reader, connect, open_reader
+from oodeval.study.store.readonly import Reader, connect, open_reader, side_file
 from oodeval.study.store.records import StoreDamagedError
 from oodeval.study.store.schema import (
     INTEGRITY_COLUMNS,
@@ -237,7 +237,7 @@ def writer_files(path: Path) -> tuple[Path, ...]:
     >>> [p.name for p in writer_files(Path("s/results.sqlite"))]
     ['results.sqlite', 'results.sqlite-wal', 'results.sqlite-shm', 'results.sqlite-journal']
     """
-    return (path, *(path.with_name(path.name + suffix) for suffix in SIDE_SUFFIXES))
+    return (path, *(side_file(path, suffix) for suffix in SIDE_SUFFIXES))
 
 
 def fresh_sqlite_file(path: Path) -> sqlite3.Connection:
