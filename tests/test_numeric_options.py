@@ -117,7 +117,6 @@ BASES: dict[str, Base] = {
         out / "p.png",
     ],
     "protocols classic": lambda f, out: [f.tree, "--test", "dim", "--out", out / "sp.csv"],
-    "protocols evaluate": lambda f, out: [f.assignment, f.assignment_preds, "-o", out / "e.txt"],
     "protocols flexible-random": lambda f, out: [
         f.tree,
         "--n-dominant",
@@ -181,7 +180,6 @@ ACCEPTED: dict[tuple[str, str], set[str]] = {
     ("envs preview", "--given"): {"0"},
     ("envs preview", "--max-eval"): {"0"},  # the given environments only
     ("protocols classic", "--seed"): {"0"},
-    ("protocols evaluate", "--ddof"): {"0"},  # the population std of NICO++'s tables
     ("protocols classic", "--val-fraction"): {"0"},
     ("protocols flexible-random", "--val-fraction"): {"0"},
     ("protocols flexible-random", "--seed"): {"0"},
@@ -221,11 +219,6 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
             (tree / dom / cls).mkdir(parents=True)
             for i in range(3):
                 (tree / dom / cls / f"{i}.jpg").touch()
-    assignment, assignment_preds = root / "assignment.csv", root / "assignment_preds.csv"
-    assignment.write_text(
-        "path,class,domain,role\na/x/0,x,a,test\nb/x/0,x,b,test\n", encoding="utf-8"
-    )
-    assignment_preds.write_text("path,prediction\na/x/0,x\nb/x/0,y\n", encoding="utf-8")
     study_toml = root / "study.toml"
     study_toml.write_text(STUDY_TOML, encoding="utf-8")
     features = root / "train.npz"
@@ -250,8 +243,6 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         predictions=predictions,
         checkpoints=checkpoints,
         tree=tree,
-        assignment=assignment,
-        assignment_preds=assignment_preds,
         study_toml=study_toml,
         features=features,
         study=study,

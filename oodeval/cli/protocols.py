@@ -345,9 +345,10 @@ def evaluate_command(
     as_json: bool = typer.Option(
         False, "--json", hidden=True, help="Deprecated: use --format json."
     ),
-    ddof: int = typer.Option(
-        1,
+    ddof_text: str = typer.Option(
+        "1",
         "--ddof",
+        metavar="0|1",
         help="Std's delta degrees of freedom: 1 (sample std, NICO++ Eq. 5) or 0 (population "
         "std, what NICO++'s tables print).",
     ),
@@ -359,9 +360,10 @@ def evaluate_command(
     of the summary by name, std_ddof among them. Eq. 5 divides by K-1 (--ddof 1, the default),
     but the paper's tables are the population std: use --ddof 0 to compare with them.
     """
-    if ddof not in STD_DDOFS:
+    ddof = {str(k): k for k in STD_DDOFS}.get(ddof_text.strip())
+    if ddof is None:
         raise OodevalError(
-            f"--ddof must be 0 or 1, got {ddof}; use "
+            f"--ddof must be 0 or 1, got {ddof_text!r}; use "
             + " or ".join(f"{k} ({v})" for k, v in STD_DDOFS.items())
         )
     if as_json:
