@@ -1,11 +1,14 @@
 """`oodeval protocols ...`: NICO++ evaluation protocols for any ``<domain>/<class>/<image>`` tree.
 
 - ``classic TREE --out assignment.csv [--train a,b] [--test c,d]``: named training / test domains
-  (one side alone: the other is the remaining domains common to every class).
+  (one side alone: the other is the remaining domains common to every class). With ``--oracle
+  mixture`` or ``--oracle per-domain``: NICO++'s oracle baselines over the same test domains
+  (App. D, a seeded 7:1:2 split), the seed recorded in ``assignment.csv.json``.
 - ``flexible-random TREE --out assignment.csv``: per class 2 dominant, 12 minor, 6 test domains.
 - ``flexible-compositional TREE --out assignment.csv``: 4 exclusive domains, 2 majority,
   12 minority, 4 test per class.
-- ``evaluate ASSIGNMENT.csv PREDICTIONS.csv``: per-test-domain accuracy and Average / Overall / Std.
+- ``evaluate ASSIGNMENT.csv PREDICTIONS.csv [--ddof 1|0]``: per-test-domain accuracy and
+  Average / Overall / Std (ddof 1: Eq. 5; 0: the population std NICO++'s tables print).
 
 The protocol commands write a domain assignment, a CSV (path, class, domain, role) giving every
 image its role, and print a count table per role. `oodeval splits` is the deprecated old name of
@@ -22,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._files import refuse_links, write_file
 from oodeval._text import read_text, safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -31,12 +35,16 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError, listing
+from oodeval.measures.domain import STD_DDOFS
 from oodeval.protocols import (
+    ORACLE_RATIO,
+    ORACLE_VARIANTS,
     classic_assignment,
     classic_domains,
     evaluate_assignment,
     flexible_compositional_assignment,
     flexible_random_assignment,
+    oracle_assignment,
     read_assignment_csv,
     role_counts,
     scan_tree,
@@ -101,6 +109,14 @@ COMMON_OPT = typer.Option(
 )
 
 
+ORACLE_HELP = (
+    "Write a NICO++ oracle baseline over the test domains instead (App. D): mixture (oracle: "
+    "the test domains' images pooled, split 7:1:2 into train/val/test, one model) or "
+    "per-domain (oracle*: each test domain split 7:1:2, one model per domain). The training "
+    "domains are not used; the split's seed is recorded in FILE.json."
+)
+
+
 @app.command("classic")
 @reports_errors
 def classic_command(
@@ -108,22 +124,45 @@ def classic_command(
     out: str = OUT_OPT,
     train: str | None = typer.Option(None, "--train", help="Comma-separated training domains."),
     test: str | None = typer.Option(None, "--test", help="Comma-separated test domains."),
-    val_fraction: float = typer.Option(
-        0.2, "--val-fraction", min=0.0, max=1.0, help="Validation share per cell."
+    val_fraction: float | None = typer.Option(
+        None,
+        "--val-fraction",
+        min=0.0,
+        max=1.0,
+        help="Validation share per cell (default 0.2; not with --oracle, split 7:1:2).",
     ),
+    oracle: str | None = typer.Option(None, "--oracle", metavar="VARIANT", help=ORACLE_HELP),
     seed: int = SEED_OPT,
 ) -> None:
     """Classic protocol: the same training and test domains for every class (NICO++ Sec. 4.2).
 
     With only --train (or only --test) the other side is the remaining domains common to every
     class; class-specific domains are used by neither, and the output lists them.
+
+    With --oracle the assignment is one of NICO++'s oracle baselines over the test (target)
+    domains: mixture pools their images and splits the pool 7:1:2 (train:val:test, counts by
+    largest remainders, ties to train, then val); per-domain splits each test domain 7:1:2 on
+    its own, and the domain column says which model a row is for (train one model per test
+    domain). Beside FILE it writes FILE.json, the split record: variant, ratio, seed, test
+    domains and the images per role.
     """
+    variant = _oracle_variant(oracle)
+    if variant is not None and val_fraction is not None:
+        raise OodevalError("--val-fraction does not apply with --oracle: its split is 7:1:2")
     images = scan_tree(tree)
     train_d, test_d = classic_domains(
         images, train_domains=_names(train), test_domains=_names(test)
     )
+    if variant is not None:
+        rows = oracle_assignment(images, test_d, variant=variant, seed=seed)
+        _finish_oracle(rows, out, _record_path(out), variant, test_d, seed)
+        return
     rows = classic_assignment(
-        images, train_domains=train_d, test_domains=test_d, val_fraction=val_fraction, seed=seed
+        images,
+        train_domains=train_d,
+        test_domains=test_d,
+        val_fraction=0.2 if val_fraction is None else val_fraction,
+        seed=seed,
     )
     header = f"classic: train {','.join(train_d)}; test {','.join(test_d)}"
     common = set(images.common_domains())
@@ -139,6 +178,60 @@ def classic_command(
     if shared:
         notes.append(f"not used: {len(shared)} domain(s) common to every class: {_listing(shared)}")
     _finish(rows, out, header, notes)
+
+
+def _oracle_variant(text: str | None) -> str | None:
+    """The --oracle value as a key of `ORACLE_VARIANTS`, or None when not given."""
+    if text is None:
+        return None
+    key = text.strip().lower()
+    if key not in ORACLE_VARIANTS:
+        raise OodevalError(
+            f"unknown --oracle {text!r}; use one of "
+            + ", ".join(f"{k} ({v})" for k, v in ORACLE_VARIANTS.items())
+        )
+    return key
+
+
+def _record_path(out: str) -> Path:
+    """Where the oracle's split record goes (FILE.json), checked before anything is written."""
+    record = Path(out + ".json")
+    refuse_links(record)
+    if record.is_dir():
+        raise OodevalError(
+            f"{record} (the split record written beside --out) is a folder; choose another --out"
+        )
+    return record
+
+
+def _finish_oracle(
+    rows: list, out: str, record: Path, variant: str, test_d: tuple, seed: int
+) -> None:
+    """Write the oracle assignment and its split record; print the header, notes and counts."""
+    ratio = ":".join(map(str, ORACLE_RATIO))
+    per_role = {role: sum(r.role == role for r in rows) for role in ("train", "val", "test")}
+    payload = {
+        "protocol": "NICO++ oracle baseline (App. D)",
+        "variant": variant,
+        "trains": ORACLE_VARIANTS[variant],
+        "test_domains": list(test_d),
+        "ratio": ratio,
+        "rounding": "largest remainder, ties to train, then val",
+        "seed": seed,
+        "assignment": Path(out).name,
+        "images": per_role,
+    }
+    n = write_assignment_csv(rows, out)
+    header = (
+        f"{ORACLE_VARIANTS[variant]} (--oracle {variant}): test {','.join(test_d)}; "
+        f"{ratio} split, seed {seed}; wrote {n} rows to {out}"
+    )
+    typer.echo(safe_text(header))
+    write_file(record, to_json(payload) + "\n")
+    typer.echo(safe_text(f"split record: {record}"))
+    if variant == "per-domain":
+        typer.echo("train one model per test domain: the domain column says which")
+    typer.echo(render_counts(rows))
 
 
 def _listing(names: list[str], shown: int = 8) -> str:
@@ -252,16 +345,33 @@ def evaluate_command(
     as_json: bool = typer.Option(
         False, "--json", hidden=True, help="Deprecated: use --format json."
     ),
+    ddof_text: str = typer.Option(
+        "1",
+        "--ddof",
+        metavar="0|1",
+        help="Std's delta degrees of freedom: 1 (sample std, NICO++ Eq. 5) or 0 (population "
+        "std, what NICO++'s tables print).",
+    ),
 ) -> None:
     """Per-test-domain accuracy and NICO++ Average / Overall / Std (Eq. 5).
 
-    table and markdown: the per-domain table and the Average / Overall / Std line; csv: the
-    per-domain table (domain, images, accuracy); json: every number of the summary by name.
+    table and markdown: the per-domain table and the Average / Overall / Std line, which says
+    the ddof Std used; csv: the per-domain table (domain, images, accuracy); json: every number
+    of the summary by name, std_ddof among them. Eq. 5 divides by K-1 (--ddof 1, the default),
+    but the paper's tables are the population std: use --ddof 0 to compare with them.
     """
+    ddof = {str(k): k for k in STD_DDOFS}.get(ddof_text.strip())
+    if ddof is None:
+        raise OodevalError(
+            f"--ddof must be 0 or 1, got {ddof_text!r}; use "
+            + " or ".join(f"{k} ({v})" for k, v in STD_DDOFS.items())
+        )
     if as_json:
         typer.echo("note: --json is deprecated; use --format json", err=True)
         fmt = OutputFormat.json
-    summary = evaluate_assignment(read_assignment_csv(assignment), read_predictions(predictions))
+    summary = evaluate_assignment(
+        read_assignment_csv(assignment), read_predictions(predictions), ddof=ddof
+    )
     if fmt is OutputFormat.json:
         echo_output(to_json(summary), output)
         return
@@ -280,7 +390,8 @@ def evaluate_command(
     line = (
         f"Average {summary['acc_avg']:.4f}  Overall {summary['acc_overall']:.4f}  "
         f"Std {'n/a (one domain)' if math.isnan(std) else f'{std:.4f}'}  "
-        f"(NICO++ Eq. 5, over {len(domains)} test domain(s))"
+        f"(NICO++ Eq. 5, over {len(domains)} test domain(s); Std with ddof={ddof}: "
+        f"{STD_DDOFS[ddof]})"
     )
     echo_output(render_frame(frame, fmt.value) + "\n\n" + line, output)
 

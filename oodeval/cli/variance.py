@@ -117,6 +117,9 @@ def variance(
 
     The oracle gap follows NICO++ (--oracle best: the oracle picks each run's checkpoint by the
     test domain's validation split); --oracle last gives DomainBed's last-checkpoint oracle.
+
+    csv and json carry a std_ddof column, the --ddof that seed_std and epoch_std used; table and
+    markdown say it below the tables.
     """
     oracle = oracle.strip().lower()
     if oracle not in ORACLE_CHECKPOINTS:
@@ -133,6 +136,7 @@ def variance(
         typer.echo(safe_text(f"warning: {w.message}"), err=True)
     if fmt.value in ("csv", "json"):
         full = pd.concat([table, average_over_environments(table)], ignore_index=True)
+        full["std_ddof"] = ddof  # says which std seed_std and epoch_std are
         text = render_frame(full, fmt.value)
     else:
         text = variance_report(table, last=last, ddof=ddof, oracle=oracle, fmt=fmt.value)

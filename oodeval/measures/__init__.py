@@ -19,6 +19,7 @@
 
 from oodeval.measures import comparators  # noqa: F401  (importing it registers the comparators)
 from oodeval.measures.domain import (
+    STD_DDOFS,
     average,
     best,
     domain_average,
@@ -106,6 +107,7 @@ __all__ = [
     "domain_measures",
     "domain_overall",
     "domain_std",
+    "STD_DDOFS",
     "gap",
     "gap_only",
     "ideal",

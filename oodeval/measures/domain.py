@@ -51,6 +51,8 @@ __all__ = [
     "domain_measures",
     "domain_overall",
     "domain_std",
+    "STD_DDOFS",
+    "check_std_ddof",
     "gap",
     "gap_only",
     "ideal",
@@ -382,14 +384,43 @@ def domain_overall(accuracies: Any, counts: Any, *, percent: bool = False) -> fl
     return scalar_or_array((acc_b * n_b).sum(axis=-1) / total)
 
 
-def domain_std(accuracies: Any, *, percent: bool = False) -> float | np.ndarray:
-    """NICO++ "Std" (Eq. 5): sample standard deviation (ddof=1) of the per-domain accuracies.
+#: The two standard deviations NICO++ reports as "Std": ddof -> what it is and where it is used.
+STD_DDOFS: dict[int, str] = {
+    0: "population std, divides by K (NICO++'s tables)",
+    1: "sample std, divides by K-1 (NICO++ Eq. 5)",
+}
 
-    sqrt( (1/(K-1)) sum_k (acc_k - Average)^2 ); needs K >= 2 domains.
+
+def check_std_ddof(ddof: Any) -> int:
+    """Return `ddof` as an int after checking it is 0 or 1 (`STD_DDOFS`).
+
+    >>> check_std_ddof(0)
+    0
+    """
+    whole = isinstance(ddof, (int, np.integer)) and not isinstance(ddof, bool)
+    if not whole or int(ddof) not in STD_DDOFS:
+        accepted = "; ".join(f"{k} ({v})" for k, v in STD_DDOFS.items())
+        raise OodevalError(f"ddof must be 0 or 1, got {ddof!r}; use {accepted}")
+    return int(ddof)
+
+
+def domain_std(accuracies: Any, *, ddof: int = 1, percent: bool = False) -> float | np.ndarray:
+    """NICO++ "Std": standard deviation of the per-domain accuracies, sample (ddof=1) or population.
+
+    sqrt( (1/(K-ddof)) sum_k (acc_k - Average)^2 ); needs K >= 2 domains. NICO++'s Eq. 5 divides
+    by K-1 (``ddof=1``, the default), but the paper's own tables (Tables 2, 5, 7 and 9) are the
+    population standard deviation (``ddof=0``): recomputed from the printed per-domain accuracies,
+    every Std of Table 2 is matched with ``ddof=0`` and none with ``ddof=1`` (Deepall, first
+    setting: 3.04 with ddof=0, 3.51 with ddof=1; printed 3.05). Use ``ddof=0`` to compare with
+    the paper's numbers.
 
     Parameters
     ----------
     accuracies : array-like of shape (..., n_domains), n_domains >= 2
+    ddof : {1, 0}
+        1: sample std (Eq. 5); 0: population std (the paper's tables). Anything else is an error.
+    percent : bool
+        The accuracies are percentages in [0, 100] (the result is a fraction, as for the others).
 
     Returns
     -------
@@ -397,13 +428,16 @@ def domain_std(accuracies: Any, *, percent: bool = False) -> float | np.ndarray:
 
     >>> round(domain_std([0.9, 0.8, 0.7]), 12)
     0.1
+    >>> round(domain_std([0.9, 0.8, 0.7], ddof=0), 6)
+    0.08165
     """
+    ddof = check_std_ddof(ddof)
     acc = _as_accuracies(accuracies, percent=percent)
     if acc.shape[-1] < 2:
         raise OodevalError(
-            "Std (NICO++ Eq. 5, ddof=1) needs >= 2 test domains, got 1; report Average only"
+            f"Std (NICO++ Eq. 5, ddof={ddof}) needs >= 2 test domains, got 1; report Average only"
         )
-    return scalar_or_array(acc.std(axis=-1, ddof=1))
+    return scalar_or_array(acc.std(axis=-1, ddof=ddof))
 
 
 def per_domain_summary(

@@ -2,7 +2,8 @@
 
 Per test domain k, acc_k is the share of its test images predicted correctly; then
 Average = (1/K) sum_k acc_k, Overall = sum_k N_k acc_k / sum_k N_k and
-Std = sqrt(sum_k (acc_k - Average)^2 / (K - 1)) (NICO++ Eq. 5, `oodeval.measures.domain`).
+Std = sqrt(sum_k (acc_k - Average)^2 / (K - ddof)) (`oodeval.measures.domain.domain_std`): ddof=1
+is NICO++ Eq. 5, ddof=0 the population std its tables print.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from oodeval.errors import OodevalError
-from oodeval.measures.domain import domain_std, per_domain_summary
+from oodeval.measures.domain import check_std_ddof, domain_std, per_domain_summary
 from oodeval.protocols.tree import AssignmentRow
 
 
@@ -48,12 +49,13 @@ def domain_accuracies(
 
 
 def evaluate_assignment(
-    rows: Sequence[AssignmentRow], predictions: Mapping[str, str]
+    rows: Sequence[AssignmentRow], predictions: Mapping[str, str], *, ddof: int = 1
 ) -> dict[str, float | int]:
     """Per-domain accuracy plus Average (acc_avg), Overall (acc_overall), Std (acc_std).
 
     Keys follow `oodeval.measures.domain.per_domain_summary` (acc_<domain>, count_<domain>,
-    acc_avg, acc_overall, acc_wg, acc_gap) plus acc_std (NaN with a single test domain).
+    acc_avg, acc_overall, acc_wg, acc_gap) plus acc_std (NaN with a single test domain) and
+    std_ddof, the `ddof` acc_std used (1: NICO++ Eq. 5; 0: the population std of its tables).
 
     >>> rows = [AssignmentRow("a/x/1", "x", "a", "test"), AssignmentRow("b/x/2", "x", "b", "test"),
     ...         AssignmentRow("b/x/3", "x", "b", "test")]
@@ -61,7 +63,10 @@ def evaluate_assignment(
     >>> out["acc_avg"], round(out["acc_overall"], 4), round(out["acc_std"], 4)
     (0.75, 0.6667, 0.3536)
     """
+    ddof = check_std_ddof(ddof)
     acc, counts = domain_accuracies(rows, predictions)
     summary = per_domain_summary(acc, counts)
-    summary["acc_std"] = float(domain_std(list(acc.values()))) if len(acc) > 1 else float("nan")
+    values = list(acc.values())
+    summary["acc_std"] = float(domain_std(values, ddof=ddof)) if len(acc) > 1 else float("nan")
+    summary["std_ddof"] = ddof
     return summary
