@@ -19,8 +19,10 @@ import numpy as np
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_class_ids
 
-#: Named ratios of the paper's Figure 2 study: "Fwd" has few base samples, "Bwd" few new ones.
-RATIO_PRESETS: dict[str, tuple[float, float]] = {"fwd": (1.0, 5.0), "bwd": (5.0, 1.0)}
+#: Named base:new ratios of the OpenworldAUC paper's imbalance benchmarks (Table 3's caption and
+#: App. C.2: "Fwd means base domain number is 5x larger than new domain, and Bwd means the
+#: opposite"): Fwd = base:new 5:1, Bwd = base:new 1:5.
+RATIO_PRESETS: dict[str, tuple[float, float]] = {"fwd": (5.0, 1.0), "bwd": (1.0, 5.0)}
 
 #: Default sweep of base:new ratios, from new-dominated to base-dominated.
 DEFAULT_RATIOS: tuple[str, ...] = ("1:10", "1:5", "1:2", "1:1", "2:1", "5:1", "10:1")
@@ -121,12 +123,12 @@ def few_shot_indices(
 
 
 def parse_ratio(ratio: str | Sequence[float]) -> tuple[float, float]:
-    """Parse a base:new ratio such as ``"1:5"``, ``"Fwd"`` (1:5), ``"Bwd"`` (5:1) or ``(1, 5)``.
+    """Parse a base:new ratio such as ``"1:5"``, ``"Fwd"`` (5:1), ``"Bwd"`` (1:5) or ``(1, 5)``.
 
     Examples
     --------
-    >>> parse_ratio("1:5"), parse_ratio("Bwd"), parse_ratio((2, 1))
-    ((1.0, 5.0), (5.0, 1.0), (2.0, 1.0))
+    >>> parse_ratio("1:5"), parse_ratio("Fwd"), parse_ratio("Bwd"), parse_ratio((2, 1))
+    ((1.0, 5.0), (5.0, 1.0), (1.0, 5.0), (2.0, 1.0))
     """
     if isinstance(ratio, str):
         text = ratio.strip().lower()
@@ -190,7 +192,7 @@ def resample_to_ratio(
     base_classes : iterable of int
         Base class ids; every other label is new.
     ratio : str or (float, float)
-        Base:new ratio, e.g. ``"1:5"``, ``"Fwd"`` or ``(5, 1)``.
+        Base:new ratio, e.g. ``"1:5"``, ``"Fwd"`` (5:1), ``"Bwd"`` (1:5) or ``(5, 1)``.
     seed : int
         Seed of the draw.
     n_total : int, optional
@@ -251,7 +253,7 @@ def ratio_sweep(
 
     Examples
     --------
-    >>> [(name, idx.size) for name, idx in ratio_sweep([0] * 10 + [1] * 10, [0], ["1:1", "Bwd"])]
+    >>> [(name, idx.size) for name, idx in ratio_sweep([0] * 10 + [1] * 10, [0], ["1:1", "Fwd"])]
     [('1:1', 20), ('5:1', 12)]
     """
     base = [int(c) for c in base_classes]
