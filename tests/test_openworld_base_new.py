@@ -172,9 +172,9 @@ def test_ratio_study_shows_overall_acc_moves_and_the_rest_do_not():
     # OverallAcc goes from the new-domain accuracy to the base-domain one as base samples grow.
     accs = [r["overall_acc"] for r in rows]
     assert accs == sorted(accs)
-    table = format_ratio_table(rows)
-    assert table.splitlines()[0].split()[:3] == ["ratio", "n_base", "n_new"]
-    assert table.splitlines()[-1].startswith("spread")
+    table = format_ratio_table(rows).splitlines()
+    assert table[0].split()[:4] == ["base:new", "new/base", "n_base", "n_new"]
+    assert [line.split()[0] for line in table[-4:]] == ["mean", "variance", "mean,", "base:new"]
 
 
 def test_ratio_study_with_separate_models_and_bad_input():
