@@ -83,13 +83,15 @@ def test_ratio_study_table_and_csv(files):
     _ok(["evaluate", str(files / "test.npz"), "--predictions", str(files / "zs.npz")])
     zs = str(files / "zs.npz")
     table = _ok(["ratio-study", zs, "--ratios", "Fwd,1:1,Bwd", "--n-repeats", "2"])
-    lines = [line for line in table.splitlines() if line.strip()]
-    assert [line.split()[0] for line in lines] == ["ratio", "1:5", "1:1", "5:1", "spread"]
+    lines = [line.split()[0] for line in table.splitlines() if line.strip()]
+    # Fwd = base:new 5:1, Bwd = 1:5 (Table 3 of the OpenworldAUC paper)
+    assert lines[:6] == ["base:new", "5:1", "1:1", "1:5", "mean", "variance"]
     out_csv = files / "ratio.csv"
     _ok(["ratio-study", str(files / "zs.npz"), "--ratios", "1:2,2:1", "--format", "csv",
          "--output", str(out_csv)])  # fmt: skip
     rows = out_csv.read_text().splitlines()
-    assert rows[0].startswith("ratio,n_base,n_new,overall_acc") and len(rows) == 3
+    assert rows[0].startswith("ratio,new_per_base,n_base,n_new,overall_acc") and len(rows) == 5
+    assert [r.split(",")[0] for r in rows[3:]] == ["mean", "variance (ddof=1)"]
 
 
 def test_bad_inputs_exit_2_with_one_line(files, tmp_path):

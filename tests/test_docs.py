@@ -39,6 +39,7 @@ RUN_PAGES = [
     DOCS / "getting-started.md",
     *sorted((DOCS / "tutorials").glob("*.md")),
     DOCS / "concepts" / "glossary.md",
+    DOCS / "concepts" / "openworld-properties.md",
     DOCS / "howto" / "own-measure.md",
 ]
 MARK = re.compile(r"<!--\s*docs-test:\s*([\w-]+)\s*-->")

@@ -69,11 +69,11 @@ def test_few_shot_names_the_class_that_is_too_small_or_empty():
 def test_resample_counts_match_the_ratio_and_class_proportions():
     # base classes 0,1,2 with 30/10/20 samples; new classes 3,4 with 60 each.
     labels = np.repeat(np.arange(5), [30, 10, 20, 60, 60])
-    fwd = labels[resample_to_ratio(labels, [0, 1, 2], "Fwd", seed=0)]
-    # s = min(60 / 1, 120 / 5) = 24 -> 24 base (12/4/8 by proportion) and 120 new.
-    assert np.bincount(fwd, minlength=5).tolist() == [12, 4, 8, 60, 60]
     bwd = labels[resample_to_ratio(labels, [0, 1, 2], "Bwd", seed=0)]
-    assert np.bincount(bwd, minlength=5).tolist() == [30, 10, 20, 6, 6]
+    # Bwd = base:new 1:5: s = min(60 / 1, 120 / 5) = 24 -> 24 base (12/4/8) and 120 new.
+    assert np.bincount(bwd, minlength=5).tolist() == [12, 4, 8, 60, 60]
+    fwd = labels[resample_to_ratio(labels, [0, 1, 2], "Fwd", seed=0)]
+    assert np.bincount(fwd, minlength=5).tolist() == [30, 10, 20, 6, 6]
     small = labels[resample_to_ratio(labels, [0, 1, 2], "1:1", seed=0, n_total=40)]
     assert np.bincount(small, minlength=5).tolist() == [10, 3, 7, 10, 10]
 
@@ -130,7 +130,7 @@ def test_resample_needs_both_domains_and_a_feasible_ratio():
 
 def test_ratio_sweep_names_each_ratio():
     labels = np.repeat([0, 1], 30)
-    names = [n for n, _ in ratio_sweep(labels, [0], ["fwd", "1:1", (5, 1)])]
+    names = [n for n, _ in ratio_sweep(labels, [0], ["bwd", "1:1", (5, 1)])]
     assert names == ["1:5", "1:1", "5:1"]
 
 
@@ -172,9 +172,9 @@ def test_ratio_study_shows_overall_acc_moves_and_the_rest_do_not():
     # OverallAcc goes from the new-domain accuracy to the base-domain one as base samples grow.
     accs = [r["overall_acc"] for r in rows]
     assert accs == sorted(accs)
-    table = format_ratio_table(rows)
-    assert table.splitlines()[0].split()[:3] == ["ratio", "n_base", "n_new"]
-    assert table.splitlines()[-1].startswith("spread")
+    table = format_ratio_table(rows).splitlines()
+    assert table[0].split()[:4] == ["base:new", "new/base", "n_base", "n_new"]
+    assert [line.split()[0] for line in table[-4:]] == ["mean", "variance", "mean,", "base:new"]
 
 
 def test_ratio_study_with_separate_models_and_bad_input():

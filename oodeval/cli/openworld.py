@@ -17,6 +17,10 @@ file in one of these forms. Array names are for .npz, column names for CSV:
    the sample belongs to a base class) and `correct` (bool or 0/1: its domain classifier, g for
    base samples and h for new samples, got it right).
 
+`oodeval openworld ratio-study PREDICTIONS` resamples the same file to base:new test ratios (by
+default the ten new/base ratios of Tables 11-12 of the OpenworldAUC paper) and prints every
+metric per ratio, then each metric's mean and variance (ddof = 1) over the ratios.
+
 Printed: n_base, n_new, base_acc, new_acc, hm, overall_acc (form 1 only), auroc, openworld_auc
 (see oodeval.measures.openworld for the definitions). `--curve FILE` also writes the
 MissRate_b/HitRate_n curve (threshold, miss_rate_b, hit_rate_n); with logits the thresholds are
@@ -32,6 +36,7 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import typer
 
 from oodeval._files import refuse_links, write_file
@@ -41,12 +46,17 @@ from oodeval.cli._common import (
     OUTPUT_OPT,
     DefaultCommandGroup,
     OutputFormat,
+    check_output_path,
     echo_output,
     render_metrics,
     reports_errors,
 )
+from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_curve
+from oodeval.openworld.ratio_study import MAX_REPEATS
 from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
+from oodeval.study.config.keys import SEED_LIMIT
+from oodeval.tables import render_frame, render_rows
 
 app = typer.Typer(
     cls=DefaultCommandGroup,
@@ -123,10 +133,99 @@ def score(
     echo_output(render_metrics(metrics, fmt), output)
 
 
-# GMoP and ratio-study subcommands live in their own module (oodeval/cli/openworld_gmop.py).
+def ratio_study_command(
+    predictions: Path = typer.Argument(..., help="Predictions .npz/.csv with labels (see score)."),
+    base_classes: str | None = typer.Option(
+        None, "--base-classes", help="Base class ids, e.g. 0-4 or 0,1,2 (else from the file)."
+    ),
+    ratios: str = typer.Option(
+        "paper",
+        "--ratios",
+        metavar="RATIOS",
+        help="Comma-separated base:new sample ratios, BASE:NEW each (1:5 = five new samples per "
+        "base sample); Fwd = 5:1 and Bwd = 1:5 (Table 3 of the OpenworldAUC paper); paper = the "
+        "ten new/base ratios 10,5,3,2,1,0.7,0.5,0.3,0.2,0.1 of its Tables 11-12 "
+        "(base:new 1:10 ... 10:1). A bare number is refused as ambiguous.",
+    ),
+    repeats: int = typer.Option(
+        5, "--n-repeats", min=1, max=MAX_REPEATS, help="Seeded resamples per ratio."
+    ),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the first resample."
+    ),
+    fmt: OutputFormat = FORMAT_OPT,
+    output: str | None = OUTPUT_OPT,
+) -> None:
+    """Print every metric against the base:new test ratio, then its mean and variance.
+
+    One line per ratio (mean+-std over --n-repeats seeded resamples), then each metric's mean
+    and variance over the ratios, the variance with ddof = 1 (sample variance) as the "Mean" and
+    "Variance" rows of Tables 11-12 of the OpenworldAUC paper. By default the ratios are those
+    tables' new/base ratios 10 ... 0.1. OverallAcc moves with the ratio; HM, AUROC and
+    OpenworldAUC should not (property P3). CSV/JSON: one row per ratio (ratio = base:new,
+    new_per_base = new/base), then rows "mean" and "variance (ddof=1)".
+    Example: oodeval openworld ratio-study examples/openworld_predictions.csv --base-classes 0-2
+    """
+    from oodeval.openworld.base_new import parse_ratios
+    from oodeval.openworld.ratio_study import (
+        ratio_frame_rows,
+        ratio_study,
+        ratio_table_cells,
+        summary_note,
+    )
+
+    check_output_path(output)
+    wanted = parse_ratios(ratios)
+    arrays = read_predictions(predictions)
+    if "labels" not in arrays:
+        raise OodevalError(
+            f"{predictions}: the ratio study resamples by class, so it needs 'labels' "
+            "(CSV column label)"
+        )
+    if base_classes is not None:
+        ids = parse_class_ids(base_classes)
+    elif "base_classes" in arrays:
+        ids = [int(c) for c in np.ravel(arrays["base_classes"])]
+    else:
+        raise OodevalError("which classes are base? pass --base-classes (e.g. 0-4)")
+    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
+    separate = ("scores", "base_predictions", "new_predictions")
+    if outputs_name is None and not all(k in arrays for k in separate):
+        raise OodevalError(
+            f"{predictions} has labels but no model outputs (probs or logits, or scores, "
+            "base_predictions and new_predictions); for a feature file write predictions first "
+            "with oodeval openworld evaluate FEATURES --predictions FILE"
+        )
+    rows = ratio_study(
+        arrays.get(outputs_name) if outputs_name else None,
+        arrays["labels"],
+        ids,
+        wanted,
+        repeats=repeats,
+        seed=seed,
+        logits=outputs_name == "logits",
+        detector_scores=arrays.get("scores"),
+        base_predictions=arrays.get("base_predictions"),
+        new_predictions=arrays.get("new_predictions"),
+    )
+    if fmt.value in ("csv", "json"):
+        frame = pd.DataFrame(ratio_frame_rows(rows))
+        frame[["n_base", "n_new"]] = frame[["n_base", "n_new"]].astype("Int64")
+        text = render_frame(frame, fmt.value)
+    else:
+        header, cells = ratio_table_cells(rows)
+        table = render_rows(header, cells, fmt.value, right=[True] * len(header))
+        text = f"{table.rstrip()}\n\n{summary_note(len(rows), repeats)}"
+    echo_output(text, output)
+
+
+# GMoP subcommands live in their own module (oodeval/cli/openworld_gmop.py). Its register() also
+# adds an older ratio-study; the one above replaces it (Fwd/Bwd as the paper, the paper's ratios).
 from oodeval.cli import openworld_gmop  # noqa: E402
 
 openworld_gmop.register(app)
+app.registered_commands = [c for c in app.registered_commands if c.name != "ratio-study"]
+app.command("ratio-study")(reports_errors(ratio_study_command))
 
 
 def register(parent: typer.Typer) -> None:

@@ -3,7 +3,7 @@
 Modules (torch is imported only by `gmop`, `clip` and the encoder training in `features`):
 
 - `base_new`: base and new classes, k-shot training sets, resampling a test set to a base:new
-  sample ratio (Fwd 1:5, Bwd 5:1) and ratio sweeps;
+  sample ratio (Fwd = base:new 5:1, Bwd = 1:5, as Table 3) and ratio sweeps;
 - `ratio_study`: every metric against the base:new ratio (property P3, Figure 2);
 - `features`: the frozen-feature file format, a synthetic generator with controllable base/new
   overlap, and real features from a small network trained on the base classes of MNIST/digits;

@@ -16,14 +16,32 @@ from typing import Any
 
 import numpy as np
 
+from oodeval._text import safe_text
 from oodeval.errors import OodevalError
 from oodeval.measures._validation import as_class_ids
 
-#: Named ratios of the paper's Figure 2 study: "Fwd" has few base samples, "Bwd" few new ones.
-RATIO_PRESETS: dict[str, tuple[float, float]] = {"fwd": (1.0, 5.0), "bwd": (5.0, 1.0)}
+#: Named base:new ratios of the OpenworldAUC paper's imbalance benchmarks (Table 3's caption and
+#: App. C.2: "Fwd means base domain number is 5x larger than new domain, and Bwd means the
+#: opposite"): Fwd = base:new 5:1, Bwd = base:new 1:5.
+RATIO_PRESETS: dict[str, tuple[float, float]] = {"fwd": (5.0, 1.0), "bwd": (1.0, 5.0)}
 
-#: Default sweep of base:new ratios, from new-dominated to base-dominated.
-DEFAULT_RATIOS: tuple[str, ...] = ("1:10", "1:5", "1:2", "1:1", "2:1", "5:1", "10:1")
+#: The new/base sample ratios of the OpenworldAUC paper's Tables 11-12 (App. D.3), in its order:
+#: 10 means ten new samples per base sample, 0.1 ten base samples per new one.
+PAPER_NEW_PER_BASE: tuple[float, ...] = (10.0, 5.0, 3.0, 2.0, 1.0, 0.7, 0.5, 0.3, 0.2, 0.1)
+
+#: The same ten ratios written base:new, as `parse_ratio` reads them (new/base 0.7 is 10:7).
+PAPER_RATIOS: tuple[str, ...] = (
+    "1:10", "1:5", "1:3", "1:2", "1:1", "10:7", "2:1", "10:3", "5:1", "10:1"
+)  # fmt: skip
+
+#: Default sweep of base:new ratios: the paper's ten, from new-dominated to base-dominated.
+DEFAULT_RATIOS: tuple[str, ...] = PAPER_RATIOS
+
+#: What a ratio may be written as, for the messages that refuse one.
+ACCEPTED_RATIOS = (
+    "BASE:NEW with two positive numbers (e.g. 1:5 = five new samples per base sample), "
+    "Fwd (= 5:1), Bwd (= 1:5), or in a list paper (the ten ratios of the paper's Tables 11-12)"
+)
 
 
 class TooFewToResample(OodevalError):
@@ -121,32 +139,94 @@ def few_shot_indices(
 
 
 def parse_ratio(ratio: str | Sequence[float]) -> tuple[float, float]:
-    """Parse a base:new ratio such as ``"1:5"``, ``"Fwd"`` (1:5), ``"Bwd"`` (5:1) or ``(1, 5)``.
+    """Parse a base:new ratio such as ``"1:5"``, ``"Fwd"`` (5:1), ``"Bwd"`` (1:5) or ``(1, 5)``.
+
+    The text form is always BASE:NEW; Fwd and Bwd are the OpenworldAUC paper's Table 3 settings
+    (Fwd: 5 times more base samples than new ones; Bwd: the opposite). A bare number is refused:
+    the paper's tables give new/base (5 there is 1:5 here), so it would be ambiguous.
 
     Examples
     --------
-    >>> parse_ratio("1:5"), parse_ratio("Bwd"), parse_ratio((2, 1))
-    ((1.0, 5.0), (5.0, 1.0), (2.0, 1.0))
+    >>> parse_ratio("1:5"), parse_ratio("Fwd"), parse_ratio("Bwd"), parse_ratio((2, 1))
+    ((1.0, 5.0), (5.0, 1.0), (1.0, 5.0), (2.0, 1.0))
     """
+    shown = safe_text(repr(ratio))
     if isinstance(ratio, str):
         text = ratio.strip().lower()
         if text in RATIO_PRESETS:
             return RATIO_PRESETS[text]
         parts = text.split(":")
+        if len(parts) == 1 and _is_number(text):
+            raise OodevalError(
+                f"ratio {shown} is a bare number, which is ambiguous; write it BASE:NEW (a "
+                f"new/base ratio of {safe_text(text)} as in the paper's Tables 11-12 is "
+                f"1:{safe_text(text)}); accepted: {ACCEPTED_RATIOS}"
+            )
         if len(parts) != 2:
-            raise OodevalError(f"ratio {ratio!r} is not of the form BASE:NEW (e.g. 1:5) or Fwd/Bwd")
+            raise OodevalError(
+                f"ratio {shown} is not of the form BASE:NEW; accepted: {ACCEPTED_RATIOS}"
+            )
         try:
             a, b = float(parts[0]), float(parts[1])
         except ValueError:
-            raise OodevalError(f"ratio {ratio!r} must hold two numbers, e.g. 1:5") from None
+            raise OodevalError(
+                f"ratio {shown} must hold two numbers; accepted: {ACCEPTED_RATIOS}"
+            ) from None
     else:
         values = list(ratio)
         if len(values) != 2:
             raise OodevalError(f"ratio must have two parts (base, new), got {values!r}")
         a, b = float(values[0]), float(values[1])
     if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
-        raise OodevalError(f"ratio parts must be positive numbers, got {a}:{b}")
+        raise OodevalError(
+            f"ratio parts must be positive numbers, got {a:g}:{b:g}; accepted: {ACCEPTED_RATIOS}"
+        )
     return a, b
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_ratios(text: str) -> list[str]:
+    """The base:new ratios of a comma-separated list; ``paper`` stands for the paper's ten.
+
+    Each item is read by `parse_ratio` and returned in `format_ratio`'s spelling; ``paper``
+    (any case) expands to `PAPER_RATIOS`, the new/base ratios 10 ... 0.1 of the OpenworldAUC
+    paper's Tables 11-12.
+
+    Examples
+    --------
+    >>> parse_ratios("Fwd, 1:1 ,Bwd")
+    ['5:1', '1:1', '1:5']
+    >>> len(parse_ratios("paper"))
+    10
+    """
+    out: list[str] = []
+    for item in text.split(","):
+        if item.strip().lower() == "paper":
+            out.extend(PAPER_RATIOS)
+        elif item.strip():
+            out.append(format_ratio(parse_ratio(item)))
+    if not out:
+        raise OodevalError(f"give at least one ratio; accepted: {ACCEPTED_RATIOS}")
+    return out
+
+
+def new_per_base(ratio: str | Sequence[float]) -> float:
+    """New samples per base sample of a base:new ratio: the number the paper's Tables 11-12 give.
+
+    Examples
+    --------
+    >>> new_per_base("1:10"), new_per_base("10:7"), new_per_base("Fwd")
+    (10.0, 0.7, 0.2)
+    """
+    a, b = parse_ratio(ratio)
+    return b / a
 
 
 def format_ratio(ratio: tuple[float, float]) -> str:
@@ -190,7 +270,7 @@ def resample_to_ratio(
     base_classes : iterable of int
         Base class ids; every other label is new.
     ratio : str or (float, float)
-        Base:new ratio, e.g. ``"1:5"``, ``"Fwd"`` or ``(5, 1)``.
+        Base:new ratio, e.g. ``"1:5"``, ``"Fwd"`` (5:1), ``"Bwd"`` (1:5) or ``(5, 1)``.
     seed : int
         Seed of the draw.
     n_total : int, optional
@@ -251,7 +331,7 @@ def ratio_sweep(
 
     Examples
     --------
-    >>> [(name, idx.size) for name, idx in ratio_sweep([0] * 10 + [1] * 10, [0], ["1:1", "Bwd"])]
+    >>> [(name, idx.size) for name, idx in ratio_sweep([0] * 10 + [1] * 10, [0], ["1:1", "Fwd"])]
     [('1:1', 20), ('5:1', 12)]
     """
     base = [int(c) for c in base_classes]

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from oodeval.measures.openworld import openworld_curve
-from oodeval.openworld.base_new import TooFewToResample
+from oodeval.openworld.base_new import PAPER_RATIOS, TooFewToResample, resample_to_ratio
 from oodeval.report.figures import Figure, curves, lines
 from oodeval.report.page import Section
 from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
 from oodeval.tables import Table
 
-SWEEP_RATIOS = ("1:5", "1:3", "1:2", "1:1", "2:1", "3:1", "5:1")
+#: The ten base:new ratios of the OpenworldAUC paper's Tables 11-12 (new/base 10 ... 0.1).
+SWEEP_RATIOS = PAPER_RATIOS
 SWEEP_METRICS = ("overall_acc", "openworld_auc", "auroc", "hm")
 
 
@@ -39,12 +41,27 @@ def roc_points(base_scores: np.ndarray, new_scores: np.ndarray) -> tuple[np.ndar
     return np.r_[0.0, false_pos] / new_scores.size, np.r_[0.0, true_pos] / base_scores.size
 
 
+def feasible_ratios(labels: Any, base: list[int], ratios: tuple[str, ...]) -> list[str]:
+    """The ratios of `ratios` a test set with these labels can be resampled to (see
+    `resample_to_ratio`: each needs at least one base and one new sample)."""
+    keep = []
+    for ratio in ratios:
+        try:
+            resample_to_ratio(labels, base, ratio, seed=0)
+        except TooFewToResample:
+            continue
+        keep.append(ratio)
+    return keep
+
+
 def ratio_sweep_table(
     arrays: dict[str, np.ndarray], base_classes: list[int] | None, *, repeats: int = 5
 ) -> pd.DataFrame | None:
     """Every metric against the base:new test ratio (resampled per class, seeded), or None.
 
-    Needs labels and class predictions (not the already-scored form).
+    The ratios are the paper's ten (`SWEEP_RATIOS`) that the file has samples enough for (the
+    frame's ``attrs["left_out"]`` lists the others; TooFewToResample when fewer than two are
+    left). Needs labels and class predictions (not the already-scored form).
     """
     from oodeval.openworld.ratio_study import ratio_study
 
@@ -52,11 +69,17 @@ def ratio_sweep_table(
         return None
     outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
     classes = base_classes if base_classes is not None else np.ravel(arrays["base_classes"])
+    base = [int(c) for c in classes]
+    ratios = tuple(feasible_ratios(arrays["labels"], base, SWEEP_RATIOS))
+    if len(ratios) < 2:
+        raise TooFewToResample(
+            f"only {len(ratios)} of the {len(SWEEP_RATIOS)} ratios leave both base and new samples"
+        )
     rows = ratio_study(
         arrays.get(outputs_name) if outputs_name else None,
         arrays["labels"],
-        [int(c) for c in classes],
-        SWEEP_RATIOS,
+        base,
+        ratios,
         repeats=repeats,
         seed=0,
         logits=outputs_name == "logits",
@@ -66,6 +89,8 @@ def ratio_sweep_table(
     )
     frame = pd.DataFrame(rows)
     frame["base_share"] = frame["n_base"] / (frame["n_base"] + frame["n_new"])
+    frame.attrs["left_out"] = [r for r in SWEEP_RATIOS if r not in ratios]
+    frame.attrs["repeats"] = repeats
     return frame
 
 
@@ -157,12 +182,15 @@ def _curve_figures(
 
 
 def _sweep_section(sweep: pd.DataFrame) -> Section:
+    from oodeval.openworld.ratio_study import PAPER_DDOF, ratio_summary
+
     tidy = sweep.melt(
         id_vars=["ratio", "base_share"],
         value_vars=list(SWEEP_METRICS),
         var_name="metric",
         value_name="value",
     )
+    repeats = sweep.attrs.get("repeats", 5)
     figure: Figure = lines(
         tidy,
         x="base_share",
@@ -170,17 +198,41 @@ def _sweep_section(sweep: pd.DataFrame) -> Section:
         hue="metric",
         key="ratio_sweep",
         title="Metrics against the base:new ratio of the test set",
-        caption="The test set resampled per class to base:new ratios from 1:5 to 5:1 (mean of "
-        "5 seeded draws). A ratio-insensitive metric is a flat line (property P3 of the "
-        "OpenworldAUC paper): OpenworldAUC, AUROC and HM stay put, up to resampling noise, while "
-        "OverallAcc follows the share of whichever side the model is better at. Resampling a "
-        "small test set makes the noise large: read the lines against the table's sample counts.",
+        caption="The test set resampled per class to the new/base ratios of Tables 11-12 of the "
+        f"OpenworldAUC paper, 10 to 0.1 (base:new 1:10 to 10:1; mean of {repeats} seeded "
+        "draws). A ratio-insensitive metric is a flat line (property P3): OpenworldAUC, AUROC and "
+        "HM stay put, up to resampling noise, while OverallAcc follows the share of whichever "
+        "side the model is better at. Resampling a small test set makes the noise large: read "
+        "the lines against the table's sample counts.",
         xlabel="share of base samples in the test set",
         ylabel="metric",
     )
-    keep = ["ratio", "n_base", "n_new", *SWEEP_METRICS]
-    return Section(
+    keep = ["ratio", "new_per_base", "n_base", "n_new", *SWEEP_METRICS]
+    shown = sweep[keep].rename(columns={"ratio": "base:new", "new_per_base": "new/base"})
+    summary = ratio_summary(sweep.to_dict("records"), ddof=PAPER_DDOF)
+    stats = pd.DataFrame(
+        [
+            {"statistic": "mean", **{m: summary["mean"][m] for m in SWEEP_METRICS}},
+            {
+                "statistic": f"variance (ddof={PAPER_DDOF})",
+                **{m: summary["variance"][m] for m in SWEEP_METRICS},
+            },
+        ]
+    )
+    section = Section(
         "Sensitivity to the base:new ratio",
-        tables=[Table("Metrics per ratio (mean over resamples)", sweep[keep], digits=4)],
+        intro=f"Mean and variance over the {len(sweep)} ratios of each metric, the variance with "
+        "ddof = 1 (sample variance) as the Mean and Variance rows of the paper's Tables 11-12 "
+        "(which give percentages: multiply a variance here by 10,000 to compare).",
+        tables=[
+            Table("Metrics per ratio (mean over resamples)", shown, digits=4),
+            Table("Mean and variance over the ratios", stats, digits=6),
+        ],
         figures=[figure],
     )
+    left_out = sweep.attrs.get("left_out") or []
+    if left_out:
+        section.notes.append(
+            f"Left out base:new {', '.join(left_out)}: too few samples to resample to them."
+        )
+    return section
