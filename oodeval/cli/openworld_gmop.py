@@ -247,7 +247,7 @@ def train_gmop_command(
 
     Objective: L = l_ce(g) + w_rank * (1/K) sum_k R_k + λ * (1/K) sum_k l_ce(r_k), with R_k the
     gated AUC ranking term of sub-detector r_k on pseudo partition k (w_rank is
-    --ranking-weight, λ is --lambda). The objective trained is printed on stderr.
+    --ranking-weight, λ is --lambda). The objective trained is printed on stderr at the end.
     """
     from oodeval._torch import resolve_device
     from oodeval.openworld.features import load_features
@@ -279,20 +279,22 @@ def train_gmop_command(
     if device == "auto":
         typer.echo(f"device: auto -> {where}", err=True)
     train = load_features(features)
-    for note in notes:
-        typer.echo(note, err=True)
     n_new = int(np.count_nonzero(~np.isin(train.labels, train.base_classes)))
     if n_new:
         typer.echo(f"note: ignoring {n_new} new-class row(s); training uses base classes", err=True)
     gmop = method is Method.gmop
-    shown = objective_text(config) if gmop else "L = l_ce(g) (one context, cross-entropy only)"
-    typer.echo(f"objective: {shown}", err=True)
     trainer = train_gmop if gmop else train_single_context
     with stops_on_ctrl_c(
         f"nothing was written to {out} (the model is saved at the end); run it again"
     ):
         model = trainer(train, config, device=where)
     save_model(out, model, config)
+    # After training, so that bad input stays one error: line: the old spellings' warnings and
+    # the objective the model was trained with, in the paper's symbols.
+    for note in notes:
+        typer.echo(note, err=True)
+    shown = objective_text(config) if gmop else "L = l_ce(g) (one context, cross-entropy only)"
+    typer.echo(f"objective: {shown}", err=True)
     typer.echo(safe_text(f"wrote {out}"), err=True)
 
 

@@ -155,11 +155,10 @@ RENAMED = {
 
 
 def _renamed(value: Any, old_value: Any, name: str, old_name: str) -> Any:
-    """`value`, or the deprecated keyword's `old_value` with a FutureWarning; both is an error."""
+    """`value`, or the deprecated keyword's `old_value` (which wins, so that
+    ``dataclasses.replace(config, auc_weight=0)`` still works) with a FutureWarning."""
     if old_value is None:
         return value
-    if value is not None:
-        raise OodevalError(f"{old_name} is the old name of {name}; give only {name}")
     warnings.warn(RENAMED[old_name], FutureWarning, stacklevel=3)
     return old_value
 

@@ -52,7 +52,9 @@ class TinyTextTower(torch.nn.Module):
 
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
         """open_clip's text path: embed, add positions, transform, pool at the end token."""
-        x = self.ln_final(self.transformer(self.token_embedding(tokens) + self.positional_embedding))
+        x = self.ln_final(
+            self.transformer(self.token_embedding(tokens) + self.positional_embedding)
+        )
         return x[torch.arange(tokens.shape[0]), tokens.argmax(dim=1)] @ self.text_projection
 
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
