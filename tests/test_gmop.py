@@ -34,6 +34,7 @@ from oodeval.openworld.gmop import (
     train_single_context,
     zero_shot_model,
 )
+from tests.helpers.text_tower import TinyTextTower, toy_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -358,49 +359,10 @@ def test_mnist_reader_and_digits_format(tmp_path, mnist_dir):
 # --- optional open_clip prompt tuning, on a tiny stand-in for open_clip's text tower --------------
 
 
-class _Blocks(torch.nn.Module):
-    batch_first = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
-
-    def forward(self, x, attn_mask=None):
-        return self.layer(x, src_mask=attn_mask)
-
-
-class _TinyTextTower(torch.nn.Module):
-    """The attributes open_clip's CLIP exposes for its text tower, at toy size."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.token_embedding = torch.nn.Embedding(50, 8)
-        self.positional_embedding = torch.nn.Parameter(0.1 * torch.randn(10, 8))
-        self.transformer = _Blocks()
-        self.ln_final = torch.nn.LayerNorm(8)
-        self.text_projection = torch.nn.Parameter(torch.randn(8, 6))
-        self.attn_mask = None
-
-
-def _toy_tokenizer():
-    vocab: dict[str, int] = {}
-
-    def tokenize(texts):
-        rows = []
-        for text in texts:
-            words = text.replace(".", " .").split()
-            ids = [48] + [vocab.setdefault(w, len(vocab) + 1) for w in words] + [49]
-            rows.append(ids + [0] * (10 - len(ids)))
-        return torch.tensor(rows)
-
-    return tokenize
-
-
 def test_prompt_encoder_splices_the_context_exactly():
     from oodeval.openworld.clip import PromptTextEncoder
 
-    tower, tokenize = _TinyTextTower().eval(), _toy_tokenizer()
+    tower, tokenize = TinyTextTower().eval(), toy_tokenizer()
     names = [f"c{i}" for i in range(6)]
     enc = PromptTextEncoder(tower, tokenize, names, n_ctx=3)
     x_ctx = tower.token_embedding(tokenize(["X"])[0, 1]).detach().expand(3, -1)
@@ -418,7 +380,7 @@ def test_prompt_encoder_splices_the_context_exactly():
 def test_clip_gmop_trains_only_the_prompt_contexts(tmp_path):
     from oodeval.openworld.clip import ClipGMoP, PromptTextEncoder, train_clip_gmop
 
-    tower, tokenize = _TinyTextTower(), _toy_tokenizer()
+    tower, tokenize = TinyTextTower(context=24), toy_tokenizer(24)
     frozen = {k: v.clone() for k, v in tower.state_dict().items()}
     fs = synthetic_features(n_classes=6, dim=6, n_per_class=6, seed=0)
     enc = PromptTextEncoder(tower, tokenize, [f"c{i}" for i in range(6)], n_ctx=2)

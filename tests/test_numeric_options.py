@@ -168,6 +168,8 @@ ACCEPTED: dict[tuple[str, str], set[str]] = {
     ("openworld make-features", "--overlap"): {"0"},
     ("openworld make-features", "--seed"): {"0"},
     ("openworld train-gmop", "--auc-weight"): {"0"},
+    ("openworld train-gmop", "--lambda"): {"0"},
+    ("openworld train-gmop", "--ranking-weight"): {"0"},
     ("openworld train-gmop", "--detector-weight"): {"0"},
     ("openworld train-gmop", "--weight-decay"): {"0"},
     ("openworld train-gmop", "--seed"): {"0"},

@@ -9,7 +9,10 @@ Registered onto the `oodeval openworld` group by `register(app)`:
 * ``make-features`` -- write train/test feature files (`oodeval.openworld.features` format) from
   MNIST or digits through a small base-class encoder, or synthetic clusters.
 * ``train-gmop FEATURES --out MODEL`` -- train GMoP (or the single-context reference) on the
-  base-class rows of a feature file; the model is an ``.npz`` of plain arrays.
+  base-class rows of a feature file; the model is an ``.npz`` of plain arrays. ``--lambda`` is
+  the paper's λ (the cross-entropy regulariser's weight), ``--ranking-weight`` the gated AUC
+  term's, ``--gate`` the gate of Table 17; the old ``--auc-weight`` and ``--detector-weight``
+  still work, with a ``warning:`` line.
 * ``evaluate FEATURES [--model MODEL]`` -- the OpenworldAUC suite of a trained model, or of the
   zero-shot reference without --model.
 
@@ -46,6 +49,14 @@ from oodeval.tables import render_frame, render_rows
 class Method(str, Enum):
     gmop = "gmop"
     single_context = "single-context"
+
+
+class Gate(str, Enum):
+    """The gates of Table 17 (`oodeval.openworld.objective.GATES`)."""
+
+    sigmoid = "sigmoid"
+    hard = "hard"
+    none = "none"
 
 
 def ratio_study_command(
@@ -180,11 +191,35 @@ def train_gmop_command(
     partitions: int = typer.Option(
         3, "--n-partitions", min=1, max=100, help="K pseudo base/new partitions."
     ),
-    auc_weight: float = typer.Option(
-        1.0, "--auc-weight", min=0.0, max=1e6, help="lambda: gated AUC term weight."
+    ce_weight: float | None = typer.Option(
+        None,
+        "--lambda",
+        "--ce-weight",
+        min=0.0,
+        max=1e6,
+        help="λ (lambda): weight of the cross-entropy regulariser l_ce(r_k) on the K "
+        "sub-detectors (Sec. 6.3; the paper finds λ in [1/2, 1] best). Default 1. "
+        "Formerly --detector-weight.",
     ),
-    detector_weight: float = typer.Option(
-        1.0, "--detector-weight", min=0.0, max=1e6, help="alpha: detectors' cross-entropy weight."
+    ranking_weight: float | None = typer.Option(
+        None,
+        "--ranking-weight",
+        min=0.0,
+        max=1e6,
+        help="Weight of the gated AUC ranking term (1/K) sum_k R_k: 1 in the paper's OP_fin, "
+        "0 drops the term. Default 1. Formerly --auc-weight (it is not λ).",
+    ),
+    gate: Gate = typer.Option(
+        Gate.sigmoid,
+        "--gate",
+        help="Gate of the ranking pairs (Tab. 17): sigmoid (the paper's; of the true class's "
+        "probability), hard (0-1: correctly classified samples only) or none.",
+    ),
+    auc_weight: float | None = typer.Option(
+        None, "--auc-weight", min=0.0, max=1e6, hidden=True, help="Old name of --ranking-weight."
+    ),
+    detector_weight: float | None = typer.Option(
+        None, "--detector-weight", min=0.0, max=1e6, hidden=True, help="Old name of --lambda."
     ),
     steps: int = typer.Option(200, "--n-steps", min=1, max=STEPS_LIMIT, help="Optimizer steps."),
     lr: float = typer.Option(1e-2, "--lr", min=0.0, max=100.0, help="Adam learning rate."),
@@ -208,11 +243,37 @@ def train_gmop_command(
         "cpu", "--device", help="Train on cpu, cuda, cuda:N or auto (cuda when available)."
     ),
 ) -> None:
-    """Train GMoP (Section 5.1 of the OpenworldAUC paper) on frozen features and save it."""
+    """Train GMoP (Section 5.1 of the OpenworldAUC paper) on frozen features and save it.
+
+    Objective: L = l_ce(g) + w_rank * (1/K) sum_k R_k + λ * (1/K) sum_k l_ce(r_k), with R_k the
+    gated AUC ranking term of sub-detector r_k on pseudo partition k (w_rank is
+    --ranking-weight, λ is --lambda). The objective trained is printed on stderr at the end.
+    """
     from oodeval._torch import resolve_device
     from oodeval.openworld.features import load_features
-    from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
+    from oodeval.openworld.gmop import (
+        GMoPConfig,
+        check_config,
+        objective_text,
+        save_model,
+        train_gmop,
+        train_single_context,
+    )
 
+    notes: list[str] = []
+    config = GMoPConfig(
+        n_partitions=partitions,
+        ce_weight=renamed_weight(ce_weight, detector_weight, "--lambda", notes),
+        ranking_weight=renamed_weight(ranking_weight, auc_weight, "--ranking-weight", notes),
+        gate=gate.value,
+        steps=steps,
+        lr=lr,
+        weight_decay=weight_decay,
+        batch_size=batch_size,
+        logit_scale=logit_scale,
+        seed=seed,
+    )
+    check_config(config)
     refuse_links(out)  # before minutes of training, not after
     where = resolve_device(device)  # a misspelt or missing device fails before any reading
     if device == "auto":
@@ -221,24 +282,49 @@ def train_gmop_command(
     n_new = int(np.count_nonzero(~np.isin(train.labels, train.base_classes)))
     if n_new:
         typer.echo(f"note: ignoring {n_new} new-class row(s); training uses base classes", err=True)
-    config = GMoPConfig(
-        n_partitions=partitions,
-        auc_weight=auc_weight,
-        detector_weight=detector_weight,
-        steps=steps,
-        lr=lr,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        logit_scale=logit_scale,
-        seed=seed,
-    )
-    trainer = train_gmop if method is Method.gmop else train_single_context
+    gmop = method is Method.gmop
+    trainer = train_gmop if gmop else train_single_context
     with stops_on_ctrl_c(
         f"nothing was written to {out} (the model is saved at the end); run it again"
     ):
         model = trainer(train, config, device=where)
     save_model(out, model, config)
+    # After training, so that bad input stays one error: line: the old spellings' warnings and
+    # the objective the model was trained with, in the paper's symbols.
+    for note in notes:
+        typer.echo(note, err=True)
+    shown = objective_text(config) if gmop else "L = l_ce(g) (one context, cross-entropy only)"
+    typer.echo(f"objective: {shown}", err=True)
     typer.echo(safe_text(f"wrote {out}"), err=True)
+
+
+#: What each old option of train-gmop became, as its warning says it.
+RENAMED_OPTIONS = {
+    "--auc-weight": (
+        "warning: --auc-weight is now --ranking-weight: it scales the gated AUC ranking term "
+        "and is not the paper's λ; λ, the weight of the cross-entropy regulariser, is --lambda "
+        "(formerly --detector-weight). --auc-weight goes in the next release."
+    ),
+    "--detector-weight": (
+        "warning: --detector-weight is now --lambda (also --ce-weight): it is the paper's λ, "
+        "the weight of the cross-entropy regulariser on the sub-detectors (formerly labelled "
+        "alpha). --detector-weight goes in the next release."
+    ),
+}
+
+
+def renamed_weight(
+    value: float | None, old_value: float | None, flag: str, notes: list[str]
+) -> float:
+    """The value of `flag` (default 1), also accepted under its old spelling, which adds its
+    warning (`RENAMED_OPTIONS`) to `notes`; both given is bad input."""
+    old_flag = {"--lambda": "--detector-weight", "--ranking-weight": "--auc-weight"}[flag]
+    if old_value is not None:
+        if value is not None:
+            raise OodevalError(f"{old_flag} is the old spelling of {flag}; give only {flag}")
+        notes.append(RENAMED_OPTIONS[old_flag])
+        return old_value
+    return 1.0 if value is None else value
 
 
 def evaluate_command(

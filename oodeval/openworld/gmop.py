@@ -10,23 +10,22 @@ GMoP splits the open-world model into three parts, each with its own "prompt":
   trained on a pseudo base/new partition of the base classes: with the base classes in sorted order
   ``c_0 < c_1 < ...``, class ``c_j`` is pseudo-new in partition ``k`` iff ``j mod K == k``.
 
-Loss (the objective (OP_fin) of Section 5.1 with the square surrogate ``l_sq(t) = (1 - t)^2`` and
-the sigmoid gates of the paragraph "Gated Mixture-of-Prompts"), for one batch::
+Loss: the objective (OP_fin) of Section 5.1 plus the paper's cross-entropy regulariser
+(Sec. 6.3), written out term by term in `oodeval.openworld.objective`::
 
-    L = CE(g) + lambda * (1/K) sum_k AUC_k + alpha * (1/K) sum_k CE_k(r_k on pseudo-base samples)
-    AUC_k = 1/(n_b n_n) sum_{i in pseudo-base} sum_{j in pseudo-new}
-            phi_b(i) * (1 - (r_k(x_i) - r_k(x_j)))^2 * phi_n(j)
-    phi_b(i) = sigmoid(p_g(y_i | x_i)),  phi_n(j) = sigmoid(p_h(y_j | x_j))
+    L = l_ce(g) + w_rank * (1/K) sum_k R_k + lambda * (1/K) sum_k l_ce(r_k)
 
-``p_g`` is g's softmax over the pseudo-base classes of partition k and ``p_h`` the zero-shot
-softmax over its pseudo-new classes (the base and new classifiers of the simulated open world).
-The paper writes the gate as the sigmoid of the ground-truth *logit* ``s^y`` of g / h; here (as
-specified for oodeval) it is the sigmoid of the ground-truth *probability*, so every gate lies in
-[0.5, 0.731]: a soft re-weighting of pairs rather than a near-binary selection of correctly
-classified samples (with CLIP-scale logits the paper's gate saturates near 1 instead).
-Because ``h`` has no parameters, gradient reaches ``g`` only through the base gate. The double sum
-is computed in O(n) by expanding the square (see `gated_auc_loss`); `gated_auc_loss_pairwise` is
-the n_b x n_n reference. The alpha term is the detectors' cross-entropy on pseudo-base labels.
+``R_k`` is the gated AUC ranking term of sub-detector ``r_k`` on partition k (square surrogate
+``l_sq(t) = (1 - t)^2``; weight ``w_rank`` = `GMoPConfig.ranking_weight`, 1 in the paper),
+``l_ce(r_k)`` the sub-detector's cross-entropy on its pseudo-base samples, and ``lambda`` =
+`GMoPConfig.ce_weight`, the paper's lambda. The gates ``phi_b``, ``phi_n`` of the pairs are
+`GMoPConfig.gate`: ``"sigmoid"`` (the paper's), ``"hard"`` (0-1) or ``"none"`` (Table 17); the
+sigmoid is applied to the softmax probability of the ground-truth class -- g's over the
+pseudo-base classes of partition k for ``phi_b``, the zero-shot h's over its pseudo-new classes
+for ``phi_n`` -- for the reason given in `oodeval.openworld.objective`. Because ``h`` has no
+parameters, gradient reaches ``g`` only through the base gate (and not at all with the hard or
+no gate). The double sum is computed in O(n) by expanding the square (`gated_auc_loss`);
+`gated_auc_loss_pairwise` is the n_b x n_n reference.
 
 Scores. During training ``r_k(x)`` is the largest softmax probability over the pseudo-base classes,
 the softmax taken over all base classes (pseudo-new ones included, as new classes are at test
@@ -62,6 +61,41 @@ from oodeval._torch import deterministic_device, resolve_device, single_threaded
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_scores
 from oodeval.openworld.features import FeatureSet
+from oodeval.openworld.objective import (
+    GATES,
+    GMoPConfig,
+    check_config,
+    check_gate,
+    gate_weights,
+    gated_auc_loss,
+    gated_auc_loss_pairwise,
+    objective_text,
+)
+
+__all__ = [
+    "GATES",
+    "MODEL_FORMAT",
+    "ContextClassifier",
+    "GMoP",
+    "GMoPConfig",
+    "PseudoPartition",
+    "SingleContext",
+    "check_config",
+    "check_gate",
+    "evaluate_model",
+    "fit_contexts",
+    "loss_weights",
+    "gated_auc_loss",
+    "gated_auc_loss_pairwise",
+    "load_model",
+    "objective_text",
+    "pseudo_partitions",
+    "save_model",
+    "training_logit_scale",
+    "train_gmop",
+    "train_single_context",
+    "zero_shot_model",
+]
 
 MODEL_FORMAT = "oodeval-gmop-1"
 
@@ -102,74 +136,6 @@ def pseudo_partitions(base_classes: Sequence[int], n_partitions: int = 3) -> lis
         )
         for k in range(n_partitions)
     ]
-
-
-def gated_auc_loss(
-    scores_base: torch.Tensor,
-    scores_new: torch.Tensor,
-    gate_base: torch.Tensor,
-    gate_new: torch.Tensor,
-) -> torch.Tensor:
-    """Mean over all (base, new) pairs of ``phi_b * (1 - (r_b - r_n))^2 * phi_n``, in O(n).
-
-    With ``a_i = 1 - r_b(i)`` the pair term is ``(a_i + r_n(j))^2 = a_i^2 + 2 a_i r_n(j) +
-    r_n(j)^2``, so the double sum factorises exactly into single sums::
-
-        sum_ij phi_i phi_j (a_i + r_j)^2 = S(phi a^2) S(phi_n) + 2 S(phi a) S(phi_n r)
-                                           + S(phi) S(phi_n r^2)
-
-    Parameters
-    ----------
-    scores_base, gate_base : tensors of shape (n_b,)
-    scores_new, gate_new : tensors of shape (n_n,)
-
-    Examples
-    --------
-    >>> t = torch.tensor
-    >>> float(gated_auc_loss(t([1.0, 0.5]), t([0.0]), t([1.0, 1.0]), t([1.0])))
-    0.125
-    """
-    a = 1.0 - scores_base
-    sum_gb, sum_gn = gate_base.sum(), gate_new.sum()
-    total = (
-        (gate_base * a * a).sum() * sum_gn
-        + 2.0 * (gate_base * a).sum() * (gate_new * scores_new).sum()
-        + sum_gb * (gate_new * scores_new * scores_new).sum()
-    )
-    return total / (scores_base.numel() * scores_new.numel())
-
-
-def gated_auc_loss_pairwise(
-    scores_base: torch.Tensor,
-    scores_new: torch.Tensor,
-    gate_base: torch.Tensor,
-    gate_new: torch.Tensor,
-) -> torch.Tensor:
-    """Reference for `gated_auc_loss`: the explicit n_b x n_n matrix of pair terms, averaged."""
-    diff = scores_base[:, None] - scores_new[None, :]
-    return (gate_base[:, None] * (1.0 - diff) ** 2 * gate_new[None, :]).mean()
-
-
-@dataclass(frozen=True)
-class GMoPConfig:
-    """Hyper-parameters of GMoP training (defaults follow Section 5.1: K = 3 partitions).
-
-    ``auc_weight`` is lambda, ``detector_weight`` alpha; ``logit_scale=None`` takes the feature
-    file's scale; ``batch_size=None`` trains on the full (few-shot) set each step; ``weight_decay``
-    pulls every context towards the zero-shot classifier. Contexts start at zero (the zero-shot
-    classifier), so ``seed`` only changes the mini-batch order: full-batch training gives the same
-    model for every seed.
-    """
-
-    n_partitions: int = 3
-    auc_weight: float = 1.0
-    detector_weight: float = 1.0
-    steps: int = 200
-    lr: float = 1e-2
-    weight_decay: float = 1e-3
-    batch_size: int | None = None
-    logit_scale: float | None = None
-    seed: int = 0
 
 
 def _contextual_text(text: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -248,9 +214,11 @@ class GMoP(ContextClassifier):
         *,
         n_partitions: int = 3,
         logit_scale: float = 100.0,
+        gate: str = "sigmoid",
     ) -> None:
         super().__init__(text_features, base_classes, logit_scale)
         self.partitions = pseudo_partitions(self.base_classes, n_partitions)
+        self.gate = check_gate(gate)
         d, k = self.dim, n_partitions
         self.g_weight = torch.nn.Parameter(torch.zeros(d, d))
         self.g_bias = torch.nn.Parameter(torch.zeros(d))
@@ -272,9 +240,9 @@ class GMoP(ContextClassifier):
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """The three terms of the loss on a batch of unit features `x` and base-class labels `y`.
 
-        Returns a dict with "ce" (g's cross-entropy), "auc" (gated AUC term averaged over the
-        partitions present in the batch) and "detector_ce" (sub-detectors' cross-entropy on
-        pseudo-base samples, averaged over partitions).
+        Returns a dict with "ce" (g's cross-entropy l_ce(g)), "auc" (the gated AUC ranking term
+        (1/K) sum_k R_k over the partitions present in the batch) and "detector_ce" (the
+        regulariser (1/K) sum_k l_ce(r_k) that the paper's lambda weights).
         """
         base = self.base_classes
         pos = {c: i for i, c in enumerate(base)}
@@ -303,16 +271,15 @@ class GMoP(ContextClassifier):
         }
 
     def base_gate(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
-        """phi_b = sigmoid(p_g(y | x)), g's softmax over `classes` (depends on g's context)."""
-        idx = _positions(y, classes)
-        prob = self.base_logits(x, classes).softmax(dim=1)
-        return torch.sigmoid(prob.gather(1, idx[:, None])[:, 0])
+        """phi_b from g's softmax over `classes` (`gate_weights`; sigmoid: sigmoid(p_g(y | x)),
+        which depends on g's context)."""
+        logits = self.base_logits(x, classes)
+        return gate_weights(logits, _positions(y, classes), self.gate)
 
     def new_gate(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[int]) -> torch.Tensor:
-        """phi_n = sigmoid(p_h(y | x)), zero-shot softmax over `classes` (no learnable input)."""
-        idx = _positions(y, classes)
-        prob = self.zero_shot_logits(x, classes).softmax(dim=1)
-        return torch.sigmoid(prob.gather(1, idx[:, None])[:, 0])
+        """phi_n from the zero-shot softmax over `classes` (no learnable input)."""
+        logits = self.zero_shot_logits(x, classes)
+        return gate_weights(logits, _positions(y, classes), self.gate)
 
     def detector_scores(self, x: torch.Tensor) -> torch.Tensor:
         """r(x) = max_k max_{c in base} softmax_k(x)_c, each softmax over all C classes."""
@@ -440,17 +407,14 @@ def _fit_steps(
         opt.step()
 
 
-def check_config(config: GMoPConfig) -> None:
-    """Raise OodevalError naming the first out-of-range hyper-parameter of `config`."""
-    if config.steps < 0 or config.lr <= 0 or config.weight_decay < 0:
-        raise OodevalError("need steps >= 0, lr > 0 and weight_decay >= 0")
-    if config.auc_weight < 0 or config.detector_weight < 0:
-        raise OodevalError("auc_weight (lambda) and detector_weight (alpha) must be >= 0")
-    if config.batch_size is not None and config.batch_size < 1:
-        raise OodevalError(
-            f"batch_size must be a positive integer, got {config.batch_size}; "
-            "omit it for full batch"
-        )
+def loss_weights(config: GMoPConfig) -> dict[str, float]:
+    """The weight of each term `GMoP.losses` returns: 1 for l_ce(g), ``ranking_weight`` for the
+    gated AUC term, the paper's lambda (``ce_weight``) for the sub-detectors' cross-entropy.
+
+    >>> loss_weights(GMoPConfig(ce_weight=0.5))
+    {'ce': 1.0, 'auc': 1.0, 'detector_ce': 0.5}
+    """
+    return {"ce": 1.0, "auc": config.ranking_weight, "detector_ce": config.ce_weight}
 
 
 def training_logit_scale(train: FeatureSet, config: GMoPConfig) -> float:
@@ -489,9 +453,9 @@ def train_gmop(train: FeatureSet, config: GMoPConfig | None = None, *, device: s
         train.base_classes,
         n_partitions=config.n_partitions,
         logit_scale=training_logit_scale(train, config),
+        gate=config.gate,
     )
-    weights = {"ce": 1.0, "auc": config.auc_weight, "detector_ce": config.detector_weight}
-    fit_contexts(_on(model, device), train, config, weights)
+    fit_contexts(_on(model, device), train, config, loss_weights(config))
     return model.eval()
 
 
