@@ -219,13 +219,12 @@ def ratio_study_command(
     echo_output(text, output)
 
 
-# GMoP subcommands live in their own module (oodeval/cli/openworld_gmop.py). Its register() also
-# adds an older ratio-study; the one above replaces it (Fwd/Bwd as the paper, the paper's ratios).
+app.command("ratio-study")(reports_errors(ratio_study_command))
+
+# GMoP subcommands live in their own module (oodeval/cli/openworld_gmop.py).
 from oodeval.cli import openworld_gmop  # noqa: E402
 
 openworld_gmop.register(app)
-app.registered_commands = [c for c in app.registered_commands if c.name != "ratio-study"]
-app.command("ratio-study")(reports_errors(ratio_study_command))
 
 
 def register(parent: typer.Typer) -> None:

@@ -1,11 +1,7 @@
-"""`oodeval openworld` subcommands for the ratio study and GMoP on frozen features.
+"""`oodeval openworld` subcommands for GMoP on frozen features.
 
 Registered onto the `oodeval openworld` group by `register(app)`:
 
-* ``ratio-study PREDICTIONS`` -- every metric against the base:new ratio (property P3, Figure 2 of
-  the OpenworldAUC paper). PREDICTIONS is a predictions file in the forms `oodeval openworld score`
-  reads that carry labels (``probs``/``logits``, ``labels``, ``base_classes``; optionally
-  ``scores``, ``base_predictions``, ``new_predictions``), as ``evaluate --predictions`` writes.
 * ``make-features`` -- write train/test feature files (`oodeval.openworld.features` format) from
   MNIST or digits through a small base-class encoder, or synthetic clusters.
 * ``train-gmop FEATURES --out MODEL`` -- train GMoP (or the single-context reference) on the
@@ -25,7 +21,6 @@ from enum import Enum
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import typer
 
 from oodeval._files import refuse_links
@@ -41,9 +36,7 @@ from oodeval.cli._common import (
     stops_on_ctrl_c,
 )
 from oodeval.errors import OodevalError
-from oodeval.openworld.ratio_study import MAX_REPEATS
 from oodeval.study.config.keys import SEED_LIMIT, STEPS_LIMIT
-from oodeval.tables import render_frame, render_rows
 
 
 class Method(str, Enum):
@@ -57,73 +50,6 @@ class Gate(str, Enum):
     sigmoid = "sigmoid"
     hard = "hard"
     none = "none"
-
-
-def ratio_study_command(
-    predictions: Path = typer.Argument(..., help="Predictions .npz/.csv with labels (see score)."),
-    base_classes: str | None = typer.Option(
-        None, "--base-classes", help="Base class ids, e.g. 0-4 or 0,1,2 (else from the file)."
-    ),
-    ratios: str = typer.Option(
-        "1:10,1:5,1:2,1:1,2:1,5:1,10:1",
-        "--ratios",
-        help="Comma-separated base:new ratios; Fwd = 1:5 and Bwd = 5:1.",
-    ),
-    repeats: int = typer.Option(
-        5, "--n-repeats", min=1, max=MAX_REPEATS, help="Seeded resamples per ratio."
-    ),
-    seed: int = typer.Option(
-        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the first resample."
-    ),
-    fmt: OutputFormat = FORMAT_OPT,
-    output: str | None = OUTPUT_OPT,
-) -> None:
-    """Print every metric against the base:new test ratio (mean+-std over resamples).
-
-    OverallAcc moves with the ratio; HM, AUROC and OpenworldAUC should not (property P3 of the
-    OpenworldAUC paper). The last line is each metric's spread (max - min over the ratios).
-    """
-    from oodeval.openworld.ratio_study import ratio_study, ratio_table_cells
-    from oodeval.results.predictions import parse_class_ids, read_predictions
-
-    arrays = read_predictions(predictions)
-    if "labels" not in arrays:
-        raise OodevalError(
-            f"{predictions}: the ratio study resamples by class, so it needs 'labels' "
-            "(CSV column label)"
-        )
-    if base_classes is not None:
-        ids = parse_class_ids(base_classes)
-    elif "base_classes" in arrays:
-        ids = [int(c) for c in np.ravel(arrays["base_classes"])]
-    else:
-        raise OodevalError("which classes are base? pass --base-classes (e.g. 0-4)")
-    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
-    separate = ("scores", "base_predictions", "new_predictions")
-    if outputs_name is None and not all(k in arrays for k in separate):
-        raise OodevalError(
-            f"{predictions} has labels but no model outputs (probs or logits, or scores, "
-            "base_predictions and new_predictions); for a feature file write predictions first "
-            "with oodeval openworld evaluate FEATURES --predictions FILE"
-        )
-    rows = ratio_study(
-        arrays.get(outputs_name) if outputs_name else None,
-        arrays["labels"],
-        ids,
-        [r for r in ratios.split(",") if r.strip()],
-        repeats=repeats,
-        seed=seed,
-        logits=outputs_name == "logits",
-        detector_scores=arrays.get("scores"),
-        base_predictions=arrays.get("base_predictions"),
-        new_predictions=arrays.get("new_predictions"),
-    )
-    if fmt.value in ("csv", "json"):
-        text = render_frame(pd.DataFrame(rows), fmt.value)
-    else:
-        header, cells = ratio_table_cells(rows)
-        text = render_rows(header, cells, fmt.value, right=[True] * len(header))
-    echo_output(text, output)
 
 
 def make_features_command(
@@ -369,8 +295,7 @@ def evaluate_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ratio-study, make-features, train-gmop and evaluate to the `openworld` group."""
-    app.command("ratio-study")(reports_errors(ratio_study_command))
+    """Add make-features, train-gmop and evaluate to the `openworld` group."""
     app.command("make-features")(reports_errors(make_features_command))
     app.command("train-gmop")(reports_errors(train_gmop_command))
     app.command("evaluate")(reports_errors(evaluate_command))
