@@ -78,6 +78,7 @@ def test_leading_axes_match_a_per_algorithm_python_loop():
                     "worst_plus_gap": hi + (hi - lo) / (len(row) - 2),
                     "worst_only": hi,
                     "gap_only": (hi - lo) / (len(row) - 2),
+                    "scaled_worst": hi * (len(row) + 1) / len(row),
                 }[name]
                 assert got[s, a] == pytest.approx(expected, rel=1e-12, abs=1e-15), name
 

@@ -25,8 +25,8 @@ STORED = sorted(p.name for p in GOLDENS.iterdir() if p.suffix not in (".py", ".g
 def test_the_goldens_cover_every_case(produced: dict[str, bytes]) -> None:
     requires_path(DOMAINBED_SWEEP, "the DomainBed VLCS sweep fixture")
     assert sorted(produced) == STORED
-    # 4 formats x (measures, import domainbed, analyze), and the 13 analysis files
-    assert len(STORED) == 25
+    # 4 formats x (measures, import domainbed, analyze), and the 16 analysis files
+    assert len(STORED) == 28
 
 
 @pytest.mark.parametrize("name", STORED)

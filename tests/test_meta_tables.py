@@ -59,6 +59,7 @@ def brute_units(errors: pd.DataFrame) -> dict[tuple, dict[str, float]]:
             "worst_plus_gap": hi + (hi - lo) / (n - 2),
             "worst_only": hi,
             "gap_only": (hi - lo) / (n - 2),
+            "scaled_worst": hi * (n + 1) / n,
             "ideal": max(full),
             "n_given": n,
         }

@@ -4,7 +4,8 @@
   `register_measure_family`, `get_measure` for a name or a spec such as ``cvar:alpha=0.25``,
   `measure_names`, `measure_code_digest`); every list of measure names comes from it.
 - `oodeval.measures.domain`: worst+gap paper measures (average, worst, best, gap, worst+gap, the
-  Table 5 ablations, ideal) and NICO++ Eq. 5 / WILDS-style per-domain summaries.
+  Table 5 ablations, Theorem 3.3's scaled worst, ideal) and NICO++ Eq. 5 / WILDS-style
+  per-domain summaries.
 - `oodeval.measures.comparators`: measures beyond the paper (CVaR, quantile, median,
   mean + lambda std, worst + W gap), registered as parameterised families.
 - `oodeval.measures.meta`: meta-evaluation across algorithms (rank correlation with the ideal
@@ -30,6 +31,7 @@ from oodeval.measures.domain import (
     gap_only,
     ideal,
     per_domain_summary,
+    scaled_worst,
     worst,
     worst_only,
     worst_plus_gap,
@@ -121,6 +123,7 @@ __all__ = [
     "paired_spearman_ci",
     "per_domain_summary",
     "rank_correlation",
+    "scaled_worst",
     "seed_means",
     "algorithm_choice",
     "choice_degradation",

@@ -59,6 +59,7 @@ __all__ = [
     "measure_label",
     "per_domain_summary",
     "register_measure",
+    "scaled_worst",
     "undefined_measures",
     "unregister_measure",
     "worst",
@@ -226,6 +227,35 @@ def gap_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> f
     return scalar_or_array(_gap_term(e))
 
 
+def scaled_worst(
+    errors: Any, *, accuracy: bool = False, percent: bool = False
+) -> float | np.ndarray:
+    """Theorem 3.3's estimate of the ideal measure, Eq. 16 of the worst+gap paper: (N+1)/N * worst.
+
+    N is the number of given environments (one LOO error each, the last axis), so
+    ``scaled_worst = (N + 1) / N * max_n R_{e_n}``. If the errors of the environments are i.i.d.
+    uniform on [a, b], Lemma 3.2 gives E[max of N] = (a + bN) / (N + 1), and with probability
+    at least 1 - delta^2 the largest error over E_all (b) is this estimate up to
+    O((b - a) / (N delta)). Within one scenario (one N) it orders algorithms exactly as `worst`
+    does; it differs in value, as an estimate of the ideal measure, not of the worst LOO error.
+
+    Parameters
+    ----------
+    errors : array-like of shape (..., n_envs)
+    accuracy, percent : bool
+
+    Returns
+    -------
+    float or ndarray of shape errors.shape[:-1]
+
+    >>> scaled_worst([0.1, 0.2, 0.4, 0.3])
+    0.5
+    """
+    e = error_fractions(errors, accuracy=accuracy, percent=percent)
+    n = e.values.shape[-1]
+    return scalar_or_array(e.worst * ((n + 1) / n))
+
+
 def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
     """Ideal measure, Eq. 4 of the worst+gap paper: R^IDEAL_A = max_{e in E_all} R_e(f_A^{E_given}).
 
@@ -254,6 +284,7 @@ _BUILT_INS = (
     ("worst_plus_gap", worst_plus_gap, "worst+gap", "worst + (worst - best) / (N - 2) (Eq. 6)", 3),
     ("worst_only", worst_only, "worst only", "the worst term of Eq. 6 (Table 5 ablation)", 1),
     ("gap_only", gap_only, "gap only", "the gap term of Eq. 6, (worst - best) / (N - 2)", 3),
+    ("scaled_worst", scaled_worst, "scaled worst", "(N + 1) / N * worst (Theorem 3.3, Eq. 16)", 1),
 )
 for _name, _function, _label, _description, _min_envs in _BUILT_INS:
     register_measure(_name, label=_label, description=_description, min_envs=_min_envs)(_function)
@@ -291,7 +322,7 @@ def domain_measures(
     >>> {k: round(v, 12) for k, v in domain_measures([0.1, 0.2, 0.4, 0.3]).items()}
     ... # doctest: +NORMALIZE_WHITESPACE
     {'average': 0.25, 'worst': 0.4, 'best': 0.1, 'gap': 0.3, 'worst_plus_gap': 0.55,
-     'worst_only': 0.4, 'gap_only': 0.15}
+     'worst_only': 0.4, 'gap_only': 0.15, 'scaled_worst': 0.5}
     >>> domain_measures([0.1, 0.2, 0.4, 0.3], ["cvar:alpha=0.5"])
     {'cvar:alpha=0.5': 0.35}
     """

@@ -20,9 +20,11 @@ from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
 from oodeval.report.page import Section
 from oodeval.report.results_report import numeric_environment, report_answer
 from oodeval.study.analysis import (
+    BOUNDS_SENTENCE,
     CORRELATION_MEASURES,
     PAPER_REFERENCES,
     SELECTION_MEASURES,
+    TABLE5_PAPER_NOTE,
     VERDICT_FOOTNOTE,
     analyze,
     completeness_sentence,
@@ -180,6 +182,7 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
             "sum; the family rows average the scenarios.",
         )
     )
+    tables += _beside_paper(results, "table5_vs_paper", TABLE5_PAPER_NOTE)
     tables.append(
         Table(
             f"{PAPER_REFERENCES['table6']}: the algorithm each measure selects",
@@ -194,6 +197,13 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
             results["selection_agreement"],
         )
     )
+    tables += _beside_paper(
+        results,
+        "selection_vs_paper",
+        "Counted on the SR-CMNIST scenarios, beside Section 6.5's counts (paper_*: 12 Scale x "
+        "Ratio scenarios x 3 seeds, 14 algorithms).",
+    )
+    tables += _beside_paper(results, "bounds", BOUNDS_SENTENCE)
     if "measure_digests" in results:
         tables.append(
             Table(
@@ -209,6 +219,19 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
         "oodeval.measures.",
         tables=tables,
     )
+
+
+def _beside_paper(results: dict[str, pd.DataFrame], name: str, caption: str) -> list[Table]:
+    """Table `name` of `analyze` (a ``*_vs_paper`` table or ``bounds``), when it has rows."""
+    table = results.get(name)
+    if table is None or table.empty:
+        return []
+    titles = {
+        "table5_vs_paper": f"{PAPER_REFERENCES[name]} aggregated as the paper's rows, beside it",
+        "selection_vs_paper": f"{PAPER_REFERENCES[name]}: the counts beside the paper's",
+        "bounds": f"{PAPER_REFERENCES[name]}: how often the ideal measure is within the bound",
+    }
+    return [Table(titles[name], table.drop(columns=["family"], errors="ignore"), caption)]
 
 
 def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:

@@ -51,6 +51,9 @@ def analyze_command(
     """Print the verdict, then write it, Table 1/5/6 and the Figure 1/5/6/7 numbers as CSV +
     markdown to DIR/analysis/.
 
+    Also the paper's values beside the study's (table1_vs_paper, table5_vs_paper,
+    selection_vs_paper) and bounds.csv (how often ideal <= worst+gap, Theorem 3.4's Eq. 39).
+
     table and markdown print the verdict section of analysis.md and the files written; csv and
     json the verdict table (one row per measure). A store that fails verification is refused,
     naming the damaged units, unless --exclude-damaged is given.

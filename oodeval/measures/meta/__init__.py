@@ -89,6 +89,7 @@ from oodeval.measures.meta.paper_tables import (
     choices,
     correlation_summary,
     degradation_summary,
+    ideal_bounds,
     ideal_correlations,
     seed_means,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "degradation_summary",
     "distance_to_ideal",
     "environment_warning",
+    "ideal_bounds",
     "ideal_correlations",
     "interval_warning",
     "leaderboard_sentence",

@@ -5,7 +5,9 @@
 - `choices` and `degradation_summary`: the algorithm each measure chooses (Eq. 3/5/7) and the
   selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)| (Section 6.1);
 - `seed_means`: each algorithm's measures averaged over seeds (the choice on the seed average);
-- `baseline_vs_best`: a baseline (ERM) against the ideal-best algorithm (Section 6.4).
+- `baseline_vs_best`: a baseline (ERM) against the ideal-best algorithm (Section 6.4);
+- `ideal_bounds`: how often the ideal measure is at most a bound such as worst+gap (Theorem 3.4,
+  Eq. 39) or worst.
 
 Values are reduced in row order; ties are handled as in `oodeval.measures.meta.choice`.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "baseline_vs_best",
     "correlation_summary",
     "degradation_summary",
+    "ideal_bounds",
     "ideal_correlations",
     "seed_means",
     "choices",
@@ -296,3 +299,50 @@ def baseline_vs_best(
             )
     columns = ["scenario", "measure", "baseline", "baseline_mean", "baseline_std"]
     return records_to_columns(records, [*columns, "best_algorithm", "best_mean", "best_std"])
+
+
+def ideal_bounds(
+    units: Mapping[str, Any], bounds: Sequence[str] = ("worst_plus_gap", "worst")
+) -> Columns:
+    """Per scenario, how many (algorithm, seed) units have ideal <= each bound (Eq. 39).
+
+    Theorem 3.4 of the worst+gap paper, carried to the trained models in Eq. 39, bounds the
+    ideal measure (Eq. 4) by worst+gap (Eq. 6) under its assumptions; this counts how often the
+    bound held: ``ideal <= bound`` compared exactly, float64. With ``worst`` as a bound it says
+    how often the worst LOO error alone (the bound without its gap term) was enough.
+
+    Parameters
+    ----------
+    units : table with scenario, ``ideal`` and the `bounds` columns (e.g. `unit_measures`);
+        ``n_given`` is reported when present
+    bounds : measure columns to test as upper bounds of ``ideal``
+
+    Returns
+    -------
+    Columns: scenario[, n_given], n_units, and per bound ``b``: ``within_<b>`` (units with
+    ideal <= b) and ``share_within_<b>`` (that count / n_units)
+
+    >>> t = ideal_bounds({"scenario": ["s", "s"], "ideal": [0.5, 0.7],
+    ...                   "worst_plus_gap": [0.6, 0.6], "worst": [0.4, 0.5]})
+    >>> t["within_worst_plus_gap"].tolist(), t["share_within_worst_plus_gap"].tolist()
+    ([1], [0.5])
+    """
+    has_n = "n_given" in units
+    cols = {k: column_array(units, k) for k in ("scenario", "ideal", *bounds)}
+    if has_n:
+        cols["n_given"] = column_array(units, "n_given")
+    records = []
+    for idx in row_groups(cols["scenario"]):
+        ideal = cols["ideal"][idx].astype(np.float64)
+        row: dict[str, Any] = {"scenario": python_value(cols["scenario"][idx[0]])}
+        if has_n:
+            row["n_given"] = python_value(cols["n_given"][idx[0]])
+        row["n_units"] = int(len(idx))
+        for bound in bounds:
+            within = int(np.count_nonzero(ideal <= cols[bound][idx].astype(np.float64)))
+            row[f"within_{bound}"] = within
+            row[f"share_within_{bound}"] = within / len(idx)
+        records.append(row)
+    columns = ["scenario", *(["n_given"] if has_n else []), "n_units"]
+    columns += [f"{k}_{b}" for b in bounds for k in ("within", "share_within")]
+    return records_to_columns(records, columns)

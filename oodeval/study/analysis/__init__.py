@@ -3,6 +3,8 @@ analyze` writes of them.
 
 - `oodeval.study.analysis.paper`: the tables, as DataFrames, under the paper's numbers
   (`analyze`: ``verdict``, ``units``, ``table1``, ..., ``figure5``; see `PAPER_REFERENCES`);
+- `oodeval.study.analysis.paper_values`: the paper's own values (Tables 1, 2, 5 and Section 6.5's
+  counts), in one place, and the tables that set a study's beside them;
 - `oodeval.study.analysis.output`: the verdict block in words, ``analysis.md`` and the CSVs
   (`write_analysis`);
 - `oodeval.study.analysis.versions`: the code digests of the measures an analysis computed with
@@ -12,6 +14,8 @@ All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses
 """
 
 from oodeval.study.analysis.output import (
+    BOUNDS_SENTENCE,
+    TABLE5_PAPER_NOTE,
     VERDICT_FOOTNOTE,
     analysis_markdown,
     completeness_sentence,
@@ -30,6 +34,7 @@ from oodeval.study.analysis.paper import (
     ablation_correlations,
     analyze,
     baseline_vs_ideal_best,
+    bounds_by_scenario,
     correlatable,
     correlation_verdicts,
     correlation_vs_paper,
@@ -42,20 +47,33 @@ from oodeval.study.analysis.paper import (
     selection_agreement,
     unit_measures,
 )
+from oodeval.study.analysis.paper_values import (
+    PAPER_SELECTION_COUNTS,
+    PAPER_TABLE2,
+    PAPER_TABLE5,
+    selection_vs_paper,
+    table5_vs_paper,
+)
 from oodeval.study.analysis.versions import measure_digests, measure_version_notes
 
 __all__ = [
     "ABLATION_MEASURES",
+    "BOUNDS_SENTENCE",
     "CORRELATION_MEASURES",
     "PAPER_REFERENCES",
+    "PAPER_SELECTION_COUNTS",
     "PAPER_TABLE1",
+    "PAPER_TABLE2",
+    "PAPER_TABLE5",
     "SELECTION_MEASURES",
+    "TABLE5_PAPER_NOTE",
     "VERDICT_FOOTNOTE",
     "VERDICT_RESAMPLES",
     "ablation_correlations",
     "analysis_markdown",
     "analyze",
     "baseline_vs_ideal_best",
+    "bounds_by_scenario",
     "completeness_sentence",
     "correlatable",
     "correlation_verdicts",
@@ -69,6 +87,8 @@ __all__ = [
     "measure_version_notes",
     "selected_algorithms",
     "selection_agreement",
+    "selection_vs_paper",
+    "table5_vs_paper",
     "unit_measures",
     "verdict_markdown",
     "verdict_view",

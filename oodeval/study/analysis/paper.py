@@ -9,7 +9,8 @@ this module reads the store, adds each scenario's family, Ratio and Scale, and s
 - `correlation_with_ideal`: per scenario, mean and std over seeds of Spearman's rho and Kendall's
   tau between a measure and the ideal measure across algorithms (Table 1: worst+gap, average).
 - `ablation_correlations`: the same for worst only, gap only and worst+gap, per scenario and per
-  family (Table 5's dataset row = mean over scenarios of the per-scenario seed means).
+  family (the ``(mean)`` row = mean over every scenario of the per-scenario seed means; the
+  paper's dataset rows aggregate differently, `paper_values.table5_vs_paper`).
 - `selected_algorithms`: the algorithm each measure chooses, per seed and on the seed-averaged
   measure (Table 6); `selection_agreement` counts how often it is the ideal measure's choice.
 - `degradation_by_scenario`: selection degradation |R^IDEAL(A*_IDEAL) - R^IDEAL(A*_measure)|
@@ -19,6 +20,8 @@ this module reads the store, adds each scenario's family, Ratio and Scale, and s
   Ratio (Section 6.3, Figure 7).
 - `baseline_vs_ideal_best`: ERM against the ideal-best algorithm under each measure (Figure 1).
 - `ideal_measure_pairs`: the raw (ideal, measure) pairs of every unit (Figure 5).
+- `bounds_by_scenario`: how often Eq. 39's bound (ideal <= worst+gap, Theorem 3.4) held, and
+  ideal <= worst, per scenario.
 - `correlation_verdicts`: the answer the study is run for, beyond the paper: per scenario, rho of
   worst+gap and of average with the ideal measure with paired bootstrap intervals over
   algorithms, and whether worst+gap is ahead (put in words by
@@ -40,6 +43,12 @@ import pandas as pd
 from oodeval.errors import OodevalError
 from oodeval.measures import check_measures, get_measure, meta
 from oodeval.study.analysis.leaderboard import study_leaderboard
+from oodeval.study.analysis.paper_values import (
+    PAPER_TABLE1,
+    PAPER_TABLE2,
+    selection_vs_paper,
+    table5_vs_paper,
+)
 from oodeval.study.analysis.versions import measure_digests
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
 from oodeval.study.read_model import Study, load_study
@@ -58,8 +67,11 @@ PAPER_REFERENCES = {
     "table1": "Table 1",
     "table1_vs_paper": "Table 1",
     "table5": "Table 5",
+    "table5_vs_paper": "Table 5",
     "table6": "Table 6",
     "selection_agreement": "Section 6.5",
+    "selection_vs_paper": "Section 6.5",
+    "bounds": "Theorem 3.4 (Eq. 39)",
     "figure6": "Figure 6",
     "figure7": "Figure 7",
     "figure1": "Figure 1",
@@ -67,29 +79,13 @@ PAPER_REFERENCES = {
     "leaderboard": "Measure leaderboard",
 }
 
-#: Table 1 of the worst+gap paper (SR-CMNIST, 14 algorithms, 3 seeds): means of
-#: (rho worst+gap, rho average, tau worst+gap, tau average) per (scale, ratio).
-PAPER_TABLE1 = {
-    (1, "3:1"): (0.419, 0.166, 0.305, 0.063),
-    (1, "4:1"): (0.596, 0.299, 0.480, 0.209),
-    (1, "5:1"): (0.600, -0.458, 0.465, -0.377),
-    (2, "3:1"): (0.643, 0.600, 0.526, 0.490),
-    (2, "4:1"): (0.758, 0.471, 0.613, 0.365),
-    (2, "5:1"): (0.773, 0.315, 0.626, 0.277),
-    (3, "3:1"): (0.782, 0.543, 0.670, 0.430),
-    (3, "4:1"): (0.752, 0.644, 0.602, 0.457),
-    (3, "5:1"): (0.856, 0.391, 0.742, 0.346),
-    (4, "3:1"): (0.764, 0.540, 0.646, 0.429),
-    (4, "4:1"): (0.905, 0.721, 0.802, 0.551),
-    (4, "5:1"): (0.792, 0.235, 0.646, 0.175),
-}
-
 
 def unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per finished unit: scenario metadata, the ideal measure and every LOO measure.
 
     Columns: scenario, family, ratio, scale, algorithm, seed, n_given, ideal, then one column per
-    measure (default: the study config's ``measures`` plus ``worst`` and ``gap``). Units whose
+    measure (default: the study config's ``measures`` plus the paper's, ``worst``, ``gap`` and
+    ``scaled_worst``). Units whose
     status is ``failed`` are left out. Rows are sorted by scenario order, algorithm and seed.
     """
     names = _measure_names(study, measures)
@@ -199,11 +195,14 @@ def correlation_verdicts(
 
 
 def correlation_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 next to the paper's numbers for the SR-CMNIST scenarios (others dropped).
+    """Table 1 next to the paper's numbers: Table 1's for the SR-CMNIST scenarios, Table 2's for
+    the ``colored`` (C-Cats&Dogs) and ``lined`` (L-CIFAR10) ones (others dropped).
 
-    `table` is `correlation_with_ideal`'s output.
+    `table` is `correlation_with_ideal`'s output. Columns: scenario, scale, ratio, paper_table
+    (the paper's table the values come from), then each of rho and tau of worst+gap and average
+    beside its ``paper_`` value.
     """
-    columns = ["scenario", "scale", "ratio"] + [
+    columns = ["scenario", "scale", "ratio", "paper_table"] + [
         f"{prefix}{stat}_{m}"
         for stat in ("rho", "tau")
         for m in ("worst_plus_gap", "average")
@@ -211,8 +210,10 @@ def correlation_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
     ]
     rows = []
     for row in table.itertuples(index=False):
-        known = row.family == "sr-cmnist" and not pd.isna(row.scale)
-        ref = PAPER_TABLE1.get((int(row.scale), row.ratio)) if known else None
+        if row.family == "sr-cmnist" and not pd.isna(row.scale):
+            ref, source = PAPER_TABLE1.get((int(row.scale), row.ratio)), "Table 1"
+        else:
+            ref, source = PAPER_TABLE2.get((row.family, row.ratio)), "Table 2"
         if ref is None:
             continue
         rows.append(
@@ -220,6 +221,7 @@ def correlation_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
                 "scenario": row.scenario,
                 "scale": row.scale,
                 "ratio": row.ratio,
+                "paper_table": source,
                 "rho_worst_plus_gap": row.rho_worst_plus_gap_mean,
                 "paper_rho_worst_plus_gap": ref[0],
                 "rho_average": row.rho_average_mean,
@@ -358,6 +360,20 @@ def baseline_vs_ideal_best(
     return _with_meta(table, frame)
 
 
+def bounds_by_scenario(frame: pd.DataFrame) -> pd.DataFrame:
+    """Theorem 3.4 / Eq. 39 on the study: per scenario, how often ideal <= worst+gap and <= worst.
+
+    Eq. 39 bounds the ideal measure (Eq. 4) of the model trained on all given environments by
+    worst+gap (Eq. 6) of its LOO models, under the theorem's assumptions (see the glossary);
+    ``share_within_worst_plus_gap`` is the share of the scenario's (algorithm, seed) units where
+    the bound held, ``share_within_worst`` where the worst LOO error alone bounded it.
+    Columns: scenario, family, ratio, scale, n_given, n_units, within_worst_plus_gap,
+    share_within_worst_plus_gap, within_worst, share_within_worst.
+    """
+    table = pd.DataFrame(meta.ideal_bounds(frame, ("worst_plus_gap", "worst")))
+    return _with_meta(table, frame)
+
+
 def ideal_measure_pairs(
     frame: pd.DataFrame, measures: Sequence[str] = CORRELATION_MEASURES
 ) -> pd.DataFrame:
@@ -370,8 +386,13 @@ def analyze(
     study: Study | str | Path, measures: Sequence[str] | None = None
 ) -> dict[str, pd.DataFrame]:
     """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``verdict``,
-    ``units``, ``table1``, ``table1_vs_paper``, ``table5``, ``table6``, ``selection_agreement``,
-    ``figure6``, ``figure7``, ``figure1``, ``figure5``, and the measure ``leaderboard``.
+    ``units``, ``table1``, ``table1_vs_paper``, ``table5``, ``table5_vs_paper``, ``table6``,
+    ``selection_agreement``, ``selection_vs_paper``, ``bounds``, ``figure6``, ``figure7``,
+    ``figure1``, ``figure5``, and the measure ``leaderboard``.
+
+    The ``*_vs_paper`` tables put the study's numbers beside the paper's (columns ``paper_*``,
+    `oodeval.study.analysis.paper_values`); ``bounds`` is `bounds_by_scenario` (Theorem 3.4).
+    ``units`` and the leaderboard include ``scaled_worst`` (Theorem 3.3, Eq. 16).
 
     `measures` (measure names or specs such as ``cvar:alpha=0.25``): more measures, computed
     from the stored errors and added to every table beside the paper's (Tables 1, 5 and 6,
@@ -395,14 +416,18 @@ def analyze(
     )
     correlations = correlation_with_ideal(frame, compared)
     selections = selected_algorithms(frame, chosen)
+    table5 = ablation_correlations(frame, ablated)
     results = {
         "verdict": correlation_verdicts(frame),
         "units": frame,
         "table1": correlations,
         "table1_vs_paper": correlation_vs_paper(correlations),
-        "table5": ablation_correlations(frame, ablated),
+        "table5": table5,
+        "table5_vs_paper": table5_vs_paper(table5),
         "table6": selections,
         "selection_agreement": selection_agreement(selections),
+        "selection_vs_paper": selection_vs_paper(selections),
+        "bounds": bounds_by_scenario(frame),
         "figure6": degradation_by_scenario(frame, compared),
         "figure7": distance_to_ideal_by_scale(frame, compared),
         "figure1": baseline_vs_ideal_best(frame, chosen),
@@ -432,7 +457,7 @@ def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
     names = check_measures(requested)
     # what the paper's tables compare is computed from the stored errors whatever the config
     # listed (a config may ask for fewer measures; its units hold every error they need)
-    for extra in (*CORRELATION_MEASURES, *ABLATION_MEASURES, "worst", "gap"):
+    for extra in (*CORRELATION_MEASURES, *ABLATION_MEASURES, "worst", "gap", "scaled_worst"):
         if extra not in names:
             names.append(extra)
     return names
