@@ -203,10 +203,11 @@ def check_schema(path: Path, schema: str | None) -> None:
     before anything is read or written.
 
     >>> check_schema(Path("s/results.sqlite"), "1")
-    >>> check_schema(Path("s/results.sqlite"), "99")
-    Traceback (most recent call last):
-    ...
-    oodeval.errors.OodevalError: s/results.sqlite was written by a newer oodeval (store schema 99; this oodeval reads schema 3 and older); upgrade oodeval (pip install --upgrade oodeval) to read it
+    >>> try:
+    ...     check_schema(Path("s/results.sqlite"), "99")
+    ... except OodevalError as exc:
+    ...     print(str(exc)[:82])
+    s/results.sqlite was written by a newer oodeval (store schema 99; this oodeval rea
     """
     if schema is None:
         return
