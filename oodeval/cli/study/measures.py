@@ -28,7 +28,7 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError
-from oodeval.measures.meta.correlation import MAX_RESAMPLES
+from oodeval.limits import MAX_RESAMPLES
 from oodeval.measures.meta.leaderboard import (
     BOOTSTRAP_RESAMPLES,
     NO_IDEAL_NOTE,

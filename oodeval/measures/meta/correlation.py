@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.limits import MAX_RESAMPLES, check_confidence, check_resamples, check_seed
 from oodeval.measures._validation import as_float_array, check_same_length
 from oodeval.measures.meta.choice import tie_rounded
 
 __all__ = [
     "KENDALL_PAIRWISE_MAX",
+    "MAX_RESAMPLES",
     "average_ranks",
     "bootstrap_correlation_ci",
     "mean_std",
@@ -34,10 +36,6 @@ __all__ = [
 
 KENDALL_PAIRWISE_MAX = 200
 """Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
-#: Most bootstrap resamples any function or command (``--bootstrap``) draws: far more than a
-#: percentile interval needs (2,000 is the default), few enough that a mistyped count is refused
-#: instead of running for hours.
-MAX_RESAMPLES = 100_000
 
 
 def _paired_scores(measure_scores: Any, ideal_scores: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -285,16 +283,11 @@ def bootstrap_correlation_ci(
 
 
 def _check_bootstrap_options(n_resamples: Any, confidence: float, seed: Any) -> None:
-    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise OodevalError(f"n_resamples must be a positive integer, got {n_resamples!r}")
-    if n_resamples > MAX_RESAMPLES:
-        raise OodevalError(
-            f"n_resamples must be at most {MAX_RESAMPLES:,} (the cap), got {n_resamples:,}"
-        )
-    if not 0 < confidence < 1:
-        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise OodevalError(f"seed must be an integer (same seed -> same interval), got {seed!r}")
+    """The bounds of `oodeval.limits` (the CLI's): 1 to `MAX_RESAMPLES` resamples, a level in
+    (0, 1), a seed in [0, 2**32)."""
+    check_resamples(n_resamples, "n_resamples", minimum=1)
+    check_confidence(confidence)
+    check_seed(seed, "seed")
 
 
 def _seed_matrices(
