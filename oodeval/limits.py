@@ -97,12 +97,15 @@ def check_confidence(value: Any, name: str = "confidence") -> float:
 
 
 def check_flag(value: Any, name: str) -> bool:
-    """`value` when it is True or False (numpy's bools too); else OodevalError: a string such
-    as ``"no"`` would otherwise count as True.
+    """`value` as a bool when it is True or False (numpy's bools too); else OodevalError: a
+    string such as ``"no"`` would otherwise count as True.
 
-    >>> check_flag(False, "percent")
-    False
+    >>> import numpy as np
+    >>> check_flag(False, "percent"), check_flag(np.bool_(True), "percent")
+    (False, True)
     """
-    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+    kind = type(value)
+    numpy_bool = kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+    if not isinstance(value, bool) and not numpy_bool:
         raise OodevalError(f"{name} must be True or False, got {value!r}")
     return bool(value)
