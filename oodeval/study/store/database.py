@@ -220,8 +220,8 @@ def check_schema(path: Path, schema: str | None) -> None:
     if int(text) > int(SCHEMA_VERSION):
         raise OodevalError(
             f"{path} was written by a newer oodeval (store schema {int(text)}; this oodeval "
-            f"reads schema {SCHEMA_VERSION} and older); upgrade oodeval (pip install --upgrade "
-            "oodeval) to read it"
+            f"reads schema {SCHEMA_VERSION} and older); upgrade oodeval to a release that "
+            f"reads schema {int(text)} to use it"
         )
 
 
