@@ -29,6 +29,7 @@ __all__ = [
     "MAX_RESAMPLES",
     "SEED_LIMIT",
     "check_confidence",
+    "check_count",
     "check_flag",
     "check_resamples",
     "check_seed",
@@ -80,6 +81,19 @@ def check_resamples(value: Any, name: str = "--bootstrap", *, minimum: int = 0) 
                 f"cap), got {value:,}"
             )
         raise OodevalError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_count(value: Any, name: str, *, minimum: int = 0, what: str = "") -> int:
+    """`value` as an int when it is an integer >= `minimum` (a count: environments,
+    algorithms, degrees of freedom); else OodevalError, `what` saying what it counts.
+
+    >>> check_count(3, "n_envs")
+    3
+    """
+    if not _whole(value) or value < minimum:
+        counts = f" ({what})" if what else ""
+        raise OodevalError(f"{name} must be an integer >= {minimum}{counts}, got {value!r}")
     return int(value)
 
 

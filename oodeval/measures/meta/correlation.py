@@ -10,6 +10,7 @@ Scores are "lower is better" and rounded to `TIE_DECIMALS` decimals before ranki
 
 from __future__ import annotations
 
+import math
 import warnings
 from statistics import NormalDist
 from typing import Any
@@ -17,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.limits import MAX_RESAMPLES, check_confidence, check_resamples, check_seed
+from oodeval.limits import (
+    MAX_RESAMPLES,
+    check_confidence,
+    check_count,
+    check_resamples,
+    check_seed,
+)
 from oodeval.measures._validation import as_float_array, check_same_length
 from oodeval.measures.meta.choice import tie_rounded
 
@@ -97,6 +104,7 @@ def mean_std(values: Any, *, ddof: int = 1) -> tuple[float, float]:
     >>> [round(v, 12) for v in mean_std([0.5, 0.7, 0.9])]
     [0.7, 0.2]
     """
+    check_count(ddof, "ddof")
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0:
         raise OodevalError("mean_std needs at least one value")
@@ -152,12 +160,10 @@ def spearman_critical_value(n: int, alpha: float = 0.05) -> float:
     >>> spearman_critical_value(4)  # 4! = 24 orderings: P(|rho| = 1) = 2/24 > 0.05
     nan
     """
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise OodevalError(f"n must be an integer >= 2 (algorithms), got {n!r}")
-    if not 0 < alpha < 1:
-        raise OodevalError(f"alpha must lie strictly between 0 and 1, got {alpha}")
+    check_count(n, "n", minimum=2, what="algorithms")
+    check_confidence(alpha, "alpha")
     if n > 8:
-        return NormalDist().inv_cdf(1 - alpha / 2) / float(np.sqrt(n - 1))
+        return NormalDist().inv_cdf(1 - alpha / 2) / math.sqrt(float(n - 1))
     from itertools import permutations
 
     ranks = np.array(list(permutations(range(n))), dtype=np.int64)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.limits import check_confidence, check_resamples, check_seed
+from oodeval.limits import check_confidence, check_count, check_resamples, check_seed
 from oodeval.measures.domain import measure_label
 from oodeval.measures.meta.choice import TIE_DECIMALS
 from oodeval.measures.meta.columns import (
@@ -90,12 +90,7 @@ def correlation_verdicts(
     check_resamples(n_resamples, "n_resamples", minimum=1)
     check_confidence(confidence)
     check_seed(bootstrap_seed, "bootstrap_seed")
-    whole = isinstance(min_algorithms, (int, np.integer)) and not isinstance(min_algorithms, bool)
-    if not whole or min_algorithms < 2:
-        raise OodevalError(
-            f"min_algorithms must be an integer >= 2 (a rank correlation needs two), got "
-            f"{min_algorithms!r}"
-        )
+    check_count(min_algorithms, "min_algorithms", minimum=2, what="a rank correlation needs two")
     cols = {k: column_array(units, k) for k in dict.fromkeys((*UNIT_KEYS, "ideal", *names))}
     options = {"n_resamples": n_resamples, "confidence": confidence, "seed": bootstrap_seed}
     records = []
@@ -190,6 +185,10 @@ def tracks_ideal(rho: float, low: float) -> bool:
     >>> tracks_ideal(0.8, 0.3), tracks_ideal(0.55, -0.2), tracks_ideal(0.4, 0.1)
     (True, False, False)
     """
+    try:
+        rho, low = float(rho), float(low)
+    except (TypeError, ValueError, OverflowError):
+        raise OodevalError(f"rho and low must be numbers, got {rho!r} and {low!r}") from None
     return bool(np.isfinite(rho) and np.isfinite(low) and rho >= TRACKING_RHO and low > 0)
 
 
