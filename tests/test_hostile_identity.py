@@ -273,6 +273,52 @@ def test_score_and_the_cli_refuse_the_same_resample_count_with_the_same_line() -
     assert err.strip() == f"error: {caught.value}"
 
 
+_A, _B, _C = [0.1, 0.3, 0.2, 0.5], [0.2, 0.25, 0.3, 0.6], [0.15, 0.2, 0.35, 0.4]
+_UNITS = {
+    "scenario": np.array(["s"] * 4, object),
+    "seed": np.zeros(4, int),
+    "algorithm": np.arange(4),
+    "average": np.array(_A),
+    "worst_plus_gap": np.array(_B),
+    "ideal": np.array(_C),
+    "n_given": np.full(4, 3),
+}
+
+#: Calls of `oodeval.measures` with a keyword out of its range, each a numpy or Python
+#: exception (or a silent run) before: name -> call.
+MEASURE_CALLS = {
+    "bootstrap_correlation_ci seed=-1": lambda m: m.bootstrap_correlation_ci(_A, _B, seed=-1),
+    "paired_spearman_ci seed=2**32": lambda m: m.paired_spearman_ci(_A, _B, _C, seed=SEED_LIMIT),
+    "ideal_correlations bootstrap=-1": lambda m: m.ideal_correlations(
+        _UNITS, ["average"], bootstrap=-1
+    ),
+    "ideal_correlations confidence=None": lambda m: m.ideal_correlations(
+        _UNITS, ["average"], bootstrap=5, confidence=None
+    ),
+    "correlation_verdicts bootstrap_seed=-1": lambda m: m.correlation_verdicts(
+        _UNITS, n_resamples=5, bootstrap_seed=-1
+    ),
+    "correlation_verdicts min_algorithms=None": lambda m: m.correlation_verdicts(
+        _UNITS, n_resamples=5, min_algorithms=None
+    ),
+    "verdict_sentence confidence='x'": lambda m: m.verdict_sentence(
+        m.correlation_verdicts(_UNITS, n_resamples=5), confidence="x"
+    ),
+    "mean_std ddof='1'": lambda m: m.mean_std(_A, ddof="1"),
+    "spearman_critical_value alpha=None": lambda m: m.spearman_critical_value(10, None),
+    "interval_warning nan": lambda m: m.interval_warning(float("nan")),
+    "undefined_measures n_envs=None": lambda m: m.undefined_measures(["average"], None),
+    "tracks_ideal rho=None": lambda m: m.tracks_ideal(None, 0.1),
+}
+
+
+@pytest.mark.parametrize("call", sorted(MEASURE_CALLS))
+def test_the_measures_functions_refuse_keywords_out_of_range_as_oodeval_errors(call: str) -> None:
+    with pytest.raises(OodevalError) as caught:
+        MEASURE_CALLS[call](oodeval.measures)
+    assert type(caught.value) is OodevalError and "\n" not in str(caught.value)
+
+
 NULLABLE = ["Float64", "Int64", "UInt16", "boolean", "string[python]", "category", "object"]
 KEYWORD_VALUES = st.one_of(
     st.integers(-(2**70), 2**70),
