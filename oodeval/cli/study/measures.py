@@ -252,7 +252,9 @@ def measures_command(
     against average and worst+gap with a Wilcoxon signed-rank test. Nothing is trained or
     written. A DomainBed sweep has no ideal measure: for it each measure's ranking of the
     algorithms is shown. csv: the leaderboard rows (or, with sweeps only, the rankings); json:
-    an object with both tables and the sentences.
+    an object with both tables and the sentences. A folder that is the same store as another
+    given (a link, a hard link, another path, a copy with the same units), or that shares units
+    with one (merged from it), is refused: its cells would be pooled twice.
     """
     check_output_path(output)
     load_imports(imports)
