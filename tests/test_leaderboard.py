@@ -27,6 +27,7 @@ from oodeval.measures.meta.leaderboard import (
     smallest_wilcoxon_p,
 )
 from tests.goldens.cases import quick_study
+from tests.helpers.studies import finished_study
 
 REPO = Path(__file__).resolve().parents[1]
 MEASURES = ["average", "worst_plus_gap", "m_tied", "m_const"]
@@ -299,8 +300,24 @@ def test_csv_is_the_study_leaderboard_and_json_holds_every_table(quick: Path) ->
     assert payload["rankings"] == [] and payload["leaderboard"][0]["rank"] == 1
 
 
+#: A study of the synthetic backend named like the quick study, with as many cells (3 x 1).
+OTHER_QUICK = """\
+name = "quick"
+backend = "oodeval.study.synthetic"
+algorithms = ["ERM", "IRM", "VREx", "MMD"]
+seeds = [0]
+steps = 5
+measures = ["average", "worst_plus_gap", "worst_only", "gap_only"]
+scenarios = [
+    {family = "synthetic", ratio = "3:1", scale = 1},
+    {family = "synthetic", ratio = "4:1", scale = 1},
+    {family = "synthetic", ratio = "5:1", scale = 2},
+]
+"""
+
+
 def test_two_studies_are_pooled(quick: Path, tmp_path: Path) -> None:
-    other = quick_study(tmp_path)
+    other = finished_study(tmp_path, OTHER_QUICK)  # a copy of quick would be refused
     text = _run([str(quick), str(other), "--measures", "average,worst_plus_gap"])
     assert f"Pooled over 2 studies (quick, {other})" in text
     assert "Over 6 cells (6 scenarios x 1 seed)" in text

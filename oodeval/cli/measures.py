@@ -30,8 +30,8 @@ from oodeval.cli._common import (
     measure_specs,
     reports_errors,
 )
-from oodeval.errors import OodevalError
-from oodeval.measures.meta import MAX_RESAMPLES, environment_warning, interval_warning
+from oodeval.limits import MAX_RESAMPLES, check_confidence, check_resamples
+from oodeval.measures.meta import environment_warning, interval_warning
 from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
@@ -151,14 +151,9 @@ def measures_command(
 
     Values are errors unless the column is called `accuracy`. Output numbers are error fractions.
     """
-    # Range checks here rather than typer's min=/max=, whose usage errors span several lines.
-    if not 0 <= bootstrap <= MAX_RESAMPLES:
-        raise OodevalError(
-            f"--bootstrap must be 0 (off) or a number of resamples up to {MAX_RESAMPLES:,} (the "
-            f"cap), got {bootstrap:,}"
-        )
-    if not 0 < confidence < 1:
-        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    # The API's checks (`oodeval.limits`), not typer's min=/max=, whose errors span lines.
+    check_resamples(bootstrap, "--bootstrap")
+    check_confidence(confidence)
     check_output_path(output)
     load_imports(imports)
     names = measure_specs(measures)

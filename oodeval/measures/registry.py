@@ -33,6 +33,7 @@ import numpy as np
 
 from oodeval._digest import code_digest, short_digest
 from oodeval.errors import OodevalError, listing
+from oodeval.limits import check_count
 
 __all__ = [
     "FAMILIES",
@@ -462,6 +463,7 @@ def undefined_measures(names: Sequence[str], n_envs: int) -> list[str]:
     >>> undefined_measures(["average", "worst_plus_gap", "gap_only"], 2)
     ['worst_plus_gap', 'gap_only']
     """
+    check_count(n_envs, "n_envs", what="environments")
     return [n for n in names if get_measure(n).min_envs > n_envs]
 
 

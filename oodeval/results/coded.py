@@ -36,11 +36,17 @@ _DIGITS = re.compile(r"[+-]?[0-9]+")
 
 def _cell_texts(cells: pd.Series) -> pd.Series:
     """`cells` as text, a missing cell (None, NaN, NA) as "": ``astype(str)`` alone gives the
-    text 'None' or 'nan' for it on pandas 2 (or with pandas 3's str dtype off).
+    text 'None' or 'nan' for it on pandas 2 (or with pandas 3's str dtype off). A nullable
+    column (``Float64``, ``Int64``, ``boolean``, pyarrow's) holds no "" of its own type, so it
+    is made an object column first; numpy and string columns are filled as they are.
 
     >>> _cell_texts(pd.Series(["a", None, float("nan")], dtype=object)).tolist()
     ['a', '', '']
+    >>> _cell_texts(pd.Series([0.5, pd.NA], dtype="Float64")).tolist()
+    ['0.5', '']
     """
+    if not isinstance(cells.dtype, (np.dtype, pd.StringDtype)):
+        cells = cells.astype(object)
     return cells.where(cells.notna(), "").astype(str)
 
 

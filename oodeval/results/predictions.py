@@ -181,7 +181,7 @@ def parse_class_ids(text: str) -> list[int]:
     ids: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+        match = re.fullmatch(r"([0-9]+)\s*-\s*([0-9]+)", part)
         if match:
             first, last = int(match.group(1)), int(match.group(2))
             if last < first:
@@ -189,7 +189,7 @@ def parse_class_ids(text: str) -> list[int]:
             if last - first >= _MAX_RANGE:
                 raise OodevalError(f"--base-classes range {part!r} spans over {_MAX_RANGE} ids")
             ids.extend(range(first, last + 1))
-        elif part.isdigit():
+        elif re.fullmatch("[0-9]+", part):  # ASCII only: str.isdigit also takes '²'
             ids.append(int(part))
         else:
             raise OodevalError(

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from oodeval.errors import OodevalError
+from oodeval.limits import check_flag, check_resamples, check_seed
 from oodeval.measures.domain import REGISTRY, domain_measures
 from oodeval.measures.meta import (
     TIE_DECIMALS,
@@ -223,9 +224,11 @@ def score(
         Values are percentages in [0, 100].
     bootstrap : int, default 0
         When > 0, add percentile bootstrap intervals (this many resamples of the algorithms,
-        95% level) to the correlations with the ideal measure.
+        95% level) to the correlations with the ideal measure; at most
+        `oodeval.limits.MAX_RESAMPLES`, as ``oodeval measures --bootstrap``.
     seed : int, default 0
-        Seed of the bootstrap resampling (same seed, same intervals).
+        Seed of the bootstrap resampling (same seed, same intervals), in [0, 2**32) as
+        ``--seed`` (`oodeval.limits.SEED_LIMIT`).
 
     Returns
     -------
@@ -255,6 +258,9 @@ def score(
     >>> s.answer
     'worst+gap picks IRM; average picks ERM (they disagree)'
     """
+    check_flag(percent, "percent")
+    check_resamples(bootstrap, "--bootstrap")  # the bounds and messages of `oodeval measures`
+    check_seed(seed, "--seed")
     if isinstance(results, pd.DataFrame):
         long = results_from_frame(results, percent=percent, name="the DataFrame")
     elif isinstance(results, (str, Path)):

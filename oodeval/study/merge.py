@@ -39,6 +39,7 @@ from oodeval.study.config import (
     scenario_key,
     stored_meaning,
 )
+from oodeval.study.identity import distinct_stores, file_identity, same_store
 from oodeval.study.integrity import printable, unit_checksum
 from oodeval.study.read_model import current_contents
 from oodeval.study.runner import StudyInterrupted, progress_bar
@@ -68,6 +69,8 @@ class MergeSummary:
     replaced_failed: int
     planned: int
     left_out: dict[str, int] = field(default_factory=dict)
+    #: one per input left out as the same store as another (``drop_duplicates``)
+    notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         """The one-line summary `oodeval study merge` prints."""
@@ -127,18 +130,27 @@ def result_identity(unit: StoredUnit) -> str:
 
 
 def merge_studies(
-    inputs: Sequence[str | Path], directory: str | Path, *, progress: bool = False
+    inputs: Sequence[str | Path],
+    directory: str | Path,
+    *,
+    progress: bool = False,
+    drop_duplicates: bool = False,
 ) -> MergeSummary:
     """Merge the study folders `inputs` into `directory` (created, or resumed); see the module
     docstring for the rules. Raises OodevalError (one line) for an input that is missing,
-    damaged or incompatible, and for a unit whose copies differ; nothing is written then.
+    damaged or incompatible, the same store as another input (`oodeval.study.identity`: one
+    file, or a copy holding the same units; left out with a note in ``MergeSummary.notes``
+    when `drop_duplicates`), and for a unit whose copies differ; nothing is written then.
 
     Raises `oodeval.study.StudyInterrupted` on Ctrl-C once the unit being copied is committed
     or rolled back; running the merge again resumes it.
     """
     out = Path(directory)
-    folders = _checked_paths(inputs, out)
+    folders, notes = _checked_paths(inputs, out, drop_duplicates)
     read = [_read_input(folder) for folder in folders]
+    kept, more = _distinct_inputs(read, folders, drop_duplicates)
+    folders = [f for f, i in zip(folders, read, strict=True) if any(i is k for k in kept)]
+    read, notes = kept, notes + more
     _check_compatible(read)
     if not (out / STORE_NAME).exists():
         _plan(read, None)  # refuse differing copies before creating anything
@@ -163,7 +175,7 @@ def merge_studies(
             raise StudyInterrupted(sum(k in stored for k in keys), len(keys)) from None
     planned = len(config["scenarios"]) * len(config["algorithms"]) * len(config["seeds"])
     return MergeSummary(
-        out, copied, plan.duplicates, plan.already, plan.replaced, planned, plan.left_out
+        out, copied, plan.duplicates, plan.already, plan.replaced, planned, plan.left_out, notes
     )
 
 
@@ -183,22 +195,42 @@ def _prepare(
     return config, names, _plan(read, target)
 
 
-def _checked_paths(inputs: Sequence[str | Path], out: Path) -> list[Path]:
+def _checked_paths(
+    inputs: Sequence[str | Path], out: Path, drop: bool
+) -> tuple[list[Path], list[str]]:
+    """The input folders once each by identity (a repeat refused, or left out with a note when
+    `drop`), after refusing an --out that is one of them."""
     if not inputs:
         raise OodevalError("give at least one study folder to merge")
     folders = [Path(i) for i in inputs]
-    seen: dict[Path, Path] = {}
-    for folder in folders:
-        resolved = folder.resolve()
-        if resolved in seen:
-            raise OodevalError(f"{folder} is given twice; list each study folder once")
-        seen[resolved] = folder
-    if out.resolve() in seen:
+    found = [file_identity(folder) for folder in folders]
+    target = file_identity(out)
+    if any(same_store(f, target) for f in found) or out.resolve() in {f.resolve() for f in folders}:
         raise OodevalError(
             f"--out {out} is one of the inputs; merge into another folder (it may hold a study "
             "to merge into, given only as --out)"
         )
-    return folders
+    kept, notes = distinct_stores(found, drop=drop, allow_shared=True, harm=_HARM)
+    index = {id(k) for k in kept}
+    return [f for f, i in zip(folders, found, strict=True) if id(i) in index], notes
+
+
+def _distinct_inputs(
+    read: Sequence[_Input], folders: Sequence[Path], drop: bool
+) -> tuple[list[_Input], list[str]]:
+    """The inputs without a copy of an earlier one (the same stored units): refused, or left
+    out with a note when `drop`. Inputs that share some units merge (a shared unit once)."""
+    found = [
+        file_identity(folder, item.label).with_units(item.contents.fingerprint())
+        for item, folder in zip(read, folders, strict=True)
+    ]
+    kept, notes = distinct_stores(found, drop=drop, allow_shared=True, harm=_HARM)
+    index = {id(k) for k in kept}
+    return [i for i, f in zip(read, found, strict=True) if id(f) in index], notes
+
+
+#: What a repeated input would do, for the refusal.
+_HARM = "it adds nothing to the merge but its units a second time"
 
 
 def _read_input(folder: Path) -> _Input:

@@ -131,6 +131,9 @@ class Study:
     no analysis) to the axis that leaves it out. ``health`` is what verifying the store found;
     when damaged units were excluded (``load_study(..., exclude_damaged=True)``) they are in
     ``health.damaged`` and in no frame. ``history`` is the store's config history.
+    ``fingerprint`` holds the (unit key, checksum) of every stored unit
+    (`oodeval.study.store.StoreContents.fingerprint`): what tells a copy of the store from
+    another study (`oodeval.study.identity`).
     """
 
     directory: Path
@@ -140,6 +143,7 @@ class Study:
     health: StoreHealth | None = None
     outside: dict[str, str] = field(default_factory=dict)
     history: list[ConfigRecord] = field(default_factory=list)
+    fingerprint: frozenset[tuple[Any, str]] = frozenset()
 
     @property
     def planned(self) -> int:
@@ -292,4 +296,5 @@ def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study
         health,
         outside,
         contents.history,
+        contents.fingerprint(),
     )

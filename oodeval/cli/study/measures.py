@@ -28,7 +28,7 @@ from oodeval.cli._common import (
     reports_errors,
 )
 from oodeval.errors import OodevalError
-from oodeval.measures.meta.correlation import MAX_RESAMPLES
+from oodeval.limits import MAX_RESAMPLES
 from oodeval.measures.meta.leaderboard import (
     BOOTSTRAP_RESAMPLES,
     NO_IDEAL_NOTE,
@@ -80,14 +80,35 @@ def folder_kind(directory: Path) -> str:
     )
 
 
-def _study_frame(directory: Path, names: list[str]) -> tuple[str, pd.DataFrame]:
-    """The study's name and its units (`unit_measures`) with the leaderboard's measures."""
+def _study_frame(
+    directory: Path, names: list[str]
+) -> tuple[str, pd.DataFrame, frozenset[tuple[object, str]]]:
+    """The study's name, its units (`unit_measures`) with the leaderboard's measures, and its
+    stored units' (key, checksum) pairs (`oodeval.study.Study.fingerprint`)."""
     from oodeval.study import load_study
     from oodeval.study.analysis import correlatable, unit_measures
 
     study = load_study(directory)
     frame = unit_measures(study, list(dict.fromkeys([*names, *VERSUS])))
-    return str(study.config.get("name") or directory.name), correlatable(frame)
+    name = str(study.config.get("name") or directory.name)
+    return name, correlatable(frame), study.fingerprint
+
+
+def _distinct_folders(directories: list[Path], drop: bool) -> list[Path]:
+    """The folders once each by identity (`oodeval.study.identity`: one file by a link, a hard
+    link or another path); a repeat is refused, or left out with a note when `drop`."""
+    from oodeval.study.identity import distinct_stores, file_identity
+
+    found = [file_identity(d) for d in directories]
+    kept, notes = distinct_stores(found, drop=drop, allow_shared=True, harm=_POOLED_TWICE)
+    for note in notes:
+        typer.echo(safe_text(f"note: {note}"), err=True)
+    index = {id(k) for k in kept}
+    return [d for d, f in zip(directories, found, strict=True) if id(f) in index]
+
+
+#: What a repeated study would do to the pooled leaderboard, for the refusal.
+_POOLED_TWICE = "its units would be counted twice in the pooled leaderboard"
 
 
 def _sweep_units(directory: Path, names: list[str]) -> pd.DataFrame:
@@ -215,6 +236,13 @@ def measures_command(
     imports: list[str] = IMPORTS_OPT,
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
+    drop_duplicates: bool = typer.Option(
+        False,
+        "--drop-duplicates",
+        help="Leave out, with a note, a folder that is the same store as one given before it "
+        "(a link, a hard link, another path, or a copy holding the same units) instead of "
+        "refusing it.",
+    ),
 ) -> None:
     """Rank measures by how well they track the ideal measure, per study and pooled.
 
@@ -224,18 +252,21 @@ def measures_command(
     against average and worst+gap with a Wilcoxon signed-rank test. Nothing is trained or
     written. A DomainBed sweep has no ideal measure: for it each measure's ranking of the
     algorithms is shown. csv: the leaderboard rows (or, with sweeps only, the rankings); json:
-    an object with both tables and the sentences.
+    an object with both tables and the sentences. A folder that is the same store as another
+    given (a link, a hard link, another path, a copy with the same units), or that shares units
+    with one (merged from it), is refused: its cells would be pooled twice.
     """
     check_output_path(output)
     load_imports(imports)
     names = check_measures(measure_specs(measures) or default_measures())
-    kinds = {d: folder_kind(d) for d in dict.fromkeys(directories)}
+    kinds = {d: folder_kind(d) for d in directories}
+    kinds = {d: kinds[d] for d in _distinct_folders(directories, drop_duplicates)}
     if fmt is OutputFormat.csv and len(set(kinds.values())) > 1:
         raise OodevalError(
             "csv holds one table: give studies and DomainBed sweeps in separate runs, or use "
             "--format json"
         )
-    _run(kinds, names, bootstrap, seed, fmt, output)
+    _run(kinds, names, bootstrap, seed, fmt, output, drop_duplicates)
 
 
 def _run(
@@ -245,13 +276,21 @@ def _run(
     seed: int,
     fmt: OutputFormat,
     output: str | None,
+    drop_duplicates: bool = False,
 ) -> None:
     from oodeval.study.analysis.leaderboard import study_leaderboard
+    from oodeval.study.identity import distinct_stores, file_identity
 
-    frames, rankings = {}, {}
+    frames, rankings, stores = {}, {}, []
     for directory, kind in kinds.items():
         if kind == "study":
-            label, frame = _study_frame(directory, names)
+            label, frame, units = _study_frame(directory, names)
+            stores.append(file_identity(directory).with_units(units))
+            kept, notes = distinct_stores(stores, drop=drop_duplicates, harm=_POOLED_TWICE)
+            if len(kept) < len(stores):  # a copy of a study before it, left out
+                stores.pop()
+                typer.echo(safe_text(f"note: {notes[-1]}"), err=True)
+                continue
             frames[label if label not in (*frames, POOLED) else str(directory)] = frame
         else:
             units = _sweep_units(directory, names)

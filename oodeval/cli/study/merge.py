@@ -16,6 +16,13 @@ def merge_command(
         ..., "--out", metavar="DIR", help="Study folder to merge into (created, or resumed)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+    drop_duplicates: bool = typer.Option(
+        False,
+        "--drop-duplicates",
+        help="Leave out, with a note, an input that is the same store as one given before it "
+        "(a link, a hard link, another path, or a copy holding the same units) instead of "
+        "refusing it.",
+    ),
 ) -> None:
     """Merge study folders run apart (other machines, other algorithms or seeds) into one.
 
@@ -23,8 +30,10 @@ def merge_command(
     imports, never in steps, model, data, trainer options or the hyperparameters of an algorithm
     two of them run. A unit found in several inputs is kept once when its results (result and
     checkpoint rows, hyperparameters) are identical, and refused when they differ; a done unit
-    wins over a failed one. Damaged inputs are refused. Each unit is copied in its own
-    transaction: an interrupted merge resumes when run again.
+    wins over a failed one. Damaged inputs are refused, and so is an input that is the same
+    store as another (the same file by a link or another path, or a copy holding the same
+    units) unless --drop-duplicates leaves it out. Each unit is copied in its own transaction:
+    an interrupted merge resumes when run again.
     """
     from oodeval.study.merge import merge_studies
 
@@ -32,7 +41,9 @@ def merge_command(
 
     # StudyInterrupted: the unit being copied was rolled back, its message says what is merged.
     with stops_on_ctrl_c("while reading the inputs; nothing was written"):
-        summary = merge_studies(inputs, out, progress=progress)
+        summary = merge_studies(inputs, out, progress=progress, drop_duplicates=drop_duplicates)
+    for note in summary.notes:
+        typer.echo(safe_text(f"note: {note}"), err=True)
     typer.echo(safe_text(summary.line()))
 
 

@@ -53,6 +53,7 @@ error        error as a fraction in [0, 1]
 import warnings
 from typing import Any
 
+from oodeval.limits import MAX_RESAMPLES
 from oodeval.measures.meta.answer import ANSWER_MEASURES, answer_line
 from oodeval.measures.meta.asymptotics import distance_to_ideal
 from oodeval.measures.meta.caveats import (
@@ -72,7 +73,6 @@ from oodeval.measures.meta.choice import (
 )
 from oodeval.measures.meta.columns import SEED_MEAN, UNIT_KEYS, Columns
 from oodeval.measures.meta.correlation import (
-    MAX_RESAMPLES,
     bootstrap_correlation_ci,
     mean_std,
     paired_spearman_ci,

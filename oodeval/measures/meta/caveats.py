@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from oodeval.limits import check_count
 from oodeval.measures.meta.correlation import spearman_critical_value
 
 __all__ = [
@@ -65,7 +66,7 @@ def interval_warning(n_algorithms: int) -> str:
     >>> interval_warning(14)
     ''
     """
-    n = int(n_algorithms)
+    n = check_count(n_algorithms, "n_algorithms")
     if n >= MIN_INTERVAL_ALGORITHMS:
         return ""
     if n < 2:

@@ -10,6 +10,7 @@ Scores are "lower is better" and rounded to `TIE_DECIMALS` decimals before ranki
 
 from __future__ import annotations
 
+import math
 import warnings
 from statistics import NormalDist
 from typing import Any
@@ -17,11 +18,19 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.limits import (
+    MAX_RESAMPLES,
+    check_confidence,
+    check_count,
+    check_resamples,
+    check_seed,
+)
 from oodeval.measures._validation import as_float_array, check_same_length
 from oodeval.measures.meta.choice import tie_rounded
 
 __all__ = [
     "KENDALL_PAIRWISE_MAX",
+    "MAX_RESAMPLES",
     "average_ranks",
     "bootstrap_correlation_ci",
     "mean_std",
@@ -34,10 +43,6 @@ __all__ = [
 
 KENDALL_PAIRWISE_MAX = 200
 """Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
-#: Most bootstrap resamples any function or command (``--bootstrap``) draws: far more than a
-#: percentile interval needs (2,000 is the default), few enough that a mistyped count is refused
-#: instead of running for hours.
-MAX_RESAMPLES = 100_000
 
 
 def _paired_scores(measure_scores: Any, ideal_scores: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -99,6 +104,7 @@ def mean_std(values: Any, *, ddof: int = 1) -> tuple[float, float]:
     >>> [round(v, 12) for v in mean_std([0.5, 0.7, 0.9])]
     [0.7, 0.2]
     """
+    check_count(ddof, "ddof")
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0:
         raise OodevalError("mean_std needs at least one value")
@@ -154,12 +160,10 @@ def spearman_critical_value(n: int, alpha: float = 0.05) -> float:
     >>> spearman_critical_value(4)  # 4! = 24 orderings: P(|rho| = 1) = 2/24 > 0.05
     nan
     """
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise OodevalError(f"n must be an integer >= 2 (algorithms), got {n!r}")
-    if not 0 < alpha < 1:
-        raise OodevalError(f"alpha must lie strictly between 0 and 1, got {alpha}")
+    check_count(n, "n", minimum=2, what="algorithms")
+    check_confidence(alpha, "alpha")
     if n > 8:
-        return NormalDist().inv_cdf(1 - alpha / 2) / float(np.sqrt(n - 1))
+        return NormalDist().inv_cdf(1 - alpha / 2) / math.sqrt(float(n - 1))
     from itertools import permutations
 
     ranks = np.array(list(permutations(range(n))), dtype=np.int64)
@@ -285,16 +289,11 @@ def bootstrap_correlation_ci(
 
 
 def _check_bootstrap_options(n_resamples: Any, confidence: float, seed: Any) -> None:
-    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise OodevalError(f"n_resamples must be a positive integer, got {n_resamples!r}")
-    if n_resamples > MAX_RESAMPLES:
-        raise OodevalError(
-            f"n_resamples must be at most {MAX_RESAMPLES:,} (the cap), got {n_resamples:,}"
-        )
-    if not 0 < confidence < 1:
-        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise OodevalError(f"seed must be an integer (same seed -> same interval), got {seed!r}")
+    """The bounds of `oodeval.limits` (the CLI's): 1 to `MAX_RESAMPLES` resamples, a level in
+    (0, 1), a seed in [0, 2**32)."""
+    check_resamples(n_resamples, "n_resamples", minimum=1)
+    check_confidence(confidence)
+    check_seed(seed, "seed")
 
 
 def _seed_matrices(

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.limits import check_confidence, check_resamples, check_seed
 from oodeval.measures.meta.choice import TIE_DECIMALS, algorithm_ranks
 from oodeval.measures.meta.columns import (
     UNIT_KEYS,
@@ -50,7 +51,6 @@ from oodeval.measures.meta.columns import (
     records_to_columns,
     row_groups,
 )
-from oodeval.measures.meta.correlation import MAX_RESAMPLES
 from oodeval.measures.meta.paper_tables import choices, ideal_correlations
 from oodeval.measures.registry import measure_label
 
@@ -352,20 +352,11 @@ def _ranked(records: list[dict[str, Any]], versus: Sequence[str]) -> Columns:
 
 
 def _check_options(n_resamples: Any, confidence: float, seed: Any) -> None:
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)):
-        raise OodevalError(f"--bootstrap must be a whole number of draws, got {n_resamples!r}")
-    if n_resamples < 0:
-        raise OodevalError(f"--bootstrap must be 0 (no intervals) or more, got {n_resamples}")
-    if n_resamples > MAX_RESAMPLES:
-        raise OodevalError(
-            f"--bootstrap must be at most {MAX_RESAMPLES:,} (the cap), got {n_resamples:,}"
-        )
-    if not 0 < confidence < 1:
-        raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise OodevalError(
-            f"--seed must be an integer >= 0 (same seed, same intervals), got {seed!r}"
-        )
+    """The CLI's bounds (`oodeval.limits`): 0 to `MAX_RESAMPLES` draws, a level in (0, 1), a
+    seed in [0, 2**32)."""
+    check_resamples(n_resamples, "--bootstrap")
+    check_confidence(confidence)
+    check_seed(seed, "--seed")
 
 
 def leaderboard_sentence(board: Mapping[str, Any], *, alpha: float = 0.05) -> str:

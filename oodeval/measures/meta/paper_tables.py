@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from oodeval.limits import check_confidence, check_resamples, check_seed
 from oodeval.measures.meta.choice import algorithm_choice
 from oodeval.measures.meta.columns import (
     SEED_MEAN,
@@ -68,6 +69,9 @@ def ideal_correlations(
     Columns: scenario, seed, measure, spearman, kendall, n_algorithms[, spearman_low,
     spearman_high, kendall_low, kendall_high, n_valid]
     """
+    check_resamples(bootstrap, "bootstrap")
+    check_confidence(confidence)
+    check_seed(bootstrap_seed, "bootstrap_seed")
     cols = {k: column_array(units, k) for k in (*UNIT_KEYS, "ideal", *measures)}
     records = []
     for idx in row_groups(cols["scenario"], cols["seed"]):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
+from oodeval.limits import check_confidence, check_count, check_resamples, check_seed
 from oodeval.measures.domain import measure_label
 from oodeval.measures.meta.choice import TIE_DECIMALS
 from oodeval.measures.meta.columns import (
@@ -86,6 +87,10 @@ def correlation_verdicts(
     names = list(dict.fromkeys([measure, baseline]))
     if len(names) != 2:
         raise OodevalError(f"compare two different measures, got {measure!r} twice")
+    check_resamples(n_resamples, "n_resamples", minimum=1)
+    check_confidence(confidence)
+    check_seed(bootstrap_seed, "bootstrap_seed")
+    check_count(min_algorithms, "min_algorithms", minimum=2, what="a rank correlation needs two")
     cols = {k: column_array(units, k) for k in dict.fromkeys((*UNIT_KEYS, "ideal", *names))}
     options = {"n_resamples": n_resamples, "confidence": confidence, "seed": bootstrap_seed}
     records = []
@@ -180,6 +185,10 @@ def tracks_ideal(rho: float, low: float) -> bool:
     >>> tracks_ideal(0.8, 0.3), tracks_ideal(0.55, -0.2), tracks_ideal(0.4, 0.1)
     (True, False, False)
     """
+    try:
+        rho, low = float(rho), float(low)
+    except (TypeError, ValueError, OverflowError):
+        raise OodevalError(f"rho and low must be numbers, got {rho!r} and {low!r}") from None
     return bool(np.isfinite(rho) and np.isfinite(low) and rho >= TRACKING_RHO and low > 0)
 
 
@@ -244,6 +253,7 @@ def verdict_sentence(
     0.02 [-0.70, 0.80], 0.55 [-0.20, 0.95]; rho average -0.20 [-0.80, 0.60], -0.10 [-0.80,
     0.70], 0.30 [-0.40, 0.90].
     """
+    check_confidence(confidence)
     verdict = [str(v) for v in column_array(verdicts, "verdict")]
     reasons = [str(r) for r in column_array(verdicts, "reason")]
     if not verdict:

@@ -19,6 +19,7 @@ from typing import Any
 
 from oodeval._torch import TF32_MODES
 from oodeval.errors import SHOWN_ITEMS, OodevalError, listing
+from oodeval.limits import SEED_LIMIT as LIMITS_SEED
 from oodeval.training.options import CHECKPOINT_SELECTIONS, PRECISIONS
 
 #: The backend used when the config names none: real scenarios, algorithms and the trainer.
@@ -30,9 +31,9 @@ DEFAULT_MEASURES = ("average", "worst_plus_gap", "worst_only", "gap_only")
 HPARAMS_MODES = ("default", "random")
 #: Largest ``steps`` (and ``eval_every``): 10 million updates is weeks of GPU time per unit.
 STEPS_LIMIT = 10_000_000
-#: Seeds and ``data_seed`` lie in [0, 2**32): what numpy's legacy seeding accepts, well inside
-#: torch's and `numpy.random.default_rng`'s ranges.
-SEED_LIMIT = 2**32
+#: Seeds and ``data_seed`` lie in [0, 2**32) (`oodeval.limits.SEED_LIMIT`, the bound every
+#: ``--seed`` and ``seed=`` is checked against too).
+SEED_LIMIT = LIMITS_SEED
 #: Largest ``[trainer] batch_size`` (rows per environment and step).
 BATCH_SIZE_LIMIT = 65_536
 #: How many problems a `ConfigError` message shows before "and N more".

@@ -49,7 +49,10 @@ file beside it. An empty or unreadable file is refused, never started over.
 Stores of schema 1 (no checksums) are read as *unverified* (every output says so); the first
 writer to open one checks it with SQLite's full integrity check and then adds the checksums.
 Stores of schema 1 and 2 (no ``configs`` table) are read as a history of their one config; the
-first writer adds the table with that config as its first row.
+first writer adds the table with that config as its first row. A store of a newer schema than
+`SCHEMA_VERSION` (written by a newer oodeval) is refused on open, by readers and the writer
+alike, naming both versions (`oodeval.study.store.database.check_schema`); nothing is read or
+migrated.
 
 Modules, one responsibility each:
 

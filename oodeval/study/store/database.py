@@ -93,7 +93,17 @@ class StoreFile:
                 f"{self.path} is not an oodeval study store (tables missing: "
                 f"{', '.join(sorted(missing))}); {RESTORE_HINT}"
             )
+        check_schema(self.path, self._stored_schema())
         self.sqlite_check = sqlite_check(conn, "integrity_check")
+
+    def _stored_schema(self) -> str | None:
+        """The ``schema`` row of the ``study`` table, or None when it is missing or cannot be
+        read (a damaged table: the verified read names the damage)."""
+        try:
+            row = self.execute("SELECT value FROM study WHERE key = 'schema'").fetchone()
+        except sqlite3.DatabaseError:
+            return None
+        return None if row is None else str(row[0])
 
     def check_unchanged(self) -> None:
         """Refuse (OodevalError) when a reader opened the file immutable (a folder it may not
@@ -183,6 +193,36 @@ class StoreFile:
         elif self._conn is not None:
             self._conn.close()
         self._conn = self._reader = None
+
+
+def check_schema(path: Path, schema: str | None) -> None:
+    """Refuse (OodevalError) a store written by a newer schema than `SCHEMA_VERSION`, naming both
+    versions, and (StoreDamagedError) one whose schema is not a version number; nothing for this
+    schema, an older one (migrated by the writer, `oodeval.study.store.migrations`) or none
+    recorded (schema 1). Every command opens a store through `StoreFile.open`, which calls it
+    before anything is read or written.
+
+    >>> check_schema(Path("s/results.sqlite"), "1")
+    >>> try:
+    ...     check_schema(Path("s/results.sqlite"), "99")
+    ... except OodevalError as exc:
+    ...     print(str(exc)[:82])
+    s/results.sqlite was written by a newer oodeval (store schema 99; this oodeval rea
+    """
+    if schema is None:
+        return
+    text = schema.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise StoreDamagedError(
+            f"{path} records the schema version {schema[:40]!r}, which is no version "
+            f"number; {RESTORE_HINT}"
+        )
+    if int(text) > int(SCHEMA_VERSION):
+        raise OodevalError(
+            f"{path} was written by a newer oodeval (store schema {int(text)}; this oodeval "
+            f"reads schema {SCHEMA_VERSION} and older); upgrade oodeval to a release that "
+            f"reads schema {int(text)} to use it"
+        )
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.study.integrity import StoreHealth
+from oodeval.study.integrity import StoreHealth, unit_checksum
 from oodeval.study.store.schema import (
     CHECKPOINT_COLUMNS,
     JSON_COLUMNS,
@@ -188,6 +188,17 @@ class StoreContents:
     health: StoreHealth
     history: list[ConfigRecord] = field(default_factory=list)
 
+    def fingerprint(self) -> frozenset[tuple[Any, str]]:
+        """(unit key, checksum) of every unit read: two stores with units in common hold copies
+        of the same runs (a checksum covers the unit's row, time stamps included, and all its
+        rows); `oodeval.study.identity` refuses to count them twice. A unit without a stored
+        checksum (schema 1) has the one its rows give (`oodeval.study.integrity.unit_checksum`).
+        """
+        return frozenset(
+            (u.key, str(u.integrity[-1]) if u.integrity and u.integrity[-1] else _checksum(u))
+            for u in self.units
+        )
+
     @property
     def usable(self) -> list[StoredUnit]:
         """Units whose numbers may be used: verified, or unverified (schema 1) but readable."""
@@ -226,3 +237,7 @@ class StoreContents:
         ]
         columns = ["scenario", "algorithm", "seed", "hparams", "unit_key", *CHECKPOINT_COLUMNS]
         return pd.DataFrame.from_records(rows, columns=columns)
+
+
+def _checksum(unit: StoredUnit) -> str:
+    return unit_checksum(unit.row[: len(UNIT_COLUMNS)], unit.results, unit.checkpoints)
