@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -160,6 +161,7 @@ def measures_command(
     if not 0 < confidence < 1:
         raise OodevalError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().file("RESULTS", results).imports(imports))
     load_imports(imports)
     names = measure_specs(measures)
     data = read_results(results, percent=percent)

@@ -25,13 +25,15 @@ import numpy as np
 import pandas as pd
 import typer
 
-from oodeval._files import refuse_links
-from oodeval._npz import write_npz
+from oodeval._files import all_or_nothing, refuse_links
+from oodeval._npz import npz_path, write_npz
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
+    check_output_path,
     echo_output,
     render_metrics,
     reports_errors,
@@ -75,6 +77,8 @@ def ratio_study_command(
     from oodeval.openworld.ratio_study import ratio_study, ratio_table_cells
     from oodeval.results.predictions import parse_class_ids, read_predictions
 
+    check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().file("PREDICTIONS", predictions))
     arrays = read_predictions(predictions)
     if "labels" not in arrays:
         raise OodevalError(
@@ -153,7 +157,11 @@ def make_features_command(
     from oodeval.openworld.base_new import few_shot_indices
     from oodeval.openworld.features import digit_features, save_features, synthetic_features
 
+    # the files written: .npz is added to a name without it (as np.savez does)
+    train_out, test_out = npz_path(train_out), npz_path(test_out)
     refuse_links(train_out, test_out)  # both before either is written
+    read = Inputs().spec("--source", source).spec("--encoder-source", encoder_source)
+    refuse_aliases([("--train-out", train_out), ("--test-out", test_out)], read)
     if source == "synthetic":
         fs = synthetic_features(overlap=overlap, seed=seed, n_per_class=shots + 100)
         train_idx = few_shot_indices(fs.labels, fs.base_classes, shots, seed=seed)
@@ -161,8 +169,10 @@ def make_features_command(
         test = fs.subset(np.setdiff1d(np.arange(fs.labels.size), train_idx))
     else:
         train, test = digit_features(source, encoder_source=encoder_source, seed=seed, shots=shots)
-    save_features(train_out, train)
-    save_features(test_out, test)
+    with all_or_nothing() as written:  # a failed --test-out takes the --train-out file with it
+        save_features(train_out, train)
+        written.append(train_out)
+        save_features(test_out, test)
     typer.echo(
         safe_text(
             f"wrote {train_out} ({train.labels.size} rows) and {test_out} ({test.labels.size} rows)"
@@ -213,7 +223,9 @@ def train_gmop_command(
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
 
+    out = npz_path(out)  # the file written: .npz is added to a name without it
     refuse_links(out)  # before minutes of training, not after
+    refuse_aliases([("--out", out)], Inputs().file("FEATURES", features))
     where = resolve_device(device)  # a misspelt or missing device fails before any reading
     if device == "auto":
         typer.echo(f"device: auto -> {where}", err=True)
@@ -263,23 +275,31 @@ def evaluate_command(
     from oodeval.openworld.gmop import evaluate_model, load_model, zero_shot_model
 
     if predictions is not None:
+        predictions = npz_path(predictions)  # the file written: .npz added to a name without it
         refuse_links(predictions)
+    check_output_path(output)
+    read = Inputs().file("FEATURES", features).file("--model", model_path)
+    refuse_aliases([("--predictions", predictions), ("--output", output)], read)
     test = load_features(features)
     model = zero_shot_model(test) if model_path is None else load_model(model_path)
     metrics = evaluate_model(model, test)
+    with all_or_nothing() as written:  # a failed --output takes the --predictions file with it
+        if predictions is not None:
+            out = model.predict(test.features)
+            written.append(
+                write_npz(
+                    predictions,
+                    probs=out["outputs"],
+                    labels=test.labels,
+                    base_classes=np.asarray(test.base_classes, dtype=np.int64),
+                    scores=out["detector_scores"],
+                    base_predictions=out["base_predictions"],
+                    new_predictions=out["new_predictions"],
+                )
+            )
+        echo_output(render_metrics(metrics, fmt), output)
     if predictions is not None:
-        out = model.predict(test.features)
-        write_npz(
-            predictions,
-            probs=out["outputs"],
-            labels=test.labels,
-            base_classes=np.asarray(test.base_classes, dtype=np.int64),
-            scores=out["detector_scores"],
-            base_predictions=out["base_predictions"],
-            new_predictions=out["new_predictions"],
-        )
         typer.echo(safe_text(f"wrote {predictions}"), err=True)
-    echo_output(render_metrics(metrics, fmt), output)
 
 
 def register(app: typer.Typer) -> None:

@@ -22,11 +22,13 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import read_text, safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
+    check_output_path,
     echo_output,
     reports_errors,
 )
@@ -76,6 +78,11 @@ def render_counts(rows: list) -> str:
     return text_table(cols, cells, right=[c != "role" for c in cols])
 
 
+def _refuse_aliases(tree: Path, out: str) -> None:
+    """Before the tree is scanned: --out must not be a file of the tree (an image)."""
+    refuse_aliases([("--out", out)], Inputs().tree("TREE", tree))
+
+
 def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -> None:
     n = write_assignment_csv(rows, out)
     typer.echo(safe_text(f"{header}; wrote {n} rows to {out}"))
@@ -118,6 +125,7 @@ def classic_command(
     With only --train (or only --test) the other side is the remaining domains common to every
     class; class-specific domains are used by neither, and the output lists them.
     """
+    _refuse_aliases(tree, out)
     images = scan_tree(tree)
     train_d, test_d = classic_domains(
         images, train_domains=_names(train), test_domains=_names(test)
@@ -165,6 +173,7 @@ def flexible_random_command(
     seed: int = SEED_OPT,
 ) -> None:
     """Flexible random protocol: per class 2 dominant, 12 minor and 6 test domains (Sec. 4.3)."""
+    _refuse_aliases(tree, out)
     rows = flexible_random_assignment(
         scan_tree(tree),
         common_domains=_names(common),
@@ -204,6 +213,7 @@ def flexible_compositional_command(
     seed: int = SEED_OPT,
 ) -> None:
     """Flexible compositional protocol: exclusive training-only domains (NICO++ Sec. 4.3)."""
+    _refuse_aliases(tree, out)
     rows = flexible_compositional_assignment(
         scan_tree(tree),
         exclusive_domains=_names(exclusive),
@@ -261,6 +271,9 @@ def evaluate_command(
     if as_json:
         typer.echo("note: --json is deprecated; use --format json", err=True)
         fmt = OutputFormat.json
+    check_output_path(output)
+    read = Inputs().file("ASSIGNMENT", assignment).file("PREDICTIONS", predictions)
+    refuse_aliases([("--output", output)], read)
     summary = evaluate_assignment(read_assignment_csv(assignment), read_predictions(predictions))
     if fmt is OutputFormat.json:
         echo_output(to_json(summary), output)

@@ -13,6 +13,7 @@ All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses
 
 from oodeval.study.analysis.output import (
     VERDICT_FOOTNOTE,
+    analysis_files,
     analysis_markdown,
     completeness_sentence,
     verdict_markdown,
@@ -53,6 +54,7 @@ __all__ = [
     "VERDICT_FOOTNOTE",
     "VERDICT_RESAMPLES",
     "ablation_correlations",
+    "analysis_files",
     "analysis_markdown",
     "analyze",
     "baseline_vs_ideal_best",
