@@ -192,14 +192,16 @@ def _writable_file(path: Path) -> bool:
     return True
 
 
-def echo_output(text: str, output: str | None) -> None:
+def echo_output(text: str, output: str | None, *, say_wrote: bool = True) -> None:
     """Write `text` to the file `output` (never through a link: `oodeval._files.write_file`),
-    or to stdout when it is None."""
+    or to stdout when it is None. ``wrote FILE`` goes to stderr then, unless not `say_wrote`
+    (a command that prints lines about the result first says it itself, after them)."""
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
         write_file(output, text if text.endswith("\n") else text + "\n", named_by_user=True)
-        typer.echo(safe_text(f"wrote {output}"), err=True)
+        if say_wrote:
+            typer.echo(safe_text(f"wrote {output}"), err=True)
 
 
 @contextmanager

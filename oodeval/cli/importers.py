@@ -225,11 +225,14 @@ def domainbed(
         )
     # Warnings are printed only once the report exists, so bad input gives one error line.
     text, report_notes, answer = domainbed_report(sweep, methods, fmt.value, extra)
-    echo_output(text, output)  # first: a failed write is the only line (no answer before it)
+    # written first: a failed write is the only line (no answer before it)
+    echo_output(text, output, say_wrote=False)
     if answer:
         typer.echo(safe_text(f"answer: {answer}"), err=True)
     for note in [*notes, *report_notes]:
         typer.echo(safe_text(f"warning: {note}"), err=True)
+    if output is not None:
+        typer.echo(safe_text(f"wrote {output}"), err=True)
 
 
 def register(parent: typer.Typer) -> None:

@@ -158,8 +158,9 @@ def make_features_command(
     from oodeval.openworld.features import digit_features, save_features, synthetic_features
 
     # the files written: .npz is added to a name without it (as np.savez does)
-    train_out, test_out = npz_path(train_out), npz_path(test_out)
     refuse_links(train_out, test_out)  # both before either is written
+    train_out, test_out = npz_path(train_out), npz_path(test_out)
+    refuse_links(train_out, test_out)
     read = Inputs().spec("--source", source).spec("--encoder-source", encoder_source)
     refuse_aliases([("--train-out", train_out), ("--test-out", test_out)], read)
     if source == "synthetic":
@@ -223,8 +224,9 @@ def train_gmop_command(
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
 
-    out = npz_path(out)  # the file written: .npz is added to a name without it
     refuse_links(out)  # before minutes of training, not after
+    out = npz_path(out)  # the file written: .npz is added to a name without it
+    refuse_links(out)
     refuse_aliases([("--out", out)], Inputs().file("FEATURES", features))
     where = resolve_device(device)  # a misspelt or missing device fails before any reading
     if device == "auto":
@@ -275,6 +277,7 @@ def evaluate_command(
     from oodeval.openworld.gmop import evaluate_model, load_model, zero_shot_model
 
     if predictions is not None:
+        refuse_links(predictions)
         predictions = npz_path(predictions)  # the file written: .npz added to a name without it
         refuse_links(predictions)
     check_output_path(output)
