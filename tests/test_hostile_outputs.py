@@ -94,9 +94,9 @@ ALIASES: list[tuple[str, Callable[[W], list[str]], Callable[[W], Path]]] = [
         lambda w: w["store"],
     ),
     (
-        "variance DIR -o the store",
-        lambda w: ["variance", w["study"], "-o", w["store"]],
-        lambda w: w["store"],
+        "variance CSV -o CSV",
+        lambda w: ["variance", w["checkpoints"], "-o", w["checkpoints"]],
+        lambda w: w["checkpoints"],
     ),
     (
         "study merge DIR --out DIR",

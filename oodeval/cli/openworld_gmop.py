@@ -45,6 +45,15 @@ from oodeval.study.config.keys import SEED_LIMIT, STEPS_LIMIT
 from oodeval.tables import render_frame, render_rows
 
 
+def npz_outputs(flag: str, given: Path | None) -> list[tuple[str, Path | None]]:
+    """The outputs to check for an .npz option: the file written (`npz_path`), and the name
+    given when it differs (a hard link to an input named ``x`` is refused too)."""
+    if given is None:
+        return [(flag, None)]
+    written = npz_path(given)
+    return [(flag, written)] if written == given else [(flag, given), (flag, written)]
+
+
 class Method(str, Enum):
     gmop = "gmop"
     single_context = "single-context"
@@ -159,10 +168,11 @@ def make_features_command(
 
     # the files written: .npz is added to a name without it (as np.savez does)
     refuse_links(train_out, test_out)  # both before either is written
+    outputs = [*npz_outputs("--train-out", train_out), *npz_outputs("--test-out", test_out)]
     train_out, test_out = npz_path(train_out), npz_path(test_out)
     refuse_links(train_out, test_out)
     read = Inputs().spec("--source", source).spec("--encoder-source", encoder_source)
-    refuse_aliases([("--train-out", train_out), ("--test-out", test_out)], read)
+    refuse_aliases(outputs, read)
     if source == "synthetic":
         fs = synthetic_features(overlap=overlap, seed=seed, n_per_class=shots + 100)
         train_idx = few_shot_indices(fs.labels, fs.base_classes, shots, seed=seed)
@@ -225,9 +235,9 @@ def train_gmop_command(
     from oodeval.openworld.gmop import GMoPConfig, save_model, train_gmop, train_single_context
 
     refuse_links(out)  # before minutes of training, not after
+    refuse_aliases(npz_outputs("--out", out), Inputs().file("FEATURES", features))
     out = npz_path(out)  # the file written: .npz is added to a name without it
     refuse_links(out)
-    refuse_aliases([("--out", out)], Inputs().file("FEATURES", features))
     where = resolve_device(device)  # a misspelt or missing device fails before any reading
     if device == "auto":
         typer.echo(f"device: auto -> {where}", err=True)
@@ -276,13 +286,13 @@ def evaluate_command(
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import evaluate_model, load_model, zero_shot_model
 
+    outputs = [*npz_outputs("--predictions", predictions), ("--output", output)]
     if predictions is not None:
         refuse_links(predictions)
         predictions = npz_path(predictions)  # the file written: .npz added to a name without it
         refuse_links(predictions)
     check_output_path(output)
-    read = Inputs().file("FEATURES", features).file("--model", model_path)
-    refuse_aliases([("--predictions", predictions), ("--output", output)], read)
+    refuse_aliases(outputs, Inputs().file("FEATURES", features).file("--model", model_path))
     test = load_features(features)
     model = zero_shot_model(test) if model_path is None else load_model(model_path)
     metrics = evaluate_model(model, test)

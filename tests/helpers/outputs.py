@@ -37,8 +37,9 @@ def finished(root: Path) -> Path:
 
 def make_world(root: Path, study: Path) -> dict[str, Path]:
     """Inputs in `root`: ``r.csv`` (results), ``pred.csv`` (open-world predictions),
-    ``te.npz`` (features), ``S`` (a copy of the study `study`), ``tree`` (images of three
-    domains), ``asg.csv`` (its classic assignment) and ``p.csv`` (predictions for it)."""
+    ``tr.npz``/``te.npz`` (features), ``S`` (a copy of the study `study`), ``tree`` (images of
+    three domains), ``asg.csv`` (its classic assignment), ``p.csv`` (predictions for it) and
+    ``ck.csv`` (per-checkpoint records for `variance`)."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(EXAMPLES / "results.csv", root / "r.csv")
     shutil.copy(EXAMPLES / "openworld_predictions.csv", root / "pred.csv")
@@ -54,6 +55,16 @@ def make_world(root: Path, study: Path) -> dict[str, Path]:
     lines = (root / "asg.csv").read_text().splitlines()[1:]
     rows = [f"{line.split(',')[0]},cat" for line in lines]
     (root / "p.csv").write_text("path,prediction\n" + "\n".join(rows) + "\n")
+    header = (
+        "dataset,algorithm,environment,trial,hparams,step,test_acc,train_val_acc,oracle_val_acc"
+    )
+    records = [
+        f"D,ERM,{env},{trial},0,{step},0.8{trial},0.7{env},0.75"
+        for trial in (0, 1)
+        for env in (0, 1)
+        for step in (100, 200)
+    ]
+    (root / "ck.csv").write_text("\n".join([header, *records]) + "\n")
     argv = ["openworld", "make-features", "--source", "synthetic", "--n-shots", "2"]
     code, out, err = invoke(
         [*argv, "--train-out", str(root / "tr.npz"), "--test-out", str(root / "te.npz")]
@@ -69,6 +80,7 @@ def make_world(root: Path, study: Path) -> dict[str, Path]:
         "tree": root / "tree",
         "assignment": root / "asg.csv",
         "protocol_predictions": root / "p.csv",
+        "checkpoints": root / "ck.csv",
     }
 
 
