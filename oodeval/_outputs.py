@@ -93,7 +93,8 @@ class Inputs:
         return self
 
     def tree(self, label: str, path: str | Path | None) -> Inputs:
-        """Add a folder every file below which the command may read (images)."""
+        """Add a folder every file below which the command may read (images): an output that
+        is an existing file below it, or a hard link to one, is refused; a new file is not."""
         if path is not None:
             self.trees.append((label, path))
         return self
@@ -186,12 +187,10 @@ def refuse_aliases(
 
 def _inside(out: _Place, tree: str | Path) -> bool:
     """`out` is an existing file below the folder `tree` (by path, or as a hard link to one)."""
-    if out.inode is None:  # a file that does not exist yet is not read
+    if out.inode is None or os.path.isdir(out.real):  # a new file, a folder: nothing read
         return False
     root = os.path.realpath(tree)
-    if os.path.isdir(out.real) and not out.real.startswith(root + os.sep):
-        return False
-    if out.real.startswith(root + os.sep) and not os.path.isdir(out.real):
+    if out.real.startswith(root + os.sep):
         return True
     try:
         if os.stat(out.path).st_nlink < 2:  # no other name: no hard link into the tree

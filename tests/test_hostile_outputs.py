@@ -99,11 +99,6 @@ ALIASES: list[tuple[str, Callable[[W], list[str]], Callable[[W], Path]]] = [
         lambda w: w["checkpoints"],
     ),
     (
-        "study merge DIR --out DIR",
-        lambda w: ["study", "merge", w["study"], "--out", w["study"], "--no-progress"],
-        lambda w: w["store"],
-    ),
-    (
         "study analyze -o one of its analysis files",
         lambda w: [
             "study",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -33,7 +34,9 @@ def merge_command(
     read = Inputs()
     for directory in inputs:
         read.source("DIR", directory)
-    refuse_aliases([("--out", out), *(("the merged store", p) for p in study_files(out))], read)
+    # --out naming an input folder: merge_studies says so itself, naming the folder
+    if not any(os.path.realpath(out) == os.path.realpath(d) for d in inputs):
+        refuse_aliases([("the merged store", p) for p in study_files(out)], read)
 
     # StudyInterrupted: the unit being copied was rolled back, its message says what is merged.
     with stops_on_ctrl_c("while reading the inputs; nothing was written"):
