@@ -37,6 +37,7 @@ from oodeval.errors import OodevalError
 __all__ = [
     "WriteError",
     "all_or_nothing",
+    "names_the_file",
     "link_refusal",
     "make_folder",
     "open_no_link",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -462,3 +464,23 @@ def test_a_write_error_names_the_regular_file(world, monkeypatch) -> None:
     monkeypatch.undo()
     assert f"cannot write {target} (Input/output error)" in line, line
     assert not target.exists() and not list(target.parent.glob(".scores.txt.*"))
+
+
+@needs_dev_full
+def test_a_full_standard_output_is_named(world) -> None:
+    """``oodeval measures r.csv > /dev/full``, as a real process: the line names stdout."""
+    with open(FULL, "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "oodeval.cli.main", "measures", str(world["results"])],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert lines == [
+        "error: cannot write the standard output (No space left on device); free some space or "
+        "choose another path"
+    ], done.stderr
