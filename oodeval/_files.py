@@ -28,11 +28,58 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from oodeval.errors import OodevalError
 
-__all__ = ["link_refusal", "make_folder", "open_no_link", "refuse_links", "write_file"]
+__all__ = [
+    "WriteError",
+    "all_or_nothing",
+    "names_the_file",
+    "link_refusal",
+    "make_folder",
+    "open_no_link",
+    "refuse_links",
+    "write_file",
+    "write_files",
+]
+
+
+class WriteError(OodevalError, OSError):
+    """Writing a file failed (a full disk, an I/O error): one line naming the file and the
+    cause. An OSError too, for callers that retry or skip an optional write."""
+
+
+#: Errors about where a file is (no folder, no permission, a folder there): their own lines
+#: name the file already (`oodeval.cli._common.reports_errors`); every other is a `WriteError`.
+_WHERE_ERRORS = (errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOENT, errno.ENOTDIR, errno.EEXIST)
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@contextmanager
+def names_the_file(path: str | Path) -> Iterator[None]:
+    """Inside the block, an OSError of writing `path` (other than `_WHERE_ERRORS`) becomes a
+    `WriteError` naming `path` and the cause.
+
+    >>> with names_the_file("/dev/full"):  # doctest: +ELLIPSIS
+    ...     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    Traceback (most recent call last):
+    oodeval._files.WriteError: cannot write /dev/full (No space left on device); free some ...
+    """
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, WriteError) or exc.errno in _WHERE_ERRORS:
+            raise
+        reason = exc.strerror or type(exc).__name__
+        fix = (
+            "free some space or choose another path"
+            if exc.errno in _FULL
+            else "check the disk and the path, or choose another path"
+        )
+        raise WriteError(f"cannot write {path} ({reason}); {fix}") from None
 
 
 def link_refusal(path: str | Path) -> OodevalError:
@@ -124,19 +171,100 @@ def write_file(path: str | Path, data: str | bytes, *, named_by_user: bool = Fal
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     refuse_links(path, named_by_user=named_by_user)
+    mode = _mode(path)
+    with names_the_file(path):
+        if mode is not None and stat.S_ISLNK(mode):  # to a device or pipe the user named
+            _write_to_stream(path, raw)
+        elif mode is not None and not stat.S_ISREG(mode):
+            _write_in_place(open_no_link(path, os.O_WRONLY), raw)
+        else:
+            _replace(path, raw, mode)
+    return path
+
+
+@contextmanager
+def all_or_nothing() -> Iterator[list[Path]]:
+    """A list to which a command adds each file it has written; when the block fails (a full
+    disk at the second file, Ctrl-C), the regular files in it are removed, and then the folders
+    in it that are empty (a folder the command made for them), so a failed command leaves none
+    of its files behind. Devices and pipes (``/dev/stdout``) are left alone.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> try:
+    ...     with all_or_nothing() as written:
+    ...         written.append(write_file(d / "a.csv", "x"))
+    ...         raise WriteError("cannot write b.csv")
+    ... except WriteError:
+    ...     pass
+    >>> (d / "a.csv").exists()
+    False
+    """
+    written: list[Path] = []
+    try:
+        yield written
+    except BaseException:
+        for path in written:
+            if os.path.isfile(path) and not os.path.islink(path):
+                Path(path).unlink(missing_ok=True)
+        for path in reversed(written):
+            if os.path.isdir(path) and not os.path.islink(path):
+                try:
+                    os.rmdir(path)  # only when empty
+                except OSError:
+                    pass
+        raise
+
+
+def _mode(path: Path) -> int | None:
+    """`path`'s st_mode (not following a link), None when absent; a folder is refused."""
     try:
         mode: int | None = os.lstat(path).st_mode
     except FileNotFoundError:
         mode = None
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    if mode is not None and stat.S_ISLNK(mode):  # to a device or pipe the user named
-        _write_to_stream(path, raw)
-    elif mode is not None and not stat.S_ISREG(mode):
-        _write_in_place(open_no_link(path, os.O_WRONLY), raw)
-    else:
-        _replace(path, raw, mode)
-    return path
+    return mode
+
+
+def write_files(contents: Mapping[Path, str | bytes]) -> list[Path]:
+    """Write every file of `contents` ({path: data}) or none, never through a symbolic link.
+
+    Each is written to a temporary file beside it first; only when all are written does each
+    replace its file (``os.replace``). When one fails (a full disk), the temporary files are
+    removed and the error (a `WriteError` naming the file) raised: the files there before are
+    unchanged, and no new one is left. A file there that is no regular file (a device, a pipe)
+    is written in place at the end. Returns the paths.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> [p.name for p in write_files({d / "a.csv": "x", d / "b.md": "y"})]
+    ['a.csv', 'b.md']
+    """
+    paths = [Path(p) for p in contents]
+    refuse_links(*paths)  # all of them before the first is written
+    staged: list[tuple[Path, Path]] = []
+    late: list[tuple[Path, bytes]] = []
+    try:
+        for path, data in zip(paths, contents.values(), strict=True):
+            raw = data.encode("utf-8") if isinstance(data, str) else data
+            mode = _mode(path)
+            if mode is not None and not stat.S_ISREG(mode):
+                late.append((path, raw))
+                continue
+            with names_the_file(path):
+                tmp = _staged(path, raw, mode)
+            if tmp is not None:  # None: rewritten in place already (a folder one may not write)
+                staged.append((tmp, path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for path, raw in late:
+        write_file(path, raw)
+    return paths
 
 
 def _write_in_place(fd: int, raw: bytes) -> None:
@@ -161,20 +289,33 @@ def _write_to_stream(path: Path, raw: bytes) -> None:
 
 def _replace(path: Path, raw: bytes, mode: int | None) -> None:
     """Replace the regular file `path` (`mode`: its st_mode, None when absent) by `raw`."""
+    tmp = _staged(path, raw, mode)
+    if tmp is None:  # rewritten in place
+        return
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _staged(path: Path, raw: bytes, mode: int | None) -> Path | None:
+    """A new temporary file beside `path` holding `raw` (with `mode`'s permissions), to replace
+    `path`; None when the folder refuses it and the existing file was rewritten in place."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         fd = open_no_link(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:  # name the file asked for, not the temporary one
         if mode is not None and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             _write_in_place(open_no_link(path, os.O_WRONLY | os.O_TRUNC), raw)
-            return
+            return None
         raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
             if mode is not None:
                 os.fchmod(fh.fileno(), stat.S_IMODE(mode))
-        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return tmp

@@ -88,6 +88,20 @@ def read_npz(
     return arrays, found
 
 
+def npz_path(path: str | Path) -> Path:
+    """The file `write_npz` writes for `path`: `path` itself when its name ends in ``.npz`` or
+    it is a device or pipe (``/dev/stdout``), else with ``.npz`` added (as ``np.savez`` does).
+    Commands check and name this one.
+
+    >>> npz_path("model").name, npz_path("model.npz").name, str(npz_path("/dev/null"))
+    ('model.npz', 'model.npz', '/dev/null')
+    """
+    path = Path(path)
+    if path.name.endswith(".npz") or (path.exists() and not path.is_file() and not path.is_dir()):
+        return path
+    return path.with_name(path.name + ".npz")
+
+
 def write_npz(path: str | Path, **arrays: np.ndarray) -> Path:
     """Write `arrays` as ``np.savez`` does (``.npz`` added to a name without it), through
     `oodeval._files.write_file` (atomically, never through a symbolic link); return the path.
@@ -96,9 +110,7 @@ def write_npz(path: str | Path, **arrays: np.ndarray) -> Path:
     >>> write_npz(os.path.join(tempfile.mkdtemp(), "x"), a=np.arange(3)).name
     'x.npz'
     """
-    path = Path(path)
-    if not path.name.endswith(".npz"):
-        path = path.with_name(path.name + ".npz")
+    path = npz_path(path)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
     return write_file(path, buffer.getvalue())

@@ -46,7 +46,9 @@ def test_train_then_evaluate_prints_the_suite_and_writes_predictions(files):
         ["evaluate", str(files / "test.npz"), "--model", str(files / "model.npz"),
          "--predictions", str(files / "preds.npz"), "--format", "json"]
     )  # fmt: skip
-    metrics = json.loads(out[out.index("{") :])
+    # "wrote preds.npz" follows the metrics: it is said once both outputs are written
+    assert out.rstrip().endswith(f"wrote {files / 'preds.npz'}"), out
+    metrics = json.loads(out[out.index("{") : out.rindex("}") + 1])
     assert set(metrics) == {"base_acc", "new_acc", "hm", "overall_acc", "auroc", "openworld_auc"}
     with np.load(files / "preds.npz", allow_pickle=False) as p:
         assert {"probs", "labels", "base_classes", "scores"} <= set(p.files)

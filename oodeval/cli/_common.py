@@ -27,7 +27,7 @@ import typer
 from typer.core import TyperGroup
 
 from oodeval._extras import extra_of, missing_extra_message
-from oodeval._files import refuse_links, write_file
+from oodeval._files import names_the_file, refuse_links, write_file
 from oodeval._text import safe_text, shortened
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, render_rows, to_json
@@ -192,14 +192,18 @@ def _writable_file(path: Path) -> bool:
     return True
 
 
-def echo_output(text: str, output: str | None) -> None:
+def echo_output(text: str, output: str | None, *, say_wrote: bool = True) -> None:
     """Write `text` to the file `output` (never through a link: `oodeval._files.write_file`),
-    or to stdout when it is None."""
+    or to stdout when it is None. ``wrote FILE`` goes to stderr then, unless not `say_wrote`
+    (a command that prints lines about the result first says it itself, after them)."""
     if output is None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        with names_the_file("the standard output"):  # a full disk there is named too
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
     else:
         write_file(output, text if text.endswith("\n") else text + "\n", named_by_user=True)
-        typer.echo(safe_text(f"wrote {output}"), err=True)
+        if say_wrote:
+            typer.echo(safe_text(f"wrote {output}"), err=True)
 
 
 @contextmanager

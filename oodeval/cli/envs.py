@@ -22,6 +22,7 @@ import numpy as np
 import typer
 
 from oodeval._files import refuse_links, write_file
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -159,6 +160,7 @@ def list_families(
     import pandas as pd
 
     check_output_path(output)
+    refuse_aliases([("--output", output)])  # reads nothing; one output: never an alias
     rows = []
     for fam in FAMILIES.values():
         params = ", ".join(f"{k}={_short(v)}" for k, v in fam.parameters().items())
@@ -197,6 +199,7 @@ def show(
     import pandas as pd
 
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().spec("--source", source))
     sc = scenario_of(family, source, seed, params)
     sizes = sc.sizes()
     eval_counts = sorted(set(sizes["evaluation"].values()))
@@ -257,6 +260,7 @@ def preview(
 ) -> None:
     """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
     refuse_links(out, named_by_user=True)  # never through a link to a file (`oodeval._files`)
+    refuse_aliases([("--out", out)], Inputs().spec("--source", source))
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")
     sc = scenario_of(family, source, seed, params)
@@ -307,17 +311,17 @@ def save_grid(rows, per_env: int, out: Path, *, title: str) -> None:
         axes[r][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    # drawn in memory, written as `oodeval._files.write_file` does (never through a link);
-    # a name without a suffix gets .png, as matplotlib's own savefig gives it
-    target = Path(out) if Path(out).suffix else Path(f"{out}.png")
+    # drawn in memory, written to `out` as given (never through a link: `oodeval._files`), in
+    # the format its suffix names, PNG for a name without a known one (/dev/stdout, grid)
+    kind = Path(out).suffix[1:].lower()
+    if kind not in fig.canvas.get_supported_filetypes():
+        kind = "png"
     buffer = io.BytesIO()
     try:
-        fig.savefig(buffer, dpi=80, format=target.suffix[1:].lower())
-        write_file(target, buffer.getvalue(), named_by_user=True)
-    except OSError as exc:
-        raise OodevalError(f"cannot write {out}: {exc.strerror}; check the folder") from None
+        fig.savefig(buffer, dpi=80, format=kind)
     finally:
         plt.close(fig)
+    write_file(out, buffer.getvalue(), named_by_user=True)  # a failure names the file
 
 
 def envs_app() -> typer.Typer:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -210,6 +211,7 @@ def domainbed(
     list of records.
     """
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().source("SWEEP", sweep_dir).imports(imports))
     load_imports(imports)
     extra = tuple(measure_specs(measures) or ())
     methods = list(dict.fromkeys(selection_method(s) for s in selection or SELECTION_METHODS))
@@ -223,11 +225,14 @@ def domainbed(
         )
     # Warnings are printed only once the report exists, so bad input gives one error line.
     text, report_notes, answer = domainbed_report(sweep, methods, fmt.value, extra)
+    # written first: a failed write is the only line (no answer before it)
+    echo_output(text, output, say_wrote=False)
     if answer:
         typer.echo(safe_text(f"answer: {answer}"), err=True)
     for note in [*notes, *report_notes]:
         typer.echo(safe_text(f"warning: {note}"), err=True)
-    echo_output(text, output)
+    if output is not None:
+        typer.echo(safe_text(f"wrote {output}"), err=True)
 
 
 def register(parent: typer.Typer) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -155,6 +156,7 @@ def measures_command(
     check_resamples(bootstrap, "--bootstrap")
     check_confidence(confidence)
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().file("RESULTS", results).imports(imports))
     load_imports(imports)
     names = measure_specs(measures)
     data = read_results(results, percent=percent)

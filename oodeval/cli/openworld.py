@@ -39,7 +39,8 @@ import numpy as np
 import pandas as pd
 import typer
 
-from oodeval._files import refuse_links, write_file
+from oodeval._files import all_or_nothing, refuse_links, write_file
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -70,15 +71,14 @@ app = typer.Typer(
 # --------------------------------------------------------------------------------------------
 
 
-def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> None:
+def _write_curve(samples: tuple[np.ndarray, ...], path: str) -> Path:
     miss, hit, thresholds = openworld_curve(*samples, return_thresholds=True)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["threshold", "miss_rate_b", "hit_rate_n"])
     for row in zip(thresholds.tolist(), miss.tolist(), hit.tolist(), strict=True):
         writer.writerow(repr(v) for v in row)
-    write_file(path, text.getvalue(), named_by_user=True)
-    typer.echo(safe_text(f"wrote {path}"), err=True)
+    return write_file(path, text.getvalue(), named_by_user=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,12 +125,19 @@ def score(
     """
     if curve is not None:
         refuse_links(curve, named_by_user=True)
+    check_output_path(output)
+    refuse_aliases(
+        [("--curve", curve), ("--output", output)], Inputs().file("PREDICTIONS", predictions)
+    )
     ids = parse_class_ids(base_classes) if base_classes is not None else None
     arrays = read_predictions(predictions)
     metrics, samples = score_predictions(arrays, ids, tie)
-    if curve is not None:
-        _write_curve(samples, curve)
-    echo_output(render_metrics(metrics, fmt), output)
+    with all_or_nothing() as written:  # a failed --output takes the --curve file with it
+        if curve is not None:
+            written.append(_write_curve(samples, curve))
+        echo_output(render_metrics(metrics, fmt), output)
+    if curve is not None:  # said once both are written
+        typer.echo(safe_text(f"wrote {curve}"), err=True)
 
 
 def ratio_study_command(

@@ -23,13 +23,15 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from oodeval._files import refuse_links
-from oodeval._npz import write_npz
+from oodeval._files import all_or_nothing, refuse_links
+from oodeval._npz import npz_path, write_npz
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
+    check_output_path,
     echo_output,
     render_metrics,
     reports_errors,
@@ -37,6 +39,15 @@ from oodeval.cli._common import (
 )
 from oodeval.errors import OodevalError
 from oodeval.study.config.keys import SEED_LIMIT, STEPS_LIMIT
+
+
+def npz_outputs(flag: str, given: Path | None) -> list[tuple[str, Path | None]]:
+    """The outputs to check for an .npz option: the file written (`npz_path`), and the name
+    given when it differs (a hard link to an input named ``x`` is refused too)."""
+    if given is None:
+        return [(flag, None)]
+    written = npz_path(given)
+    return [(flag, written)] if written == given else [(flag, given), (flag, written)]
 
 
 class Method(str, Enum):
@@ -90,7 +101,13 @@ def make_features_command(
     from oodeval.openworld.base_new import few_shot_indices
     from oodeval.openworld.features import digit_features, save_features, synthetic_features
 
+    # the files written: .npz is added to a name without it (as np.savez does)
     refuse_links(train_out, test_out)  # both before either is written
+    outputs = [*npz_outputs("--train-out", train_out), *npz_outputs("--test-out", test_out)]
+    train_out, test_out = npz_path(train_out), npz_path(test_out)
+    refuse_links(train_out, test_out)
+    read = Inputs().spec("--source", source).spec("--encoder-source", encoder_source)
+    refuse_aliases(outputs, read)
     if source == "synthetic":
         fs = synthetic_features(overlap=overlap, seed=seed, n_per_class=shots + 100)
         train_idx = few_shot_indices(fs.labels, fs.base_classes, shots, seed=seed)
@@ -98,8 +115,10 @@ def make_features_command(
         test = fs.subset(np.setdiff1d(np.arange(fs.labels.size), train_idx))
     else:
         train, test = digit_features(source, encoder_source=encoder_source, seed=seed, shots=shots)
-    save_features(train_out, train)
-    save_features(test_out, test)
+    with all_or_nothing() as written:  # a failed --test-out takes the --train-out file with it
+        save_features(train_out, train)
+        written.append(train_out)
+        save_features(test_out, test)
     typer.echo(
         safe_text(
             f"wrote {train_out} ({train.labels.size} rows) and {test_out} ({test.labels.size} rows)"
@@ -201,6 +220,9 @@ def train_gmop_command(
     )
     check_config(config)
     refuse_links(out)  # before minutes of training, not after
+    refuse_aliases(npz_outputs("--out", out), Inputs().file("FEATURES", features))
+    out = npz_path(out)  # the file written: .npz is added to a name without it
+    refuse_links(out)
     where = resolve_device(device)  # a misspelt or missing device fails before any reading
     if device == "auto":
         typer.echo(f"device: auto -> {where}", err=True)
@@ -274,24 +296,33 @@ def evaluate_command(
     from oodeval.openworld.features import load_features
     from oodeval.openworld.gmop import evaluate_model, load_model, zero_shot_model
 
+    outputs = [*npz_outputs("--predictions", predictions), ("--output", output)]
     if predictions is not None:
         refuse_links(predictions)
+        predictions = npz_path(predictions)  # the file written: .npz added to a name without it
+        refuse_links(predictions)
+    check_output_path(output)
+    refuse_aliases(outputs, Inputs().file("FEATURES", features).file("--model", model_path))
     test = load_features(features)
     model = zero_shot_model(test) if model_path is None else load_model(model_path)
     metrics = evaluate_model(model, test)
+    with all_or_nothing() as written:  # a failed --output takes the --predictions file with it
+        if predictions is not None:
+            out = model.predict(test.features)
+            written.append(
+                write_npz(
+                    predictions,
+                    probs=out["outputs"],
+                    labels=test.labels,
+                    base_classes=np.asarray(test.base_classes, dtype=np.int64),
+                    scores=out["detector_scores"],
+                    base_predictions=out["base_predictions"],
+                    new_predictions=out["new_predictions"],
+                )
+            )
+        echo_output(render_metrics(metrics, fmt), output)
     if predictions is not None:
-        out = model.predict(test.features)
-        write_npz(
-            predictions,
-            probs=out["outputs"],
-            labels=test.labels,
-            base_classes=np.asarray(test.base_classes, dtype=np.int64),
-            scores=out["detector_scores"],
-            base_predictions=out["base_predictions"],
-            new_predictions=out["new_predictions"],
-        )
         typer.echo(safe_text(f"wrote {predictions}"), err=True)
-    echo_output(render_metrics(metrics, fmt), output)
 
 
 def register(app: typer.Typer) -> None:

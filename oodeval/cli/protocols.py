@@ -26,11 +26,13 @@ import pandas as pd
 import typer
 
 from oodeval._files import refuse_links, write_file
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import read_text, safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
+    check_output_path,
     echo_output,
     reports_errors,
 )
@@ -82,6 +84,11 @@ def render_counts(rows: list) -> str:
     cols = ["role", "images", "classes", "domains", "cells"]
     cells = [[str(r[c]) for c in cols] for r in role_counts(rows)]
     return text_table(cols, cells, right=[c != "role" for c in cols])
+
+
+def _refuse_aliases(tree: Path, out: str) -> None:
+    """Before the tree is scanned: --out must not be a file of the tree (an image)."""
+    refuse_aliases([("--out", out)], Inputs().tree("TREE", tree))
 
 
 def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -> None:
@@ -149,6 +156,11 @@ def classic_command(
     variant = _oracle_variant(oracle)
     if variant is not None and val_fraction is not None:
         raise OodevalError("--val-fraction does not apply with --oracle: its split is 7:1:2")
+    if variant is None:
+        _refuse_aliases(tree, out)
+    else:
+        outputs = [("--out", out), ("the split record", _record_path(out))]
+        refuse_aliases(outputs, Inputs().tree("TREE", tree))
     images = scan_tree(tree)
     train_d, test_d = classic_domains(
         images, train_domains=_names(train), test_domains=_names(test)
@@ -258,6 +270,7 @@ def flexible_random_command(
     seed: int = SEED_OPT,
 ) -> None:
     """Flexible random protocol: per class 2 dominant, 12 minor and 6 test domains (Sec. 4.3)."""
+    _refuse_aliases(tree, out)
     rows = flexible_random_assignment(
         scan_tree(tree),
         common_domains=_names(common),
@@ -297,6 +310,7 @@ def flexible_compositional_command(
     seed: int = SEED_OPT,
 ) -> None:
     """Flexible compositional protocol: exclusive training-only domains (NICO++ Sec. 4.3)."""
+    _refuse_aliases(tree, out)
     rows = flexible_compositional_assignment(
         scan_tree(tree),
         exclusive_domains=_names(exclusive),
@@ -369,6 +383,9 @@ def evaluate_command(
     if as_json:
         typer.echo("note: --json is deprecated; use --format json", err=True)
         fmt = OutputFormat.json
+    check_output_path(output)
+    read = Inputs().file("ASSIGNMENT", assignment).file("PREDICTIONS", predictions)
+    refuse_aliases([("--output", output)], read)
     summary = evaluate_assignment(
         read_assignment_csv(assignment), read_predictions(predictions), ddof=ddof
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     IMPORTS_OPT,
@@ -54,6 +55,7 @@ def report_command(
     from oodeval.report.build import write_report
     from oodeval.study.store import StoreIntegrityWarning
 
+    refuse_aliases([("--out", out)], Inputs().source("INPUT", input_path).imports(imports))
     load_imports(imports)
     specs = measure_specs(measures)
     kept = f"{out} was not written (the page is written at the end); run it again"

@@ -14,6 +14,7 @@ from enum import Enum
 import pandas as pd
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -189,6 +190,8 @@ def shift_command(
         if value < low:
             raise OodevalError(f"{flag} must be at least {low}, got {value}")
     check_output_path(output)  # before minutes of training, not after
+    read = Inputs().spec("--train", train).spec("--test", test).spec("--source", source)
+    refuse_aliases([("--output", output)], read)
     src = load_spec(train, images=source, max_samples=max_samples)
     tgt = load_spec(test, images=source, max_samples=max_samples)
     src, tgt = disjoint_pair(src, tgt, seed=0)

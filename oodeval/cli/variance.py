@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -127,6 +128,7 @@ def variance(
             f"unknown --oracle {oracle!r}; use one of {', '.join(ORACLE_CHECKPOINTS)}"
         )
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().source("SOURCE", source))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         checkpoints = read_checkpoints(source)

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 from oodeval._files import make_folder, refuse_links, write_file
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import read_text
 from oodeval.errors import OodevalError
 from oodeval.report.page import Section, render_page
@@ -87,10 +88,12 @@ def write_report(
     """Build the report on `input_path` and write it to `out`; return the written path.
 
     `out` must not be a symbolic link (refused before the report is built; `oodeval._files`),
-    unless `named_by_user` (``report --out``) and it leads to a device or pipe (/dev/stdout).
+    unless `named_by_user` (``report --out``) and it leads to a device or pipe (/dev/stdout),
+    nor a file the report reads (the results file, the study's store: `oodeval._outputs`).
     """
     out = Path(out)
     refuse_links(out, named_by_user=named_by_user)
+    refuse_aliases([("the report", out)], Inputs().source("its input", input_path))
     if out.is_dir():
         raise OodevalError(
             f"--out {out} is a folder; give the HTML file's name, e.g. {out}/report.html"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from oodeval._files import all_or_nothing
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -63,6 +65,7 @@ def analyze_command(
     """
     from oodeval.study import load_study
     from oodeval.study.analysis import (
+        analysis_files,
         analyze,
         measure_version_notes,
         verdict_markdown,
@@ -71,6 +74,8 @@ def analyze_command(
     from oodeval.study.store import STORE_NAME
 
     check_output_path(output)
+    read = Inputs().source("DIR", directory).imports(imports)
+    refuse_aliases([("--output", output), ("--analysis-dir", analysis_dir)], read)
     if analysis_dir is not None:
         check_folder_path(analysis_dir, "--analysis-dir")
         check_writable_folder(
@@ -87,13 +92,22 @@ def analyze_command(
     specs = measure_specs(measures)
     study = load_study(directory, exclude_damaged=exclude_damaged)  # read-only
     results = analyze(study, specs)
-    written = write_analysis(study, results=results, out_dir=analysis_dir)
-    if fmt.value in ("csv", "json"):
-        text = render_frame(results["verdict"], fmt.value)
-    else:
-        paths = [safe_text(f"{name}: {path}") for name, path in written.items()]
-        text = "\n".join([verdict_markdown(study, results), *paths])
-    echo_output(text, output)
+    # the analysis files' names are known now: none may be an input or the --output either
+    files = analysis_files(results, analysis_dir or Path(study.directory) / "analysis")
+    named = [("the analysis file", f) for f in files.values()]
+    refuse_aliases([("--output", output), *named], read)
+    with all_or_nothing() as done:  # a failed --output takes the analysis files with it
+        folder = analysis_dir or Path(study.directory) / "analysis"
+        if not folder.exists():
+            done.append(folder)  # made for them: removed with them
+        written = write_analysis(study, results=results, out_dir=analysis_dir)
+        done += written.values()
+        if fmt.value in ("csv", "json"):
+            text = render_frame(results["verdict"], fmt.value)
+        else:
+            paths = [safe_text(f"{name}: {path}") for name, path in written.items()]
+            text = "\n".join([verdict_markdown(study, results), *paths])
+        echo_output(text, output)
     versions = []
     if "measure_digests" in results:
         versions = measure_version_notes(study, results["measure_digests"])

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -83,6 +84,7 @@ def estimate_command(
     from oodeval.study.estimate import estimate_study
 
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().file("CONFIG", config))
     chosen = tuple(a.strip() for a in algorithms.split(",") if a.strip()) if algorithms else None
     # Ctrl-C: run_study's StudyInterrupted would say "run again to resume", but the sample lives
     # in a temporary folder that is removed, so the line says so instead.

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -257,6 +258,10 @@ def measures_command(
     with one (merged from it), is refused: its cells would be pooled twice.
     """
     check_output_path(output)
+    read = Inputs().imports(imports)
+    for directory in directories:
+        read.source("DIR", directory)
+    refuse_aliases([("--output", output)], read)
     load_imports(imports)
     names = check_measures(measure_specs(measures) or default_measures())
     kinds = {d: folder_kind(d) for d in directories}

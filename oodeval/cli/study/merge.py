@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases, study_files
 from oodeval._text import safe_text
 from oodeval.cli._common import check_folder_path, reports_errors, stops_on_ctrl_c
 
@@ -38,6 +40,12 @@ def merge_command(
     from oodeval.study.merge import merge_studies
 
     check_folder_path(out)
+    read = Inputs()
+    for directory in inputs:
+        read.source("DIR", directory)
+    # --out naming an input folder: merge_studies says so itself, naming the folder
+    if not any(os.path.realpath(out) == os.path.realpath(d) for d in inputs):
+        refuse_aliases([("the merged store", p) for p in study_files(out)], read)
 
     # StudyInterrupted: the unit being copied was rolled back, its message says what is merged.
     with stops_on_ctrl_c("while reading the inputs; nothing was written"):

@@ -18,6 +18,7 @@ import typer
 
 from oodeval._extras import require_extra
 from oodeval._files import refuse_links
+from oodeval._outputs import Inputs, refuse_aliases, study_files
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     check_folder_path,
@@ -76,6 +77,10 @@ def run_command(
     check_folder_path(out)
     if report:  # refused now, not after the run (the store's own files: when it is opened)
         refuse_links(Path(out) / "report.html")
+    written = [("the study store", p) for p in study_files(out)]
+    if report:
+        written.append(("the report", Path(out) / "report.html"))
+    refuse_aliases([("--out", out), *written], Inputs().file("CONFIG", config))
     chosen = executor_from_options(executor, workers, executor_values)
     config_ = study_config(config, preset_name, precision, device, tf32)
     _require_extras(config_, report)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     FORMAT_OPT,
@@ -38,6 +39,7 @@ def status_command(
     from oodeval.study import load_study
 
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().source("DIR", directory))
     study = load_study(directory, exclude_damaged=True)
     counts = study.counts()
     damaged = f"{counts['damaged']} damaged, " if counts["damaged"] else ""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval.cli._common import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -32,6 +33,7 @@ def verify_command(
     from oodeval.study.store import verify_store
 
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().source("DIR", directory))
     report = verify_store(directory)
     echo_output(render_lines(report.lines(), fmt), output)
     raise typer.Exit(code=0 if report.clean else 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from oodeval._files import make_folder, refuse_links, write_file
+from oodeval._files import make_folder, refuse_links, write_files
 from oodeval._text import safe_text
 from oodeval.measures import measure_label, meta
 from oodeval.study.analysis.leaderboard import leaderboard_text
@@ -29,6 +29,7 @@ __all__ = [
     "BOUNDS_SENTENCE",
     "TABLE5_PAPER_NOTE",
     "VERDICT_FOOTNOTE",
+    "analysis_files",
     "analysis_markdown",
     "completeness_sentence",
     "verdict_markdown",
@@ -164,6 +165,18 @@ def verdict_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
     )
 
 
+def analysis_files(results: dict[str, pd.DataFrame], out_dir: str | Path) -> dict[str, Path]:
+    """{name: path} of the files `write_analysis` writes for `results` into `out_dir`: one CSV
+    per table and ``analysis.md`` (``markdown``).
+
+    >>> [str(p) for p in analysis_files({"verdict": pd.DataFrame()}, "s/analysis").values()]
+    ['s/analysis/verdict.csv', 's/analysis/analysis.md']
+    """
+    written = {name: Path(out_dir) / f"{name}.csv" for name in results}
+    written["markdown"] = Path(out_dir) / "analysis.md"
+    return written
+
+
 def write_analysis(
     directory: Study | str | Path,
     *,
@@ -177,7 +190,8 @@ def write_analysis(
     verdict in ``verdict.csv``). A damaged store is refused unless ``exclude_damaged`` (see
     `load_study`); then every file starts with the study's integrity notes (``# `` comment lines
     in the CSVs: read them with ``pd.read_csv(path, comment="#")``). `results`: `analyze`'s
-    output for this study when the caller has it already.
+    output for this study when the caller has it already. The files are written all or none
+    (`oodeval._files.write_files`): a failed write (a full disk) leaves the folder as it was.
     """
     study = (
         directory
@@ -190,14 +204,13 @@ def write_analysis(
         out_dir = Path(study.directory) / "analysis"
         refuse_links(out_dir)
     out_dir = Path(out_dir)
-    written = {name: out_dir / f"{name}.csv" for name in results}
-    written["markdown"] = out_dir / "analysis.md"
+    written = analysis_files(results, out_dir)
     refuse_links(*written.values())  # all of them before the first is written
-    make_folder(out_dir, what="analysis folder", named_by_user=named_by_user)
     notes = "".join(f"# WARNING: {note}\n" for note in study.integrity_notes())
-    for name, frame in results.items():
-        write_file(written[name], notes + csv_text(frame, float_format="%.6g"))
-    write_file(written["markdown"], analysis_markdown(study, results))
+    contents = {written[n]: notes + csv_text(f, float_format="%.6g") for n, f in results.items()}
+    contents[written["markdown"]] = analysis_markdown(study, results)
+    make_folder(out_dir, what="analysis folder", named_by_user=named_by_user)
+    write_files(contents)
     return written
 
 
