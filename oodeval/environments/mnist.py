@@ -161,7 +161,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     """Read one IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``).
 
     The header is checked before the data is read: the product of the dimensions (exact Python
-    integers, never an int64 that wraps) must be at most `MAX_INFLATED_BYTES`, and a plain file
+    integers, never an int64 that wraps) with the header must fit `MAX_INFLATED_BYTES`, and a file
     must hold exactly that many data bytes; a ``.gz`` is inflated a chunk at a time and refused
     as soon as it holds more (`oodeval._limits.inflate_capped`), so a gzip bomb is never read
     whole.
@@ -172,7 +172,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     path = Path(path)
     try:
         if path.suffix == ".gz":
-            stream = inflate_capped(path, MAX_INFLATED_BYTES + (1 << 10), str(path))
+            stream = inflate_capped(path, MAX_INFLATED_BYTES, str(path))
             return _parse_idx(path, _Chunks(stream))
         if not path.is_file():
             raise OodevalError(f"{path} is not a regular file; give the IDX file's path")
@@ -212,7 +212,7 @@ def _parse_idx(path: Path, data: _Chunks) -> np.ndarray:
         raise OodevalError(f"{path} is truncated (header); re-download it")
     shape = tuple(int.from_bytes(dims[4 * i : 4 * i + 4], "big") for i in range(ndim))
     expected = math.prod(shape)  # exact: a product past 2**63 stays what it is
-    if expected > MAX_INFLATED_BYTES:
+    if 4 + 4 * ndim + expected > MAX_INFLATED_BYTES:  # the bound on the whole file
         raise OodevalError(
             f"{path}: its header claims {expected:,} data bytes (shape {shape}), over the bound "
             f"of {human_bytes(MAX_INFLATED_BYTES)} on one IDX file; the file is corrupt, "

@@ -180,7 +180,7 @@ def _file_blocks(path: Path, decompress: bool) -> Iterator[bytes]:
     """The bytes of `path` a block at a time, inflated (and capped at `MAX_INFLATED_BYTES`, so a
     gzip bomb is refused, not hashed for minutes) when `decompress`."""
     if decompress:
-        yield from inflate_capped(path, MAX_INFLATED_BYTES + (1 << 10), str(path))
+        yield from inflate_capped(path, MAX_INFLATED_BYTES, str(path))
         return
     with open(path, "rb") as fh:
         yield from iter(lambda: fh.read(1 << 20), b"")
