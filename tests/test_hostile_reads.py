@@ -275,3 +275,16 @@ def test_a_gmop_model_with_a_base_class_of_10_to_the_12_is_one_line(tmp_path):
     np.savez(tmp_path / "m.npz", **model)
     argv = ["openworld", "evaluate", str(tmp_path / "f.npz"), "--model", str(tmp_path / "m.npz")]
     assert_one_error(run_limited(argv), "base classes must be ids 0..3")
+
+
+def test_a_sweep_run_log_past_the_bound_is_skipped_with_a_warning(tmp_path):
+    import shutil
+
+    sweep = tmp_path / "sweep"
+    shutil.copytree(ROOT / "examples" / "domainbed-sweep", sweep)
+    big = sorted(sweep.glob("*/results.jsonl"))[0]
+    big.write_bytes(big.read_bytes() + b"\n" * 20_000)  # blank lines: valid, but past the bound
+    run = run_limited(["import", "domainbed", str(sweep)], env={"OODEVAL_MAX_TEXT_BYTES": "10000"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    warned = [line for line in run.stderr.splitlines() if str(big) in line]
+    assert warned and "not a regular file of at most 9.8 KiB" in warned[0]

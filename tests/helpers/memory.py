@@ -5,6 +5,8 @@ its test (a MemoryError, a nonzero exit) instead of taking the machine's memory.
 address space is capped with ``resource.setrlimit(RLIMIT_AS, ...)`` before oodeval is imported,
 and reports the exit status, the output, and the child's peak resident memory and peak address
 space (``VmHWM`` / ``VmPeak`` of ``/proc/self/status``, read by the child as it exits).
+`capped` does the same inside the test process for a fuzzer's thousands of examples: the soft
+limit is set to the current address space plus `HEADROOM` for the block, then restored.
 
 The cap, `MEMORY_LIMIT` = 3 GiB, from normal runs measured with this helper on a 2-core
 development machine (VmPeak = peak address space, the quantity RLIMIT_AS caps):
