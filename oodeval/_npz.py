@@ -17,6 +17,7 @@ import io
 import math
 import os
 import stat
+import tokenize
 import zipfile
 from collections.abc import Collection
 from pathlib import Path
@@ -30,6 +31,10 @@ from oodeval.errors import OodevalError
 
 _NPY_MAGIC = b"\x93NUMPY"
 _HEADER_MOST = 100_000  # bytes of an .npy header (numpy's own bound is 10,000 by default)
+_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 
 
 def array_size(stream: IO[bytes], held: int) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -44,12 +49,12 @@ def array_size(stream: IO[bytes], held: int) -> tuple[tuple[int, ...], np.dtype,
     ((2, 3), 48)
     """
     version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, _, dtype = np.lib.format.read_array_header_1_0(stream, max_header_size=_HEADER_MOST)
-    elif version == (2, 0):
-        shape, _, dtype = np.lib.format.read_array_header_2_0(stream, max_header_size=_HEADER_MOST)
-    else:
+    if version not in _READERS:
         raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+    try:  # numpy parses the header with a literal parser: garbled text raises what it finds
+        shape, _, dtype = _READERS[version](stream, max_header_size=_HEADER_MOST)
+    except (SyntaxError, tokenize.TokenError, TypeError, KeyError, MemoryError, RecursionError):
+        raise ValueError("its .npy header is not readable") from None
     if dtype.hasobject:
         raise ValueError("has object dtype, which is never loaded")
     data = math.prod(int(d) for d in shape) * dtype.itemsize
@@ -65,11 +70,12 @@ def array_size(stream: IO[bytes], held: int) -> tuple[tuple[int, ...], np.dtype,
 
 
 def _check_members(path: str | Path, names: Collection[str] | None) -> None:
-    """Check the header of every ``.npy`` member to be read (`array_size`) before np.load."""
+    """Check every member to be read before np.load: its declared size against what deflate can
+    give, and an ``.npy`` member's header (`array_size`), whatever the member's name ends in."""
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
-            if not info.filename.endswith(".npy") or (names is not None and name not in names):
+            if names is not None and name not in names:
                 continue
             most = info.compress_size * (ZLIB_MAX_RATIO if info.compress_type else 1)
             if info.file_size > max(most, 1 << 16):
@@ -77,6 +83,9 @@ def _check_members(path: str | Path, names: Collection[str] | None) -> None:
                     f"array {name!r} declares {human_bytes(info.file_size)} inflated from "
                     f"{info.compress_size:,} bytes, more than deflate can give"
                 )
+            with archive.open(info) as member:
+                if member.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                    continue  # np.load gives such a member as bytes, at most its declared size
             with archive.open(info) as member:
                 try:
                     array_size(member, info.file_size)
@@ -161,6 +170,8 @@ def read_npz(
                 raise refuse(f"array {name!r} has object dtype, which is never loaded") from None
             except (OSError, EOFError, zipfile.BadZipFile):
                 raise refuse(f"array {name!r} is damaged") from None
+            if not isinstance(arrays[name], np.ndarray):  # np.load gives a non-.npy member raw
+                raise refuse(f"member {name!r} is not an .npy array")
     return arrays, found
 
 

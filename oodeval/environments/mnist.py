@@ -212,9 +212,10 @@ def _parse_idx(path: Path, data: _Chunks) -> np.ndarray:
         raise OodevalError(f"{path} is truncated (header); re-download it")
     shape = tuple(int.from_bytes(dims[4 * i : 4 * i + 4], "big") for i in range(ndim))
     expected = math.prod(shape)  # exact: a product past 2**63 stays what it is
-    if 4 + 4 * ndim + expected > MAX_INFLATED_BYTES:  # the bound on the whole file
+    spans = math.prod(max(d, 1) for d in shape)  # (0, 2**31, 2**31) holds 0 bytes, yet no array
+    if 4 + 4 * ndim + spans > MAX_INFLATED_BYTES:  # the bound on the whole file
         raise OodevalError(
-            f"{path}: its header claims {expected:,} data bytes (shape {shape}), over the bound "
+            f"{path}: its header's shape {shape} spans {spans:,} bytes, over the bound "
             f"of {human_bytes(MAX_INFLATED_BYTES)} on one IDX file; the file is corrupt, "
             "re-download it"
         )
