@@ -235,7 +235,12 @@ def reopener(
     it more than once: the regular file's path again, or a new in-memory stream of the bytes of
     standard input or a pipe (`stream_bytes`, read once).
 
-    >>> reopener("-")  # doctest: +SKIP
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "r.csv")
+    >>> _ = open(p, "w").write("a,b")
+    >>> again = reopener(p)
+    >>> again() == again() == Path(p)
+    True
     """
     held = stream_bytes(path, what=what, save_as=save_as)
     path = Path(path)
