@@ -15,6 +15,8 @@ bound                   value      what it bounds
 `MAX_CLASS_IDS`         10**7      the class ids one ``--base-classes`` list names
 ======================  =========  ===========================================================
 
+A CIFAR-10 batch has its own bound (`oodeval.environments.cifar.MAX_BATCH_BYTES`, 256 MiB).
+
 The docs' page ``concepts/security.md`` states the same table.
 """
 

@@ -175,6 +175,24 @@ def read_npz(
     return arrays, found
 
 
+def read_npy(path: str | Path, *, what: str) -> np.ndarray:
+    """The array of the ``.npy`` file `path` (``allow_pickle=False``), its header checked first
+    (`array_size`: what it claims against the file's size and `MAX_ARRAY_BYTES`). Raises
+    ValueError naming the problem, OSError as reading does.
+
+    >>> import tempfile, os
+    >>> f = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> np.save(f, np.arange(3))
+    >>> read_npy(f, what="cache file")
+    array([0, 1, 2])
+    """
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{what} {path} is not a regular file")
+    with open(path, "rb") as stream:
+        array_size(stream, os.fstat(stream.fileno()).st_size)
+    return np.load(path, allow_pickle=False)
+
+
 def write_npz(path: str | Path, **arrays: np.ndarray) -> Path:
     """Write `arrays` as ``np.savez`` does (``.npz`` added to a name without it), through
     `oodeval._files.write_file` (atomically, never through a symbolic link); return the path.

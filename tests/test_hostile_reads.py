@@ -288,3 +288,21 @@ def test_a_sweep_run_log_past_the_bound_is_skipped_with_a_warning(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     warned = [line for line in run.stderr.splitlines() if str(big) in line]
     assert warned and "not a regular file of at most 9.8 KiB" in warned[0]
+
+
+def test_a_cifar_batch_past_its_bound_is_refused_unread(tmp_path):
+    with open(tmp_path / "data_batch_1", "wb") as batch:
+        batch.truncate(FOUR_GIB)  # sparse: 4 GiB long, nothing on disk
+    code = _idx_code(f"cifar10:{tmp_path}", call="load_source")
+    assert_one_error(run_limited(code=code), "data_batch_1", "over the 256 MiB bound")
+
+
+def test_a_corruption_cache_file_claiming_64_tib_is_refused_unloaded(tmp_path):
+    (tmp_path / "k.npy").write_bytes(npy_header(SHAPE_64_TIB) + bytes(64))
+    code = (
+        "import sys\nfrom oodeval.errors import OodevalError\n"
+        "from oodeval.environments.corrupted import CorruptionCache\n"
+        f"try:\n    CorruptionCache({str(tmp_path)!r}).load('k')\n"
+        "except OodevalError as exc:\n    print('error:', exc, file=sys.stderr); sys.exit(2)\n"
+    )
+    assert_one_error(run_limited(code=code), "k.npy", "64 TiB", "delete it and rebuild")
