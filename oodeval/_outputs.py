@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oodeval._text import STDIN
 from oodeval.errors import OodevalError
 
 __all__ = ["Inputs", "refuse_aliases", "study_files", "sweep_files"]
@@ -64,15 +65,15 @@ class Inputs:
     trees: list[tuple[str, str | Path]] = field(default_factory=list)
 
     def file(self, label: str, path: str | Path | None) -> Inputs:
-        """Add the file `path` (nothing when None)."""
-        if path is not None:
+        """Add the file `path` (nothing when None, or ``-``: standard input is no file here)."""
+        if path is not None and str(path) != STDIN:
             self.files.append((label, path))
         return self
 
     def source(self, label: str, path: str | Path | None) -> Inputs:
         """Add what a command reads at `path`: a file, a study folder's store (`study_files`),
-        or a sweep folder's run files (`sweep_files`)."""
-        if path is None:
+        or a sweep folder's run files (`sweep_files`); nothing for ``-`` (standard input)."""
+        if path is None or str(path) == STDIN:
             return self
         if os.path.isdir(path):
             store, *sides = study_files(path)

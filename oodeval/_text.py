@@ -4,6 +4,10 @@ anything else in one line, and show users' names and paths safely on a terminal.
 Every file reader of oodeval goes through `read_text` (or, for a file too big to hold twice,
 `first_character`, which checks it a block at a time), so a binary file, UTF-16 text or a folder
 gets the same one-line `OodevalError` naming the file and the fix, never a UnicodeDecodeError.
+Reads are bounded (`oodeval._limits.max_text_bytes`): a regular file over the bound is refused
+before it is read, a pipe or standard input (``-``) is read a chunk at a time and refused past
+it, and a device file (``/dev/zero``) is refused unread. A pipe or standard input is read once
+(`stream_bytes`): every later read of it in the process parses the same bytes from memory.
 
 Every text and markdown output (tables, notes, warnings, errors, echoed paths, progress-bar
 descriptions, the HTML report's names) goes through `safe_text`, so a name holding a newline, a
@@ -14,13 +18,32 @@ tab or a bidi override prints as one line, in order, with the character shown as
 from __future__ import annotations
 
 import codecs
+import io
+import os
 import re
+import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
+from oodeval._limits import human_bytes, max_text_bytes, read_capped
 from oodeval.errors import OodevalError
 
-__all__ = ["first_character", "parse_problem", "read_text", "safe_text", "shortened"]
+__all__ = [
+    "STDIN",
+    "first_character",
+    "input_name",
+    "parse_problem",
+    "read_text",
+    "reopener",
+    "safe_text",
+    "shortened",
+    "stream_bytes",
+]
+
+#: The path that names standard input.
+STDIN = "-"
 
 _BLOCK = 1 << 20  # bytes decoded at a time by `first_character`
 
@@ -74,7 +97,10 @@ def read_text(path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV
     not UTF-8 text (UTF-16 text with a byte-order mark); save it as UTF-8 CSV or JSON
     """
     path = _existing_file(path, what)
-    data = path.read_bytes()
+    data = stream_bytes(path, what=what, save_as=save_as)
+    if data is None:
+        with path.open("rb") as stream:
+            data = _bounded(stream, path, what, save_as)
     _refuse_not_utf8(path, data, what, save_as)
     return data.decode("utf-8-sig")
 
@@ -95,6 +121,9 @@ def first_character(
     'a'
     """
     path = _existing_file(path, what)
+    held = stream_bytes(path, what=what, save_as=save_as)
+    if held is not None:
+        return read_text(path, what=what, save_as=save_as).lstrip()[:1]
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
     first = ""
     with path.open("rb") as stream:
@@ -118,19 +147,137 @@ def first_character(
     return first
 
 
+def input_name(path: str | Path) -> str:
+    """How messages name the input `path`: its file name, or "standard input" for ``-``.
+
+    >>> input_name("runs/r.csv"), input_name("-")
+    ('r.csv', 'standard input')
+    """
+    return "standard input" if str(path) == STDIN else Path(path).name
+
+
+def _shown(path: Path) -> str:
+    return "standard input" if str(path) == STDIN else str(path)
+
+
 def _existing_file(path: str | Path, what: str) -> Path:
+    """`path` as a Path once it names something readable within the bounds: standard input
+    (``-``), a pipe or socket, or a regular file of at most `max_text_bytes`; a folder, a
+    missing path, a device file and a regular file over the bound are refused in one line."""
     path = Path(path)
+    if str(path) == STDIN:
+        return path
     if path.is_dir():
         raise OodevalError(f"{what} {path} is a folder, not a file; give the file's path")
     if not path.exists():
         raise OodevalError(f"{what} not found: {path}; check the path")
+    info = path.stat()
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+        raise OodevalError(
+            f"{what} {path} is a device file, not a regular file or a pipe; give a file's path, "
+            "or - to read standard input"
+        )
+    limit = max_text_bytes()
+    if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+        raise OodevalError(_too_big(path, what, f"{human_bytes(info.st_size)}, over", limit))
     return path
 
 
+def _too_big(path: Path, what: str, size: str, limit: int) -> str:
+    return (
+        f"{what} {_shown(path)} holds {size} the bound of {human_bytes(limit)} on a text input; "
+        "give a smaller file, or set OODEVAL_MAX_TEXT_BYTES to a larger number of bytes"
+    )
+
+
+# The bytes of the pipes and standard inputs read in this process, by identity (a pipe's
+# device and inode; standard input's stream object, kept so that its id stays its own), the
+# newest last. A pipe can be read only once, so a reader that looks at its input twice (sniff,
+# then parse) gets the same bytes again from here.
+_HELD: dict[tuple[object, ...], tuple[object, bytes]] = {}
+_HELD_MOST = 4
+
+
+def stream_bytes(
+    path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV or JSON"
+) -> bytes | None:
+    """The bytes of standard input (``-``), a pipe or a socket at `path`, read once per process
+    a chunk at a time and refused in one line past `max_text_bytes`; None for a regular file,
+    which readers read (and may re-read) themselves.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "r.csv")
+    >>> _ = open(p, "w").write("a,b\\n")
+    >>> stream_bytes(p) is None
+    True
+    """
+    path = _existing_file(path, what)
+    if str(path) == STDIN:
+        stream: BinaryIO = getattr(sys.stdin, "buffer", sys.stdin)
+        key: tuple[object, ...] = ("stdin", id(stream))
+        if key not in _HELD:
+            _hold(key, stream, _bounded(stream, path, what, save_as))
+        return _HELD[key][1]
+    info = os.stat(path)
+    if stat.S_ISREG(info.st_mode):
+        return None
+    key = ("pipe", info.st_dev, info.st_ino)
+    if key not in _HELD:
+        with path.open("rb") as opened:
+            _hold(key, None, _bounded(opened, path, what, save_as))
+    return _HELD[key][1]
+
+
+def reopener(
+    path: str | Path, *, what: str = "file", save_as: str = "UTF-8 CSV or JSON"
+) -> Callable[[], Path | io.BytesIO]:
+    """A function that gives the input `path` afresh at each call, for a reader that passes over
+    it more than once: the regular file's path again, or a new in-memory stream of the bytes of
+    standard input or a pipe (`stream_bytes`, read once).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "r.csv")
+    >>> _ = open(p, "w").write("a,b")
+    >>> again = reopener(p)
+    >>> again() == again() == Path(p)
+    True
+    """
+    held = stream_bytes(path, what=what, save_as=save_as)
+    path = Path(path)
+    return (lambda: path) if held is None else (lambda: io.BytesIO(held))
+
+
+def _hold(key: tuple[object, ...], owner: object, data: bytes) -> None:
+    _HELD[key] = (owner, data)
+    while len(_HELD) > _HELD_MOST:
+        del _HELD[next(iter(_HELD))]
+
+
+def _bounded(stream: BinaryIO, path: Path, what: str, save_as: str) -> bytes:
+    """Every byte of `stream`, read a chunk at a time: refused past `max_text_bytes`, and as
+    soon as its first 64 KiB show binary content (so ``cat /dev/zero |`` stops at once)."""
+    limit = max_text_bytes()
+    chunks: list[bytes] = []
+    total = 0
+    for block in read_capped(stream, limit):
+        if not chunks:
+            _refuse_reason(path, _not_utf8_start(block), what, save_as)
+        chunks.append(block)
+        total += len(block)
+    if total > limit:
+        raise OodevalError(_too_big(path, what, "more than", limit))
+    return b"".join(chunks)
+
+
 def _refuse_not_utf8(path: Path, data: bytes, what: str, save_as: str) -> None:
-    reason = _not_utf8(data)
+    _refuse_reason(path, _not_utf8(data), what, save_as)
+
+
+def _refuse_reason(path: Path, reason: str | None, what: str, save_as: str) -> None:
     if reason is not None:
-        raise OodevalError(f"{what} {path} is not UTF-8 text ({reason}); save it as {save_as}")
+        raise OodevalError(
+            f"{what} {_shown(path)} is not UTF-8 text ({reason}); save it as {save_as}"
+        )
 
 
 # Characters `safe_text` shows as escapes: the backslash (so that an escape is unambiguous), C0

@@ -185,6 +185,21 @@ def _materialise(obj: Any) -> Any:
     return obj
 
 
+#: The largest CIFAR-10 file read: a batch is 10,000 images of 3,072 bytes, about 31 MB.
+MAX_BATCH_BYTES = 1 << 28
+
+
+def _batch_bytes(path: Path) -> bytes:
+    """The bytes of one CIFAR-10 file, refused unread past `MAX_BATCH_BYTES`."""
+    size = path.stat().st_size
+    if size > MAX_BATCH_BYTES:
+        raise OodevalError(
+            f"{path} holds {size:,} bytes, over the {MAX_BATCH_BYTES >> 20} MiB bound on a "
+            "CIFAR-10 batch (about 31 MB); it is not a CIFAR-10 batch, replace it"
+        )
+    return path.read_bytes()
+
+
 def load_cifar10(root: str | Path, *, split: str | None = None) -> ImageSource:
     """Load CIFAR-10 python batches from `root` (or `root`/cifar-10-batches-py).
 
@@ -206,14 +221,14 @@ def load_cifar10(root: str | Path, *, split: str | None = None) -> ImageSource:
         )
     images, labels = [], []
     for path in files:
-        batch = safe_load_batch(path.read_bytes())
+        batch = safe_load_batch(_batch_bytes(path))
         x, y = _batch_arrays(batch, path)
         images.append(x)
         labels.append(y)
     class_names = CIFAR10_CLASSES
     meta_path = root / META_FILE
     if meta_path.is_file():
-        meta = safe_load_batch(meta_path.read_bytes())
+        meta = safe_load_batch(_batch_bytes(meta_path))
         raw = _get(meta, "label_names") if isinstance(meta, dict) else None
         if isinstance(raw, list) and all(isinstance(n, (bytes, str)) for n in raw):
             class_names = tuple(n.decode("utf-8") if isinstance(n, bytes) else n for n in raw)

@@ -36,6 +36,7 @@ import numpy as np
 
 from oodeval._extras import require_extra
 from oodeval._files import write_file
+from oodeval._npz import read_npy
 from oodeval.environments.base import Environment, Scenario
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.sources import as_image_source
@@ -184,7 +185,7 @@ class CorruptionCache:
 
     def load(self, key: str) -> np.ndarray:
         try:
-            return np.load(self.path(key), allow_pickle=False)
+            return read_npy(self.path(key), what="corrupted cache file")
         except (OSError, ValueError) as exc:
             raise OodevalError(
                 f"corrupted cache file {self.path(key)} is unreadable ({exc}); "

@@ -13,8 +13,8 @@ on the 10,000 only.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
+import math
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from oodeval._files import write_file
+from oodeval._limits import MAX_INFLATED_BYTES, human_bytes, inflate_capped
 from oodeval._text import read_text
 from oodeval.environments.source_kinds import (
     ImageSource,
@@ -157,30 +158,75 @@ def is_test_set_only(identity: Mapping[str, str] | None) -> bool:
 
 
 def read_idx(path: str | Path) -> np.ndarray:
-    """Read one IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``)."""
+    """Read one IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``).
+
+    The header is checked before the data is read: the product of the dimensions (exact Python
+    integers, never an int64 that wraps) with the header must fit `MAX_INFLATED_BYTES`, and a file
+    must hold exactly that many data bytes; a ``.gz`` is inflated a chunk at a time and refused
+    as soon as it holds more (`oodeval._limits.inflate_capped`), so a gzip bomb is never read
+    whole.
+
+    >>> read_idx(bundled_mnist_dir() / "t10k-labels-idx1-ubyte.gz").shape
+    (10000,)
+    """
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rb") as fh:
-            data = fh.read()
+        if path.suffix == ".gz":
+            stream = inflate_capped(path, MAX_INFLATED_BYTES, str(path))
+            return _parse_idx(path, _Chunks(stream))
+        if not path.is_file():
+            raise OodevalError(f"{path} is not a regular file; give the IDX file's path")
+        with open(path, "rb") as fh:
+            return _parse_idx(path, _Chunks(iter(lambda: fh.read(1 << 20), b"")))
     except (OSError, EOFError) as exc:
         raise OodevalError(f"cannot read IDX file {path}: {exc}; re-download it") from None
-    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+
+
+class _Chunks:
+    """Bytes taken in order from an iterator of chunks, never more than asked for plus one chunk."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks, self.held = chunks, bytearray()
+
+    def take(self, n: int) -> bytes:
+        """The next `n` bytes, or fewer at the end of the stream."""
+        while len(self.held) < n:
+            block = next(self.chunks, b"")
+            if not block:
+                break
+            self.held += block
+        out = bytes(self.held[:n])
+        del self.held[:n]
+        return out
+
+
+def _parse_idx(path: Path, data: _Chunks) -> np.ndarray:
+    head = data.take(4)
+    if len(head) < 4 or head[0] != 0 or head[1] != 0:
         raise OodevalError(f"{path} is not an IDX file (bad magic number); re-download it")
-    if data[2] != 0x08:
-        raise OodevalError(f"{path} holds IDX type 0x{data[2]:02x}; only unsigned bytes (0x08)")
-    ndim = data[3]
-    header = 4 + 4 * ndim
-    if len(data) < header:
+    if head[2] != 0x08:
+        raise OodevalError(f"{path} holds IDX type 0x{head[2]:02x}; only unsigned bytes (0x08)")
+    ndim = head[3]
+    dims = data.take(4 * ndim)
+    if len(dims) < 4 * ndim:
         raise OodevalError(f"{path} is truncated (header); re-download it")
-    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    expected = int(np.prod(shape, dtype=np.int64))
-    if len(data) - header != expected:
+    shape = tuple(int.from_bytes(dims[4 * i : 4 * i + 4], "big") for i in range(ndim))
+    expected = math.prod(shape)  # exact: a product past 2**63 stays what it is
+    spans = math.prod(max(d, 1) for d in shape)  # (0, 2**31, 2**31) holds 0 bytes, yet no array
+    if 4 + 4 * ndim + spans > MAX_INFLATED_BYTES:  # the bound on the whole file
         raise OodevalError(
-            f"{path} holds {len(data) - header} data bytes but its header says {expected}; "
+            f"{path}: its header's shape {shape} spans {spans:,} bytes, over the bound "
+            f"of {human_bytes(MAX_INFLATED_BYTES)} on one IDX file; the file is corrupt, "
+            "re-download it"
+        )
+    payload = data.take(expected + 1)
+    if len(payload) != expected:
+        held = f"{len(payload)}" if len(payload) <= expected else "more"
+        raise OodevalError(
+            f"{path} holds {held} data bytes but its header says {expected}; "
             "the file is truncated or corrupt, re-download it"
         )
-    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+    return np.frombuffer(payload, dtype=np.uint8).reshape(shape)
 
 
 def read_checksums(path: Path) -> dict[str, str]:

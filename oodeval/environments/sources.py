@@ -17,9 +17,8 @@ another machine or resumed from another checkout still recognises its data.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from oodeval.environments import folders  # noqa: F401
 from oodeval.environments import cifar  # noqa: F401
 
 # isort: on
+from oodeval._limits import MAX_INFLATED_BYTES, inflate_capped
 from oodeval.environments.mnist import resolve_source
 from oodeval.environments.source_kinds import (
     ImageSource,
@@ -168,13 +168,22 @@ def _file_sha256(path: Path, decompress: bool) -> str:
     if key not in _FILE_DIGESTS:
         digest = hashlib.sha256()
         try:
-            with gzip.open(path, "rb") if decompress else open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+            for block in _file_blocks(path, decompress):
+                digest.update(block)
         except (OSError, EOFError) as exc:
             raise OodevalError(f"cannot read {path}: {exc}; replace the file") from None
         _FILE_DIGESTS[key] = digest.hexdigest()
     return _FILE_DIGESTS[key]
+
+
+def _file_blocks(path: Path, decompress: bool) -> Iterator[bytes]:
+    """The bytes of `path` a block at a time, inflated (and capped at `MAX_INFLATED_BYTES`, so a
+    gzip bomb is refused, not hashed for minutes) when `decompress`."""
+    if decompress:
+        yield from inflate_capped(path, MAX_INFLATED_BYTES, str(path))
+        return
+    with open(path, "rb") as fh:
+        yield from iter(lambda: fh.read(1 << 20), b"")
 
 
 def as_image_source(source: str | ImageSource, *, size: int | None = None) -> ImageSource:

@@ -182,6 +182,8 @@ class ContextClassifier(torch.nn.Module):
         text = torch.as_tensor(np.asarray(text_features, dtype=np.float32))
         self.register_buffer("text", F.normalize(text, dim=1))
         self.base_classes = tuple(sorted(int(c) for c in base_classes))
+        if any(not 0 <= c < len(text) for c in self.base_classes):  # before a tensor is indexed
+            raise OodevalError(f"base classes must be ids 0..{len(text) - 1}, one per text row")
         self.new_classes = tuple(c for c in range(text.shape[0]) if c not in self.base_classes)
         if not self.base_classes or not self.new_classes:
             raise OodevalError("need at least one base class and one new class")

@@ -9,15 +9,25 @@ from pathlib import Path
 
 from oodeval._files import make_folder, refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval._text import read_text
+from oodeval._text import STDIN, input_name, read_text, stream_bytes
 from oodeval.errors import OodevalError
 from oodeval.report.page import Section, render_page
 
 
 def input_kind(path: Path) -> str:
-    """'study', 'results' or 'openworld', decided from what the path holds."""
+    """'study', 'results' or 'openworld', decided from what the path holds (standard input, ``-``,
+    and pipes from their content, read once: JSON or a CSV with algorithm and environment
+    columns is a results file, any other CSV predictions)."""
     if path.is_dir():
         return "study"
+    if str(path) == STDIN or (
+        path.exists() and stream_bytes(path, what="report input") is not None
+    ):
+        text = read_text(path, what="report input", save_as="a UTF-8 CSV file").lstrip()
+        if text[:1] in ("[", "{"):
+            return "results"
+        header = [h.strip().lower() for h in next(csv.reader(io.StringIO(text)), [])]
+        return "results" if {"algorithm", "environment"} <= set(header) else "openworld"
     if not path.exists():
         raise OodevalError(
             f"{path} does not exist; give a study folder, a results CSV or an "
@@ -73,12 +83,12 @@ def build_report(
         from oodeval.report.results_report import results_sections
 
         sections = results_sections(path, percent=percent)
-        title, subtitle = "oodeval measures report", f"Results file {path.name}"
+        title, subtitle = "oodeval measures report", f"Results file {input_name(path)}"
     else:
         from oodeval.report.openworld_report import openworld_sections
 
         sections = openworld_sections(path, base_classes=base_classes)
-        title, subtitle = "oodeval open-world report", f"Predictions file {path.name}"
+        title, subtitle = "oodeval open-world report", f"Predictions file {input_name(path)}"
     return render_page(title, subtitle, sections)
 
 

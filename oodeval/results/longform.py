@@ -23,6 +23,7 @@ only ever parsed as text (never executed or unpickled).
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import math
 import re
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oodeval._text import first_character, read_text
+from oodeval._text import first_character, input_name, read_text, reopener
 from oodeval.errors import OodevalError, listing
 from oodeval.results.coded import CHUNK_ROWS, CodedRows, LabelColumn, frame_chunks
 from oodeval.results.jsonrows import json_lines_frame, json_records_frame
@@ -131,13 +132,13 @@ def _readable_csv(name: str) -> Iterator[None]:
         ) from None
 
 
-def _check_header_and_widths(path: Path, name: str) -> None:
+def _check_header_and_widths(source: Callable[[], Path | io.BytesIO], name: str) -> None:
     """Refuse a column written twice in the header and a row with more fields than the header
-    (pandas would rename the second column, ``error.1``, and drop or shift extra fields).
-
-    The file is streamed a row at a time, never held whole.
-    """
-    with path.open(encoding="utf-8-sig", newline="") as stream:
+    (pandas would rename the second column, ``error.1``, and drop or shift extra fields),
+    streaming the file a row at a time, never holding it whole."""
+    given = source()
+    binary = given.open("rb") if isinstance(given, Path) else given
+    with io.TextIOWrapper(binary, encoding="utf-8-sig", newline="") as stream:
         reader = csv.reader(stream)
         header = [c.strip().lower() for c in next(reader, [])]
         repeated = sorted({c for c in header if header.count(c) > 1})
@@ -154,16 +155,15 @@ def _check_header_and_widths(path: Path, name: str) -> None:
                 )
 
 
-def _read_csv(path: Path, name: str, *, percent: bool) -> LongResults:
-    """Read a results CSV a chunk of `CHUNK_ROWS` rows at a time (`CodedRows`), then validate.
-
-    Only the long form's columns are parsed; row k (from 0) is on line k + 2.
+def _read_csv(source: Callable[[], Path | io.BytesIO], name: str, *, percent: bool) -> LongResults:
+    """Read a results CSV (`source` gives it afresh, `oodeval._text.reopener`) a chunk of
+    `CHUNK_ROWS` rows at a time (`CodedRows`), then validate; row k (from 0) is on line k + 2.
     """
     with _readable_csv(name):
-        _check_header_and_widths(path, name)
-        header = [str(c).strip().lower() for c in pd.read_csv(path, nrows=0, **_csv_options())]
+        _check_header_and_widths(source, name)
+        header = [str(c).strip().lower() for c in pd.read_csv(source(), nrows=0, **_csv_options())]
         used = {"usecols": _used_column} if _USED.intersection(header) else {}  # rows counted
-        chunks = pd.read_csv(path, chunksize=CHUNK_ROWS, **_csv_options(**used))
+        chunks = pd.read_csv(source(), chunksize=CHUNK_ROWS, **_csv_options(**used))
         rows = _coded(header, chunks, name)
     return _validated(rows, percent=percent, name=name, where="line", first_line=2)
 
@@ -180,7 +180,7 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
         A file whose first character is ``[`` is read as a JSON list of row objects (what
         ``--format json`` prints, e.g. ``oodeval import domainbed -f json``); ``.jsonl``,
         ``.ndjson`` and ``.json`` files, and files whose first character is ``{``, as JSON lines;
-        anything else as CSV.
+        anything else as CSV. ``-``, standard input and pipes are read once, parsed in memory.
     percent : bool
         Values are percentages in [0, 100] (divided by 100).
 
@@ -189,7 +189,7 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     LongResults
     """
     path = Path(path)
-    name = path.name
+    name = input_name(path)
     what, save_as = "results file", "a UTF-8 CSV or JSON lines file"
     first = first_character(path, what=what, save_as=save_as)
     if first == "[":
@@ -202,7 +202,7 @@ def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
             "error|accuracy, split[, seed]"
         )
     else:
-        return _read_csv(path, name, percent=percent)
+        return _read_csv(reopener(path, what=what, save_as=save_as), name, percent=percent)
     return results_from_frame(frame, percent=percent, name=name)
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from oodeval._limits import MAX_CLASS_IDS
 from oodeval._npz import read_npz
-from oodeval._text import read_text
+from oodeval._text import STDIN, read_text, stream_bytes
 from oodeval.errors import OodevalError, listing
 from oodeval.measures._validation import (
     as_bool_array,
@@ -114,11 +115,12 @@ def _read_csv(path: Path) -> dict[str, np.ndarray]:
     for kind, columns in matrix_columns.items():
         if not columns:
             continue
-        missing = sorted(set(range(max(columns) + 1)) - set(columns))
-        if missing:
+        # the first gap found without building range(max + 1): prob_1000000000 is one column
+        missing = next((j for j, c in enumerate(sorted(columns)) if j != c), None)
+        if missing is not None:
             raise OodevalError(
                 f"{path}: {kind}_<j> columns must run {kind}_0 .. {kind}_{max(columns)} without "
-                f"gaps; missing {kind}_{missing[0]}"
+                f"gaps; missing {kind}_{missing}"
             )
         matrix = [_csv_column(frame[columns[j]], columns[j], path) for j in sorted(columns)]
         arrays[kind + "s"] = np.column_stack(matrix)
@@ -165,9 +167,14 @@ def _csv_column(series: Any, column: str, path: Path, *, boolean: bool = False) 
 
 
 def read_predictions(path: Path) -> dict[str, np.ndarray]:
-    """Read an .npz or CSV predictions file into arrays (see `oodeval openworld --help`)."""
+    """Read an .npz or CSV predictions file into arrays (see `oodeval openworld --help`); standard
+    input (``-``) and pipes are read once, as CSV."""
     if path.is_dir():
         raise OodevalError(f"predictions file {path} is a folder; give an .npz or .csv file")
+    if str(path) == STDIN or (
+        path.exists() and stream_bytes(path, what="predictions file") is not None
+    ):
+        return _read_csv(path)
     suffix = path.suffix.lower()
     if suffix == ".npz":
         return _read_npz(path)
@@ -177,7 +184,12 @@ def read_predictions(path: Path) -> dict[str, np.ndarray]:
 
 
 def parse_class_ids(text: str) -> list[int]:
-    """Parse "0,1,2" or "0-4,7" (inclusive ranges) into class ids."""
+    """Parse "0,1,2" or "0-4,7" (inclusive ranges) into class ids; at most `MAX_CLASS_IDS` ids
+    in all, counted before any range is expanded.
+
+    >>> parse_class_ids("0-2,7")
+    [0, 1, 2, 7]
+    """
     ids: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -188,6 +200,11 @@ def parse_class_ids(text: str) -> list[int]:
                 raise OodevalError(f"--base-classes range {part!r} runs backwards; write low-high")
             if last - first >= _MAX_RANGE:
                 raise OodevalError(f"--base-classes range {part!r} spans over {_MAX_RANGE} ids")
+            if len(ids) + last - first + 1 > MAX_CLASS_IDS:
+                raise OodevalError(
+                    f"--base-classes names more than {MAX_CLASS_IDS:,} class ids in all; "
+                    "list the base classes of one model"
+                )
             ids.extend(range(first, last + 1))
         elif re.fullmatch("[0-9]+", part):  # ASCII only: str.isdigit also takes '²'
             ids.append(int(part))

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._limits import human_bytes, max_text_bytes
 from oodeval._text import parse_problem
 from oodeval.errors import OodevalError
 from oodeval.results.selection import CHECKPOINT_COLUMNS
@@ -121,6 +122,10 @@ def _parse_record(obj: Any) -> dict[str, Any] | str:
 def _read_run(results: Path, notes: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     try:
+        if not results.is_file() or results.stat().st_size > max_text_bytes():  # /dev/zero link
+            bound = human_bytes(max_text_bytes())
+            notes.append(f"skipped the run: {results} is not a regular file of at most {bound}")
+            return rows
         data = results.read_bytes()
     except OSError as exc:  # one unreadable run is skipped like an unreadable line
         notes.append(f"skipped the run: cannot read {results} ({exc.strerror or exc})")

@@ -11,6 +11,10 @@
 - `tests.helpers.browser`: a headless Chromium look at a local HTML page.
 - `tests.helpers.cli`: `invoke` (``oodeval ARGV`` in-process, as the console script runs it)
   and `assert_refused` (the bad-input contract: one ``error:`` line, exit 2, no traceback).
+- `tests.helpers.memory`: `run_limited` (``oodeval ARGV`` in a child with its address space
+  capped, reporting peak memory) and `capped` (the same cap around an in-process block).
+- `tests.helpers.hostile`: hostile files made at test time (gzip bombs, array and IDX headers
+  that claim more than the file holds).
 - `tests.helpers.fuzz`, `tests.helpers.fuzz_config`: Hypothesis strategies for results files,
   open-world predictions and study configs, valid and broken, and `fuzz_settings`.
 
