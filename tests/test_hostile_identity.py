@@ -167,7 +167,7 @@ def test_study_merge_refuses_an_out_that_is_an_input_by_a_hard_link(
     before = (study / "results.sqlite").read_bytes()
     refused(
         ["study", "merge", str(study), "--out", str(other), "--no-progress"],
-        f"--out {other} is one of the inputs",
+        f"{other}/results.sqlite is the same file as the study store",
     )
     assert (study / "results.sqlite").read_bytes() == before
 

@@ -182,6 +182,7 @@ def ratio_study_command(
     )
 
     check_output_path(output)
+    refuse_aliases([("--output", output)], Inputs().file("PREDICTIONS", predictions))
     wanted = parse_ratios(ratios)
     arrays = read_predictions(predictions)
     if "labels" not in arrays:
