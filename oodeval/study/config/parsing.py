@@ -16,11 +16,14 @@ backend says about the grid in `oodeval.study.config.backend`.
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
+from oodeval._json import MAX_DEPTH, bracket_depth, depth_problem, structure_depth
+from oodeval._names import lookalike_problem
 from oodeval._text import parse_problem, read_text
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import FAMILIES, get_measure, measure_names
@@ -46,6 +49,12 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib
 
+#: What the nesting pre-scan skips: TOML strings (multi-line, basic with escapes, literal) and
+#: comments, whose brackets are text.
+_TOML_TEXT = re.compile(
+    r'"""(?:[^\\]|\\[\s\S])*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*'
+)
+
 #: Keys a config file may not write: the config computes them (a stored config carries them).
 _COMPUTED_KEYS = (("source_identity", "the data"), ("import_digests", "the imported files"))
 
@@ -60,6 +69,7 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     if not path.exists():
         raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
     text = read_text(path, what="study config", save_as="UTF-8 TOML")
+    _check_depth(path, bracket_depth(_TOML_TEXT.sub("", text)))  # before the recursive parser
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -68,6 +78,7 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
         raise OodevalError(
             f"study config {path} is not valid TOML: {parse_problem(exc)}; write a shorter number"
         ) from None
+    _check_depth(path, structure_depth(data) - 1)  # dotted keys, [a.b.c] headers (root aside)
     data.setdefault("name", path.stem)
     problems = []
     for key, what in _COMPUTED_KEYS:
@@ -78,6 +89,13 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     if isinstance(imports, list):  # a .py file is named relative to the config file
         data["imports"] = [resolved_import(i, path.parent) for i in imports]
     return data, problems
+
+
+def _check_depth(path: Path, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise OodevalError(
+            f"study config {path}: {depth_problem(depth, 'TOML')}; flatten the config"
+        )
 
 
 def parsed_fields(
@@ -140,6 +158,9 @@ def _grid_fields(data: Mapping[str, Any], problems: list[str], bad: set[str]) ->
         _scenarios(data.get("scenarios", ()), problems) if "scenarios" in data else ()
     )
     values["algorithms"] = _names(data, "algorithms", (), problems) if "algorithms" in data else ()
+    lookalike = lookalike_problem(values["algorithms"], "algorithm")
+    if lookalike is not None:
+        problems.append(f"study config 'algorithms': {lookalike}")
     imports = _names(data, "imports", (), problems, may_be_empty=True)
     values["imports"] = tuple(resolved_import(i, Path.cwd()) for i in imports)
     count = len(problems)
