@@ -85,20 +85,19 @@ def bracket_depth(skeleton: str) -> int:
     return max(int(np.cumsum(steps).max()), 0)
 
 
-def structure_depth(data: Any) -> int:
-    """How deep the lists and dicts of parsed `data` nest (0 for a scalar), without recursion;
-    the walk stops once it passes `MAX_DEPTH`.
+def structure_depth(data: Any, *, root: bool = True) -> int:
+    """How deep the lists and dicts of parsed `data` nest (0 for a scalar), walked without
+    recursion; with ``root=False`` the outermost container is not counted (a TOML document's
+    table, which no bracket opens).
 
-    >>> structure_depth({"a": {"b": [1, 2]}}), structure_depth(3)
-    (3, 0)
+    >>> structure_depth({"a": {"b": [1, 2]}}), structure_depth({"a": {"b": 1}}, root=False)
+    (3, 1)
     """
-    deepest, stack = 0, [(data, 1)]
+    deepest, stack = 0, [(data, 1 if root else 0)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, dict | list):
             deepest = max(deepest, depth)
-            if deepest > MAX_DEPTH:
-                break
             children = value.values() if isinstance(value, dict) else value
             stack.extend((child, depth + 1) for child in children)
     return deepest

@@ -78,7 +78,7 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
         raise OodevalError(
             f"study config {path} is not valid TOML: {parse_problem(exc)}; write a shorter number"
         ) from None
-    _check_depth(path, structure_depth(data) - 1)  # dotted keys, [a.b.c] headers (root aside)
+    _check_depth(path, structure_depth(data, root=False))  # dotted keys, [a.b.c] headers
     data.setdefault("name", path.stem)
     problems = []
     for key, what in _COMPUTED_KEYS:
