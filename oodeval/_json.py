@@ -47,14 +47,15 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def depth_problem(depth: int, kind: str = "JSON") -> str:
+def depth_problem(depth: int, kind: str = "JSON", *, at_least: bool = False) -> str:
     """The words of a too-deep refusal, shared by the JSON and TOML readers.
 
     >>> depth_problem(65)
     'JSON arrays and objects nest 65 levels deep; oodeval reads at most 64'
     """
     parts = "arrays and objects" if kind == "JSON" else "arrays and tables"
-    return f"{kind} {parts} nest {depth:,} levels deep; oodeval reads at most {MAX_DEPTH}"
+    deep = f"at least {depth:,}" if at_least else f"{depth:,}"
+    return f"{kind} {parts} nest {deep} levels deep; oodeval reads at most {MAX_DEPTH}"
 
 
 def json_depth(text: str) -> int:

@@ -55,6 +55,12 @@ _TOML_TEXT = re.compile(
     r'"""(?:[^\\]|\\[\s\S])*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*'
 )
 
+#: Bare-key characters and blanks, removed so that a dotted key (``a.b.c``) or table header
+#: (``[a.b.c]``) is left as a run of dots; a run longer than `_DOTS` is refused before parsing
+#: (the parser takes time quadratic in a key's parts), a shorter one measured after it.
+_KEY_TEXT = re.compile(r"[A-Za-z0-9_\- \t]+")
+_DOTS = 4 * MAX_DEPTH
+
 #: Keys a config file may not write: the config computes them (a stored config carries them).
 _COMPUTED_KEYS = (("source_identity", "the data"), ("import_digests", "the imported files"))
 
@@ -69,7 +75,7 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     if not path.exists():
         raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
     text = read_text(path, what="study config", save_as="UTF-8 TOML")
-    _check_depth(path, bracket_depth(_TOML_TEXT.sub("", text)))  # before the recursive parser
+    _check_nesting(path, text)  # before the recursive parser
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -91,11 +97,25 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     return data, problems
 
 
-def _check_depth(path: Path, depth: int) -> None:
+def _check_depth(path: Path, depth: int, *, at_least: bool = False) -> None:
     if depth > MAX_DEPTH:
-        raise OodevalError(
-            f"study config {path}: {depth_problem(depth, 'TOML')}; flatten the config"
-        )
+        problem = depth_problem(depth, "TOML", at_least=at_least)
+        raise OodevalError(f"study config {path}: {problem}; flatten the config")
+
+
+def _check_nesting(path: Path, text: str) -> None:
+    """Refuse, before parsing, inline arrays and tables nested over `MAX_DEPTH` levels and a
+    dotted key or table header of over `_DOTS` parts (both only counted outside strings and
+    comments, and only when the text holds enough brackets or dots to need it)."""
+    brackets = text.count("[") + text.count("{") > MAX_DEPTH
+    if not brackets and text.count(".") <= _DOTS:
+        return
+    skeleton = _TOML_TEXT.sub("", text)
+    if brackets:
+        _check_depth(path, bracket_depth(skeleton))
+    longest = max(map(len, re.findall(r"\.+", _KEY_TEXT.sub("", skeleton))), default=0)
+    if longest > _DOTS:  # a key of n dots opens at least n tables
+        _check_depth(path, longest, at_least=True)
 
 
 def parsed_fields(
