@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -108,24 +107,51 @@ def _key(text: str) -> str:
     return shortened(repr(text), longest=80)  # the error line escapes what repr leaves
 
 
-def _pairs_hook(where: str, fold: bool) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj = dict(pairs)
-        if len(obj) < len(pairs):
-            seen: set[str] = set()
-            for twice, _ in pairs:
-                if twice in seen:
-                    break
-                seen.add(twice)
-            raise OodevalError(
-                f"{where}: the key {_key(twice)} appears twice in one object, and which value "
-                "counts is unclear; keep one"
-            )
-        if fold:
-            refuse_folded_keys(obj, where=where)
-        return obj
+class _RepeatedKey(Exception):
+    """Raised inside the parser for a repeated key; `load_json` words it with its `where`."""
 
-    return hook
+
+def _exact_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for twice, _ in pairs:
+            if twice in seen:
+                raise _RepeatedKey(
+                    f"the key {_key(twice)} appears twice in one object, and which value "
+                    "counts is unclear; keep one"
+                )
+            seen.add(twice)
+    return obj
+
+
+def _folded_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = _exact_pairs(pairs)
+    problem = _folded_problem(obj)
+    if problem is not None:
+        raise _RepeatedKey(problem)
+    return obj
+
+
+# One decoder per rule, made once: `json.loads` with a hook builds a decoder at every call.
+_DECODERS = {
+    False: json.JSONDecoder(object_pairs_hook=_exact_pairs),
+    True: json.JSONDecoder(object_pairs_hook=_folded_pairs),
+}
+
+
+def _folded_problem(obj: dict[str, Any]) -> str | None:
+    if len({k.strip().casefold() for k in obj}) == len(obj):  # the common case, at C speed
+        return None
+    folded: dict[str, str] = {}
+    for k in obj:
+        first = folded.setdefault(k.strip().casefold(), k)
+        if first is not k:
+            return (
+                f"the keys {_key(first)} and {_key(k)} name the same field (keys are read "
+                "case-insensitively, spaces around them ignored); keep one"
+            )
+    return None
 
 
 def refuse_folded_keys(obj: dict[str, Any], *, where: str) -> None:
@@ -139,14 +165,9 @@ def refuse_folded_keys(obj: dict[str, Any], *, where: str) -> None:
     ...     print(str(exc).split(" name ")[0])
     run line 1: the keys 'lr' and 'LR'
     """
-    folded: dict[str, str] = {}
-    for k in obj:
-        first = folded.setdefault(k.strip().casefold(), k)
-        if first is not k:
-            raise OodevalError(
-                f"{where}: the keys {_key(first)} and {_key(k)} name the same field "
-                "(keys are read case-insensitively, spaces around them ignored); keep one"
-            )
+    problem = _folded_problem(obj)
+    if problem is not None:
+        raise OodevalError(f"{where}: {problem}")
 
 
 def load_json(text: str, *, where: str, fold_case: bool = True) -> Any:
@@ -183,4 +204,9 @@ def load_json(text: str, *, where: str, fold_case: bool = True) -> Any:
     depth = json_depth(text) if text.count("[") + text.count("{") > MAX_DEPTH else 0
     if depth > MAX_DEPTH:
         raise OodevalError(f"{where}: {depth_problem(depth)}; flatten the data")
-    return json.loads(text, object_pairs_hook=_pairs_hook(where, fold_case))
+    if text.startswith("\ufeff"):  # as json.loads refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    try:
+        return _DECODERS[fold_case].decode(text)
+    except _RepeatedKey as exc:
+        raise OodevalError(f"{where}: {exc}") from None
