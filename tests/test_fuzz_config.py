@@ -17,10 +17,11 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from oodeval._json import MAX_DEPTH
 from oodeval.errors import OodevalError
 from oodeval.study.config import ConfigError, config_from_dict, load_config, validate_config
 from tests.helpers.cli import assert_refused, invoke
-from tests.helpers.fuzz import MUTATIONS, bom_and_newlines, fuzz_settings
+from tests.helpers.fuzz import MUTATIONS, bom_and_newlines, fuzz_settings, lookalikes
 from tests.helpers.fuzz_config import broken_configs, study_configs, toml_text
 
 
@@ -122,3 +123,57 @@ def test_damaged_config_files_are_refused_or_accepted(config, mutation, command,
         else:
             assert not always, raw
             _accepted_by_the_cli(path, Path(tmp), loaded.algorithms[0])
+
+
+#: The nestings written as dotted names, counted (when long) before parsing from their dots.
+KEYS = ("dotted keys", "header")
+
+
+def _nesting(how: str, depth: int) -> str:
+    """TOML lines nesting `depth` levels below the document: inline arrays or tables, dotted
+    keys, or a dotted table header (the last two under ``unit_options``, a free-form table)."""
+    if how == "arrays":
+        return "x = " + "[" * depth + "1" + "]" * depth + "\n"
+    if how == "tables":
+        return "x = " + "{ a = " * depth + "1" + " }" * depth + "\n"
+    if how == "dotted keys":
+        return "[unit_options]\n" + ".".join(["a"] * depth) + " = 1\n"
+    return "[unit_options." + ".".join(["a"] * (depth - 1)) + "]\nb = 1\n"
+
+
+@fuzz_settings(40)
+@given(study_configs(), st.sampled_from(["arrays", "tables", "dotted keys", "header"]),
+       st.one_of(st.integers(2, 2 * MAX_DEPTH), st.sampled_from([5_000, 50_000])),
+       st.sampled_from(["run", "estimate"]))
+def test_nesting_past_the_bound_is_refused_before_out(config, how, depth, command) -> None:
+    """A config nesting over `MAX_DEPTH` levels, however it nests, is refused in one line
+    naming the depth (a RecursionError traceback before); within the bound, the file parses
+    (an unknown key ``x`` is then refused as usual, a free-form ``unit_options`` table kept)."""
+    raw = (toml_text(config) + _nesting(how, depth)).encode("utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _written(Path(tmp), raw)
+        if depth <= MAX_DEPTH:
+            try:
+                load_config(path)
+            except OodevalError as exc:
+                assert "levels deep" not in str(exc), (how, depth, exc)
+            return
+        deep = f"at least {depth - 1:,}" if depth > 4 * MAX_DEPTH and how in KEYS else f"{depth:,}"
+        with pytest.raises(OodevalError, match=f"nest {deep} levels deep"):
+            load_config(path)
+        _refused_before_out(path, Path(tmp), command)
+
+
+@fuzz_settings(30)
+@given(study_configs(), st.data())
+def test_a_lookalike_algorithm_is_refused_before_out(config, data) -> None:
+    """A second spelling of a listed algorithm (an invisible character, another normal form)
+    is refused as a look-alike, naming both, whether or not an import registers it."""
+    name = data.draw(st.sampled_from(config["algorithms"]), label="algorithm")
+    config["algorithms"] = [*config["algorithms"], data.draw(lookalikes(name), label="twin")]
+    command = data.draw(st.sampled_from(["run", "estimate"]), label="command")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _written(Path(tmp), toml_text(config).encode("utf-8"))
+        with pytest.raises(OodevalError, match="differ only by Unicode normalisation"):
+            validate_config(load_config(path))
+        _refused_before_out(path, Path(tmp), command)

@@ -21,13 +21,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from oodeval._json import MAX_DEPTH
 from tests.helpers.cli import assert_refused, invoke
 from tests.helpers.fuzz import (
     MUTATIONS,
     bom_and_newlines,
     csv_text,
     fuzz_settings,
+    lookalikes,
+    nested_json,
     reference_measures,
+    repeated_key,
     results_files,
     results_tables,
 )
@@ -315,3 +319,91 @@ def test_a_bad_json_value_is_refused(table, bad, suffix: str, data) -> None:
     if table.percent and bad == 2:  # 2 is a percentage
         return
     assert_refused(code, out, err, argv)
+
+
+def _refused_writing_nothing(tmp: Path, name: str, text: str, *args: str) -> str:
+    """`measures FILE -o OUT` on `text`: refused in one line, OUT never made; the error line."""
+    output = tmp / "measures.json"
+    code, out, err, argv = _run(tmp, name, text.encode("utf-8"), "-o", str(output), *args)
+    assert_refused(code, out, err, argv)
+    assert not output.exists(), argv
+    return err
+
+
+def _json_text(rows: list[dict], suffix: str) -> str:
+    if suffix == ".jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    return json.dumps(rows, ensure_ascii=False)
+
+
+@fuzz_settings(60)
+@given(results_tables(), st.sampled_from([".jsonl", ".json"]), st.data())
+def test_a_repeated_json_key_is_refused_naming_it(table, suffix: str, data) -> None:
+    """One row object holds a key twice, exactly or equal once stripped and case-folded
+    (``error`` and ``Error``): Python's parser kept the last value without a word."""
+    rows = table.rows()
+    k = data.draw(st.integers(0, len(rows) - 1), label="row")
+    key, again = data.draw(repeated_key(list(rows[k])), label="repeated")
+    value = data.draw(st.sampled_from([rows[k][key], "0.5", "x"]), label="value")
+    marker = "@@again@@"
+    rows[k] = {**rows[k], marker: value}
+    text = _json_text(rows, suffix).replace(
+        json.dumps(marker), json.dumps(again, ensure_ascii=False)
+    )
+    percent = ["--percent"] if table.percent else []
+    with tempfile.TemporaryDirectory() as tmp:
+        err = _refused_writing_nothing(Path(tmp), f"r{suffix}", text, *percent)
+    assert "appears twice" in err or "name the same field" in err, err
+    assert key.strip() in err or repr(key)[1:-1] in err, (key, err)
+
+
+@fuzz_settings(60)
+@given(results_files(), st.sampled_from(["algorithm", "environment"]), st.data())
+def test_a_lookalike_name_is_refused_naming_both(generated, column: str, data) -> None:
+    """A second algorithm (or environment) spelt like one in the file but for an invisible
+    character or its Unicode normal form, with complete rows: two names to the reader that
+    print as one ("worst+gap picks Café; average picks Café")."""
+    table, suffix, _text = generated
+    rows = table.rows()
+    names = table.algorithms if column == "algorithm" else table.environments
+    name = data.draw(st.sampled_from(names), label="name")
+    twin = data.draw(lookalikes(name), label="twin")
+    if column == "algorithm":
+        rows += [{**r, "algorithm": twin} for r in rows if r["algorithm"] == name]
+    else:  # one more given environment, for every algorithm and seed
+        rows += [{**r, "environment": twin} for r in rows if r["environment"] == name]
+    if suffix == ".csv":
+        text = csv_text(rows, list(rows[0]))
+    else:
+        text = _json_text(rows, suffix)
+    percent = ["--percent"] if table.percent else []
+    with tempfile.TemporaryDirectory() as tmp:
+        err = _refused_writing_nothing(Path(tmp), f"r{suffix}", text, *percent)
+    assert "differ only by Unicode normalisation or invisible characters" in err, err
+
+
+@fuzz_settings(50)
+@given(
+    results_tables(),
+    st.sampled_from([".jsonl", ".json"]),
+    st.one_of(st.integers(1, 2 * MAX_DEPTH), st.sampled_from([10_000, 200_000])),
+    st.data(),
+)
+def test_deep_json_is_refused_in_one_line_or_read(table, suffix: str, depth: int, data) -> None:
+    """An ignored extra field nesting `depth` levels: read as usual while the whole text nests
+    at most `MAX_DEPTH` levels, refused in one line beyond (never a RecursionError)."""
+    rows = table.rows()
+    k = data.draw(st.integers(0, len(rows) - 1), label="row")
+    marker = "@@deep@@"
+    rows[k] = {**rows[k], "nested": marker}
+    text = _json_text(rows, suffix).replace(json.dumps(marker), data.draw(nested_json(depth)))
+    total = depth + (1 if suffix == ".jsonl" else 2)  # the row object, and the list around it
+    percent = ["--percent"] if table.percent else []
+    with tempfile.TemporaryDirectory() as tmp:
+        if total > MAX_DEPTH:
+            err = _refused_writing_nothing(Path(tmp), f"r{suffix}", text, *percent)
+            assert f"nest {total:,} levels deep" in err, err
+            return
+        code, out, err, argv = _run(Path(tmp), f"r{suffix}", text.encode(), "-f", "json", *percent)
+    assert code == 0 and "Traceback" not in err, (argv, err[-2000:])
+    _check_answer(table, out, "json")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oodeval._names import refuse_lookalikes
 from oodeval.environments.source_kinds import ImageSource, SourceKind, register_source_kind
 from oodeval.errors import OodevalError
 
@@ -75,6 +76,7 @@ def _domain_folder_files(
     class_names = sorted({c.name for d in domains for c in _subfolders(d, "class", required=False)})
     if not class_names:
         raise OodevalError(f"no class folders under {root}; expected <domain>/<class>/<image>")
+    refuse_lookalikes(class_names, "class", str(root))  # across domains too
     index = {c: k for k, c in enumerate(class_names)}
     paths, labels, domain_ids = [], [], []
     for j, dom in enumerate(domains):
@@ -92,6 +94,7 @@ def _subfolders(root: Path, what: str, *, required: bool = True) -> list[Path]:
     folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if required and not folders:
         raise OodevalError(f"no {what} folders found in {root}; check the folder layout")
+    refuse_lookalikes([p.name for p in folders], what, str(root))
     return folders
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from oodeval._files import write_file
+from oodeval._names import refuse_lookalikes
 from oodeval._text import read_text
 from oodeval.environments.folders import IMAGE_SUFFIXES
 from oodeval.errors import OodevalError, listing, repeats
@@ -96,7 +97,10 @@ def scan_tree(root: str | Path) -> ImageTree:
                 cells[(cls.name, dom.name)] = tuple(files)
     if not cells:
         raise OodevalError(f"no images found under {root}; expected <domain>/<class>/<image> files")
-    return ImageTree(root, cells)
+    tree = ImageTree(root, cells)
+    refuse_lookalikes(tree.domains, "domain", str(root))
+    refuse_lookalikes(tree.classes, "class", str(root))
+    return tree
 
 
 def class_rng(seed: int, cls: str, stream: int = 0) -> np.random.Generator:
@@ -192,6 +196,7 @@ def read_assignment_csv(path: str | Path) -> list[AssignmentRow]:
                 "use a file written by `oodeval protocols`"
             )
         rows = []
+        seen: dict[str, tuple[int, str]] = {}  # image path -> (first line, role)
         for line_no, rec in enumerate(reader, start=2):
             if not rec:
                 continue
@@ -201,8 +206,30 @@ def read_assignment_csv(path: str | Path) -> list[AssignmentRow]:
                 raise OodevalError(
                     f"{path}: line {line_no} has role {rec[3]!r}; roles are {', '.join(ROLES)}"
                 )
+            _refuse_twice(path, seen.setdefault(rec[0], (line_no, rec[3])), line_no, rec)
             rows.append(AssignmentRow(*rec))
+    refuse_lookalikes(dict.fromkeys(r.domain for r in rows), "domain", str(path))
+    refuse_lookalikes(dict.fromkeys(r.cls for r in rows), "class", str(path))
     return rows
+
+
+def _refuse_twice(path: str | Path, first: tuple[int, str], line_no: int, rec: list[str]) -> None:
+    """Refuse the image of line `line_no` (`rec`) when line ``first[0]`` listed it already: a
+    repeated test row counts its image twice; one image in two roles (train and test) is seen
+    in training and then scored as unseen."""
+    first_line, role = first
+    if first_line == line_no:
+        return
+    if role == rec[3]:
+        raise OodevalError(
+            f"{path}: line {line_no} repeats the {role} image {rec[0]!r} of line {first_line}; "
+            "list each image once"
+        )
+    raise OodevalError(
+        f"{path}: image {rec[0]!r} is listed as {role} (line {first_line}) and as {rec[3]} "
+        f"(line {line_no}); give each image one role, or the {rec[3]} score measures an image "
+        f"the model saw as {role}"
+    )
 
 
 def role_counts(rows: Sequence[AssignmentRow]) -> list[dict[str, int | str]]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from oodeval._names import refuse_lookalikes
+
 __all__ = ["CHUNK_ROWS", "BadValue", "CodedRows", "LabelColumn", "frame_chunks"]
 
 #: Rows coded at a time: about 60 bytes a cell while a chunk is strings, so ~60 MB at most.
@@ -79,6 +81,12 @@ class LabelColumn:
 
     def labels(self) -> list[str]:
         """The labels in code order."""
+        return list(self.index)
+
+    def names(self, what: str, where: str) -> list[str]:
+        """The labels in code order, refused (`oodeval._names.refuse_lookalikes`) when two of
+        them look alike: `what` is their kind ("algorithm"), `where` the file."""
+        refuse_lookalikes(self.index, what, where)
         return list(self.index)
 
     def codes(self) -> np.ndarray:

@@ -15,6 +15,7 @@ import json
 
 import pandas as pd
 
+from oodeval._json import load_json
 from oodeval._text import parse_problem
 from oodeval.errors import OodevalError
 
@@ -28,7 +29,9 @@ def json_lines_frame(text: str, name: str) -> pd.DataFrame:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = load_json(line, where=f"{name} line {lineno}")
+        except OodevalError:  # a repeated key, or nested too deep: its own message
+            raise
         except ValueError as exc:  # JSONDecodeError, or int() refusing a huge number
             raise OodevalError(
                 f"{name} line {lineno} is not valid JSON ({parse_problem(exc)}); each line must "
@@ -55,7 +58,9 @@ def json_lines_frame(text: str, name: str) -> pd.DataFrame:
 def json_records_frame(text: str, name: str) -> pd.DataFrame:
     """A JSON list of row objects (what ``--format json`` prints for a results table)."""
     try:
-        rows = json.loads(text)
+        rows = load_json(text, where=name)
+    except OodevalError:
+        raise
     except ValueError as exc:  # JSONDecodeError, or int() refusing a huge number
         where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise OodevalError(

@@ -302,13 +302,13 @@ def _validated(
     split = _split_codes(rows.labels["split"], at)
     seed_labels, seed = _seed_codes(rows.labels.get("seed"), rows.n_rows)
     algorithm = rows.labels["algorithm"].codes()
-    algorithms = tuple(rows.labels["algorithm"].labels())
+    algorithms = tuple(rows.labels["algorithm"].names("algorithm", name))
     value_col = rows.value_column
     errors, notes = _parse_values(rows, algorithm, algorithms, percent=percent, at=at, name=name)
     if value_col == "accuracy":
         np.subtract(1.0, errors, out=errors)
     environment = rows.labels["environment"].codes()
-    environments = rows.labels["environment"].labels()
+    environments = rows.labels["environment"].names("environment", name)
     keys = {"algorithm": algorithm, "seed": seed, "split": split, "environment": environment}
     names = {"algorithm": algorithms, "seed": seed_labels, "split": SPLITS}
     names["environment"] = environments

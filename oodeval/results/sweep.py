@@ -19,7 +19,9 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._json import load_json, refuse_folded_keys
 from oodeval._limits import human_bytes, max_text_bytes
+from oodeval._names import refuse_lookalikes
 from oodeval._text import parse_problem
 from oodeval.errors import OodevalError
 from oodeval.results.selection import CHECKPOINT_COLUMNS
@@ -119,6 +121,17 @@ def _parse_record(obj: Any) -> dict[str, Any] | str:
     }
 
 
+def _record(line: str, where: str) -> Any:
+    """One line of results.jsonl, parsed: a key twice in any object is refused, and two keys
+    equal but for case among the record's own keys and its ``args`` (its ``hparams`` are an
+    algorithm's own names, kept as written)."""
+    obj = load_json(line, where=where, fold_case=False)
+    for fields in (obj, obj.get("args") if isinstance(obj, dict) else None):
+        if isinstance(fields, dict):
+            refuse_folded_keys(fields, where=where)
+    return obj
+
+
 def _read_run(results: Path, notes: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     try:
@@ -137,7 +150,9 @@ def _read_run(results: Path, notes: list[str]) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = _record(line, f"{results} line {lineno}")
+        except OodevalError:  # a repeated key or deep nesting: no truncated line looks so
+            raise
         except json.JSONDecodeError:
             notes.append(f"skipped {results} line {lineno}: not valid JSON (truncated?)")
             continue
@@ -206,6 +221,8 @@ def read_sweep(path: str | Path) -> Sweep:
         )
         raise OodevalError(f"no finished DomainBed runs to read in {root}: {reason}")
     rows = _drop_inconsistent_env_counts(rows, notes)
+    for what in ("algorithm", "dataset"):  # two spellings of one name would split its runs
+        refuse_lookalikes(dict.fromkeys(r[what] for r in rows), what, str(root))
     for note in notes:
         warnings.warn(note, SweepWarning, stacklevel=2)
     records = _records_frame(rows)

@@ -19,6 +19,7 @@ The input is the tidy per-checkpoint frame of `oodeval.results.sweep.checkpoint_
 
 from __future__ import annotations
 
+import csv
 import io
 import warnings
 from pathlib import Path
@@ -26,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from oodeval._names import refuse_lookalikes
 from oodeval._text import read_text
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, repeats
 from oodeval.results.selection import (
     CHECKPOINT_COLUMNS,
     ORACLE_CHECKPOINTS,
@@ -56,7 +58,9 @@ class VarianceWarning(UserWarning):
     """Fewer checkpoints than asked for: the epoch std used what the runs have."""
 
 
-def _check_checkpoints(checkpoints: pd.DataFrame) -> pd.DataFrame:
+def _check_checkpoints(checkpoints: pd.DataFrame, first_line: int | None = None) -> pd.DataFrame:
+    """`checkpoints` checked and its numeric columns as numbers. A problem row is called "row
+    k" (from 1), or "line k" of a file whose first data row is on line `first_line`."""
     missing = [c for c in CHECKPOINT_COLUMNS if c not in checkpoints.columns]
     if missing:
         raise OodevalError(
@@ -80,7 +84,32 @@ def _check_checkpoints(checkpoints: pd.DataFrame) -> pd.DataFrame:
                 f"column {col!r} must hold accuracies as fractions in [0, 1]; "
                 "divide percentages by 100"
             )
+    _refuse_repeated_checkpoints(df, first_line)
+    for col in _KEYS:  # two spellings of one name would make two groups
+        refuse_lookalikes(pd.unique(df[col].astype(str)), col, "per-checkpoint records")
     return df
+
+
+#: What names one checkpoint: a run (dataset, algorithm, environment, trial, draw) and its step.
+_CHECKPOINT_KEY = [*_KEYS, "trial", "hparams", "step"]
+
+
+def _refuse_repeated_checkpoints(df: pd.DataFrame, first_line: int | None) -> None:
+    """Refuse a checkpoint listed twice (same run and step), whatever its accuracies: it would
+    count twice in the epoch std and could be picked as two checkpoints."""
+    twice = df.duplicated(_CHECKPOINT_KEY, keep=False).to_numpy()
+    if not twice.any():
+        return
+    first = int(np.flatnonzero(twice)[0])
+    same = (df[_CHECKPOINT_KEY] == df.loc[first, _CHECKPOINT_KEY]).all(axis=1).to_numpy()
+    a, b = (int(k) for k in np.flatnonzero(same)[:2])
+    where = "rows" if first_line is None else "lines"
+    base = 1 if first_line is None else first_line
+    what = ", ".join(f"{c} {df.at[first, c]}" for c in _CHECKPOINT_KEY)
+    raise OodevalError(
+        f"per-checkpoint records list one checkpoint twice ({where} {a + base} and {b + base}: "
+        f"{what}); keep one row per run and step"
+    )
 
 
 def variance_table(
@@ -292,4 +321,8 @@ def read_checkpoints(source: str | Path) -> pd.DataFrame:
         ) from None
     except pd.errors.ParserError as exc:
         raise OodevalError(f"cannot read {path} as CSV: {str(exc).splitlines()[0]}") from None
-    return _check_checkpoints(frame)
+    header = [c.strip() for c in next(csv.reader(io.StringIO(text)), [])]
+    repeated = repeats(header)
+    if repeated:  # pandas would rename the second one and read only the first
+        raise OodevalError(f"{path}: column {repeated[0]!r} appears more than once; keep one")
+    return _check_checkpoints(frame, first_line=2)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oodeval._files import open_no_link
+from oodeval._json import load_json
 from oodeval._time import utc_timestamp
 from oodeval.errors import OodevalError
 
@@ -71,7 +72,7 @@ def read_holder(directory: str | Path) -> LockHolder | None:
     unreadable). It is only a record: whether the lock is held is what `flock` says."""
     try:
         text = (Path(directory) / LOCK_NAME).read_text(encoding="utf-8")
-        data = json.loads(text)
+        data = load_json(text, where=LOCK_NAME)  # a repeated key or deep nesting: unreadable
         return LockHolder(
             str(data["host"]), int(data["pid"]), str(data["started"]), str(data.get("command", ""))
         )

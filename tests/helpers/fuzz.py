@@ -5,6 +5,8 @@
 - `scored_predictions`, `model_predictions`: open-world predictions (CSV or .npz) with the
   samples they hold;
 - `MUTATIONS`: ways of breaking a text file (truncated, binary junk, invalid UTF-8...);
+- `lookalikes`, `repeated_key`, `nested_json`: hostile variants of a valid file's names, keys
+  and values (a look-alike spelling of a name, a key written twice, nesting past the bound);
 - `fuzz_settings`: the Hypothesis settings of every fuzz test (bounded for CI; the environment
   variable ``OODEVAL_FUZZ_SCALE`` multiplies the example counts for a longer campaign).
 
@@ -19,6 +21,7 @@ import csv
 import io
 import json
 import os
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,8 +60,17 @@ def names(max_size: int = 12) -> st.SearchStrategy[str]:
     )
 
 
+def lookalike_key(name: str) -> str:
+    """`name` with control and format characters (Cc, Cf) dropped, NFKC-normalised: two names
+    with one key print alike, so a reader refuses them (written here from the definition)."""
+    visible = "".join(c for c in name if unicodedata.category(c) not in ("Cc", "Cf"))
+    folded = unicodedata.normalize("NFKC", visible)
+    return "".join(c for c in folded if unicodedata.category(c) not in ("Cc", "Cf"))
+
+
 def _distinct(strategy: st.SearchStrategy[str], lo: int, hi: int) -> st.SearchStrategy[list]:
-    return st.lists(strategy, min_size=lo, max_size=hi, unique=True)  # "a" and "A" are two
+    # "a" and "A" are two names; "ﬁ" and "fi" (one after NFKC) would be refused as look-alikes
+    return st.lists(strategy, min_size=lo, max_size=hi, unique_by=lookalike_key)
 
 
 #: Errors as fractions in [0, 1]: round decimals (as logs hold) or any float, edges included.
@@ -349,3 +361,46 @@ def model_predictions(draw: st.DrawFn) -> Outputs:
     ).reshape(n, n_classes)
     probs = weights / weights.sum(axis=1, keepdims=True)
     return Outputs(probs, np.array(labels), base)
+
+
+# --- hostile variants: look-alike names, repeated keys, deep nesting ---------------------------
+#: Characters that change a name's spelling but not how it prints: zero-width space, non-joiner
+#: and joiner, word joiner, byte-order mark, soft hyphen, C0 and C1 controls, a bidi mark.
+INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\x01", "\x7f", "\u200e"]
+@st.composite
+def lookalikes(draw: st.DrawFn, name: str) -> str:
+    """Another spelling of `name` with the same `lookalike_key`: an invisible character put
+    inside it, or its NFD / NFKC form when that differs."""
+    forms = [
+        f
+        for f in (unicodedata.normalize("NFD", name), unicodedata.normalize("NFKC", name))
+        if f != name and f.strip() == f and lookalike_key(f) == lookalike_key(name)
+    ]
+    if forms and draw(st.booleans(), label="normal form"):
+        return draw(st.sampled_from(forms), label="form")
+    at = draw(st.integers(1, max(1, len(name) - 1)) if len(name) > 1 else st.just(1), label="at")
+    mark = draw(st.sampled_from(INVISIBLE), label="mark")
+    return name[:at] + mark + name[at:]
+
+
+@st.composite
+def repeated_key(draw: st.DrawFn, keys: list[str]) -> tuple[str, str]:
+    """(a key of `keys`, the key a hostile file writes again): the same key, or one equal to it
+    once stripped and case-folded (``error`` and ``Error``, `` error``)."""
+    key = draw(st.sampled_from(keys), label="key")
+    how = draw(st.sampled_from(["exact", "case", "spaced"]), label="how")
+    if how == "exact":
+        return key, key
+    other = key.swapcase() if how == "case" and key.swapcase() != key else f" {key} "
+    return key, other
+
+
+@st.composite
+def nested_json(draw: st.DrawFn, depth: int) -> str:
+    """A JSON value nesting `depth` arrays and objects (a drawn pattern of both, repeated),
+    innermost a number."""
+    pattern = draw(st.lists(st.booleans(), min_size=1, max_size=8), label="pattern")
+    kinds = [pattern[i % len(pattern)] for i in range(depth)]
+    head = "".join('{"k": ' if obj else "[" for obj in kinds)
+    tail = "".join("}" if obj else "]" for obj in reversed(kinds))
+    return head + "0.5" + tail

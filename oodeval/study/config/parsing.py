@@ -16,11 +16,14 @@ backend says about the grid in `oodeval.study.config.backend`.
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
+from oodeval._json import MAX_DEPTH, bracket_depth, depth_problem, structure_depth
+from oodeval._names import lookalike_problem
 from oodeval._text import parse_problem, read_text
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import FAMILIES, get_measure, measure_names
@@ -46,6 +49,18 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib
 
+#: What the nesting pre-scan skips: TOML strings (multi-line, basic with escapes, literal) and
+#: comments, whose brackets are text.
+_TOML_TEXT = re.compile(
+    r'"""(?:[^\\]|\\[\s\S])*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*'
+)
+
+#: Bare-key characters and blanks, removed so that a dotted key (``a.b.c``) or table header
+#: (``[a.b.c]``) is left as a run of dots; a run longer than `_DOTS` is refused before parsing
+#: (the parser takes time quadratic in a key's parts), a shorter one measured after it.
+_KEY_TEXT = re.compile(r"[A-Za-z0-9_\- \t]+")
+_DOTS = 4 * MAX_DEPTH
+
 #: Keys a config file may not write: the config computes them (a stored config carries them).
 _COMPUTED_KEYS = (("source_identity", "the data"), ("import_digests", "the imported files"))
 
@@ -60,6 +75,7 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     if not path.exists():
         raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
     text = read_text(path, what="study config", save_as="UTF-8 TOML")
+    _check_nesting(path, text)  # before the recursive parser
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -68,6 +84,7 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
         raise OodevalError(
             f"study config {path} is not valid TOML: {parse_problem(exc)}; write a shorter number"
         ) from None
+    _check_depth(path, structure_depth(data, root=False))  # dotted keys, [a.b.c] headers
     data.setdefault("name", path.stem)
     problems = []
     for key, what in _COMPUTED_KEYS:
@@ -78,6 +95,27 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     if isinstance(imports, list):  # a .py file is named relative to the config file
         data["imports"] = [resolved_import(i, path.parent) for i in imports]
     return data, problems
+
+
+def _check_depth(path: Path, depth: int, *, at_least: bool = False) -> None:
+    if depth > MAX_DEPTH:
+        problem = depth_problem(depth, "TOML", at_least=at_least)
+        raise OodevalError(f"study config {path}: {problem}; flatten the config")
+
+
+def _check_nesting(path: Path, text: str) -> None:
+    """Refuse, before parsing, inline arrays and tables nested over `MAX_DEPTH` levels and a
+    dotted key or table header of over `_DOTS` parts (both only counted outside strings and
+    comments, and only when the text holds enough brackets or dots to need it)."""
+    brackets = text.count("[") + text.count("{") > MAX_DEPTH
+    if not brackets and text.count(".") <= _DOTS:
+        return
+    skeleton = _TOML_TEXT.sub("", text)
+    if brackets:
+        _check_depth(path, bracket_depth(skeleton))
+    longest = max(map(len, re.findall(r"\.+", _KEY_TEXT.sub("", skeleton))), default=0)
+    if longest > _DOTS:  # a key of n dots opens at least n tables
+        _check_depth(path, longest, at_least=True)
 
 
 def parsed_fields(
@@ -140,6 +178,9 @@ def _grid_fields(data: Mapping[str, Any], problems: list[str], bad: set[str]) ->
         _scenarios(data.get("scenarios", ()), problems) if "scenarios" in data else ()
     )
     values["algorithms"] = _names(data, "algorithms", (), problems) if "algorithms" in data else ()
+    lookalike = lookalike_problem(values["algorithms"], "algorithm")
+    if lookalike is not None:
+        problems.append(f"study config 'algorithms': {lookalike}")
     imports = _names(data, "imports", (), problems, may_be_empty=True)
     values["imports"] = tuple(resolved_import(i, Path.cwd()) for i in imports)
     count = len(problems)
