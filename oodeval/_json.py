@@ -28,6 +28,7 @@ from oodeval._text import shortened
 from oodeval.errors import OodevalError
 
 __all__ = [
+    "json_lines",
     "MAX_DEPTH",
     "bracket_depth",
     "depth_problem",
@@ -210,3 +211,14 @@ def load_json(text: str, *, where: str, fold_case: bool = True) -> Any:
         return _DECODERS[fold_case].decode(text)
     except _RepeatedKey as exc:
         raise OodevalError(f"{where}: {exc}") from None
+
+
+def json_lines(text: str) -> list[str]:
+    r"""The lines of the JSON-lines `text`: split at ``\n`` alone (a ``\r`` before it dropped),
+    as the format defines them. ``str.splitlines`` would also split at U+0085, U+2028 and
+    U+2029, which a JSON string may hold as they are (``json.dumps(..., ensure_ascii=False)``).
+
+    >>> json_lines('{"a": "x\u2028y"}\r\n{"a": 2}\n')
+    ['{"a": "x\u2028y"}', '{"a": 2}', '']
+    """
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]

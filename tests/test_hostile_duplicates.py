@@ -59,6 +59,18 @@ def loo_rows(algorithms=("ERM", "IRM"), environments=("e1", "e2", "e3")) -> list
     ]
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_json_lines_split_at_newlines_only(separator: str) -> None:
+    """A JSON string may hold U+2028, U+2029 and U+0085 as they are (json.dumps with
+    ensure_ascii=False writes them so); str.splitlines would cut the line there."""
+    from oodeval.results.jsonrows import json_lines_frame
+
+    rows = loo_rows(algorithms=(f"ERM{separator}v2", "IRM"))
+    frame = json_lines_frame(results_lines(rows).replace("\n", "\r\n", 1), "r.jsonl")
+    assert sorted(set(frame["algorithm"])) == sorted({f"ERM{separator}v2", "IRM"})
+    assert len(frame) == len(rows)
+
+
 # --- repeated keys -----------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import json
 
 import pandas as pd
 
-from oodeval._json import load_json
+from oodeval._json import json_lines, load_json
 from oodeval._text import parse_problem
 from oodeval.errors import OodevalError
 
@@ -25,7 +25,7 @@ __all__ = ["json_lines_frame", "json_records_frame"]
 def json_lines_frame(text: str, name: str) -> pd.DataFrame:
     records: list[dict[str, str]] = []
     lines: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(json_lines(text), start=1):
         if not line.strip():
             continue
         try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from oodeval._json import load_json, refuse_folded_keys
+from oodeval._json import json_lines, load_json, refuse_folded_keys
 from oodeval._limits import human_bytes, max_text_bytes
 from oodeval._names import refuse_lookalikes
 from oodeval._text import parse_problem
@@ -146,7 +146,7 @@ def _read_run(results: Path, notes: list[str]) -> list[dict[str, Any]]:
     # A run killed mid-write may leave NUL padding or a cut UTF-8 sequence at the end of its
     # log: bad bytes only spoil their own line, which is skipped below like any invalid line.
     text = data.decode("utf-8", errors="replace").replace("\x00", "")
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(json_lines(text), start=1):
         if not line.strip():
             continue
         try:
