@@ -172,6 +172,26 @@ def test_a_repeated_test_row_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out.txt").exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (TEST_ROWS[0], "rows[5] repeats the test image 'sand/dog/0.png' of rows[0]"),
+        (
+            (TEST_ROWS[1][0], "dog", "sand", "train"),
+            "'sand/dog/1.png' is listed as test (rows[1]) and as train (rows[5])",
+        ),
+    ],
+)
+def test_the_python_api_refuses_a_repeated_image_too(extra, expected) -> None:
+    """`evaluate_assignment` on rows built in Python checks what the CSV reader checks."""
+    from oodeval.protocols import AssignmentRow, evaluate_assignment
+
+    rows = [AssignmentRow(*r) for r in [*TEST_ROWS, extra]]
+    with pytest.raises(OodevalError) as caught:
+        evaluate_assignment(rows, {r[0]: "dog" for r in TEST_ROWS})
+    assert expected in str(caught.value)
+
+
 def test_an_image_in_train_and_test_is_refused(tmp_path: Path) -> None:
     rows = [("grass/dog/0.png", "dog", "grass", "train"), *TEST_ROWS]
     rows.append(("grass/dog/0.png", "dog", "grass", "test"))

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import check_std_ddof, domain_std, per_domain_summary
-from oodeval.protocols.tree import AssignmentRow
+from oodeval.protocols.tree import AssignmentRow, refuse_repeated_images
 
 
 def domain_accuracies(
@@ -64,6 +64,7 @@ def evaluate_assignment(
     (0.75, 0.6667, 0.3536)
     """
     ddof = check_std_ddof(ddof)
+    refuse_repeated_images(rows)
     acc, counts = domain_accuracies(rows, predictions)
     summary = per_domain_summary(acc, counts)
     values = list(acc.values())

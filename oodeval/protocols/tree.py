@@ -196,7 +196,7 @@ def read_assignment_csv(path: str | Path) -> list[AssignmentRow]:
                 "use a file written by `oodeval protocols`"
             )
         rows = []
-        seen: dict[str, tuple[int, str]] = {}  # image path -> (first line, role)
+        lines = []
         for line_no, rec in enumerate(reader, start=2):
             if not rec:
                 continue
@@ -206,30 +206,44 @@ def read_assignment_csv(path: str | Path) -> list[AssignmentRow]:
                 raise OodevalError(
                     f"{path}: line {line_no} has role {rec[3]!r}; roles are {', '.join(ROLES)}"
                 )
-            _refuse_twice(path, seen.setdefault(rec[0], (line_no, rec[3])), line_no, rec)
             rows.append(AssignmentRow(*rec))
+            lines.append(f"line {line_no}")
+    refuse_repeated_images(rows, where=str(path), places=lines)
     refuse_lookalikes(dict.fromkeys(r.domain for r in rows), "domain", str(path))
     refuse_lookalikes(dict.fromkeys(r.cls for r in rows), "class", str(path))
     return rows
 
 
-def _refuse_twice(path: str | Path, first: tuple[int, str], line_no: int, rec: list[str]) -> None:
-    """Refuse the image of line `line_no` (`rec`) when line ``first[0]`` listed it already: a
-    repeated test row counts its image twice; one image in two roles (train and test) is seen
-    in training and then scored as unseen."""
-    first_line, role = first
-    if first_line == line_no:
-        return
-    if role == rec[3]:
+def refuse_repeated_images(
+    rows: Sequence[AssignmentRow], *, where: str = "rows", places: Sequence[str] | None = None
+) -> None:
+    """Refuse an image listed twice in the assignment `rows`: a repeated test row counts its
+    image twice; one image in two roles (train and test) is seen in training and then scored as
+    unseen. `places` names each row in the message (``line 7`` of a CSV; default ``rows[i]``).
+
+    >>> rows = [AssignmentRow("a/x/1", "x", "a", "train"), AssignmentRow("a/x/1", "x", "a", "test")]
+    >>> refuse_repeated_images(rows)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    oodeval.errors.OodevalError: rows: image 'a/x/1' is listed as train (rows[0]) and as test ...
+    """
+    seen: dict[str, int] = {}  # image path -> index of its first row
+    for i, row in enumerate(rows):
+        first = seen.setdefault(row.path, i)
+        if first == i:
+            continue
+        at, before = (places[i], places[first]) if places else (f"rows[{i}]", f"rows[{first}]")
+        role = rows[first].role
+        if role == row.role:
+            raise OodevalError(
+                f"{where}: {at} repeats the {role} image {row.path!r} of {before}; "
+                "list each image once"
+            )
         raise OodevalError(
-            f"{path}: line {line_no} repeats the {role} image {rec[0]!r} of line {first_line}; "
-            "list each image once"
+            f"{where}: image {row.path!r} is listed as {role} ({before}) and as {row.role} "
+            f"({at}); give each image one role, or the {row.role} score measures an image the "
+            f"model saw as {role}"
         )
-    raise OodevalError(
-        f"{path}: image {rec[0]!r} is listed as {role} (line {first_line}) and as {rec[3]} "
-        f"(line {line_no}); give each image one role, or the {rec[3]} score measures an image "
-        f"the model saw as {role}"
-    )
 
 
 def role_counts(rows: Sequence[AssignmentRow]) -> list[dict[str, int | str]]:
