@@ -61,13 +61,6 @@ def analyze_command(
     --measures adds measures (yours too, registered by a file given with --imports) to every
     table, computed again from the stored errors without training anything.
     """
-    from oodeval.study import load_study
-    from oodeval.study.analysis import (
-        analyze,
-        measure_version_notes,
-        verdict_markdown,
-        write_analysis,
-    )
     from oodeval.study.store import STORE_NAME
 
     check_output_path(output)
@@ -85,11 +78,34 @@ def analyze_command(
         )
     load_imports(imports)
     specs = measure_specs(measures)
+    print_analysis(directory, specs, exclude_damaged, analysis_dir, fmt.value, output)
+
+
+def print_analysis(
+    directory: Path,
+    specs: list[str] | None = None,
+    exclude_damaged: bool = False,
+    analysis_dir: Path | None = None,
+    fmt: str = "table",
+    output: str | None = None,
+) -> None:
+    """Write the analysis of the study in `directory` and print what `study analyze` prints:
+    the verdict block (which says the data note) and the files written, or the verdict table
+    (csv, json; the note then on stderr), then the warnings. `study run --analyze` prints
+    the same."""
+    from oodeval.study import load_study
+    from oodeval.study.analysis import (
+        analyze,
+        measure_version_notes,
+        verdict_markdown,
+        write_analysis,
+    )
+
     study = load_study(directory, exclude_damaged=exclude_damaged)  # read-only
     results = analyze(study, specs)
     written = write_analysis(study, results=results, out_dir=analysis_dir)
-    if fmt.value in ("csv", "json"):
-        text = render_frame(results["verdict"], fmt.value)
+    if fmt in ("csv", "json"):
+        text = render_frame(results["verdict"], fmt)
     else:
         paths = [safe_text(f"{name}: {path}") for name, path in written.items()]
         text = "\n".join([verdict_markdown(study, results), *paths])
@@ -101,7 +117,7 @@ def analyze_command(
         typer.echo(safe_text(f"warning: {note}"), err=True)
     if study.outside_note():
         typer.echo(safe_text(f"note: {study.outside_note()}"), err=True)
-    if study.data_note() and fmt.value in ("csv", "json"):  # the verdict block has it otherwise
+    if study.data_note() and fmt in ("csv", "json"):  # the verdict block has it otherwise
         typer.echo(safe_text(f"note: {study.data_note()}"), err=True)
 
 
