@@ -335,18 +335,28 @@ def test_study_report_answer_is_the_seed_mean_pick_per_scenario():
     )
     section = answer_section({"units": units})
     assert section.lead and section.anchor == "answer"
-    assert section.intro == (
-        "s/1: worst+gap picks B; average picks A; the ideal measure picks B (they disagree; "
-        "worst+gap picks the ideal's choice; on each measure's mean over 2 seeds). "
-        "s/2: worst+gap picks A; average picks C; the ideal measure picks A (they disagree; "
-        "worst+gap picks the ideal's choice)"
-    )
+    # one line per scenario, the scenario first: a list to scan, not one paragraph
+    assert section.intro == "Which algorithm each measure picks, per scenario:"
+    assert section.items == [
+        (
+            "s/1",
+            "worst+gap picks B; average picks A; the ideal measure picks B (they disagree; "
+            "worst+gap picks the ideal's choice; on each measure's mean over 2 seeds)",
+        ),
+        (
+            "s/2",
+            "worst+gap picks A; average picks C; the ideal measure picks A (they disagree; "
+            "worst+gap picks the ideal's choice)",
+        ),
+    ]
+    # the same words as the one-line answer the CLI prints
+    assert ". ".join(f"{h}: {t}" for h, t in section.items) == answer_line(units)
 
 
 def test_verdict_warning_counts_only_scenarios_with_a_verdict():
     from oodeval.study.analysis import verdict_warning
 
-    table = pd.DataFrame({"verdict": ["ahead", "undefined"], "n_algorithms": [7, 1]})
+    table = pd.DataFrame({"verdict": ["ahead, not clearly", "undefined"], "n_algorithms": [7, 1]})
     assert verdict_warning(table) == interval_warning(7)
     assert verdict_warning(table.assign(n_algorithms=[9, 1])) == ""
     assert verdict_warning(table.iloc[1:]) == ""

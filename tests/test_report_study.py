@@ -197,7 +197,7 @@ return {
   others: others.map(e => e.getBoundingClientRect().top),
   header: document.querySelector('header').innerText,
   sentence: v.querySelector('p.intro').innerText,
-  answer: a.querySelector('p.intro').innerText,
+  answer: Array.from(a.querySelectorAll('ul.items li')).map(li => li.innerText),
   answerTop: a.getBoundingClientRect().top,
   facts: v.querySelector('dl.facts').innerText,
   cells: rows.map(r => Array.from(r.cells).map(c => c.innerText)),
@@ -259,7 +259,7 @@ def _shown_numbers(cell):
 
 @pytest.mark.browser
 def test_the_verdict_opens_the_report_of_a_complete_study(verdict_study, tmp_path):
-    from oodeval.measures.meta import answer_line, verdict_sentence
+    from oodeval.measures.meta import answer_parts, verdict_sentence
 
     seen, results = _verdict_page(verdict_study, tmp_path, "report-verdict-complete")
     verdicts, table1 = results["verdict"], results["table1"]
@@ -269,8 +269,9 @@ def test_the_verdict_opens_the_report_of_a_complete_study(verdict_study, tmp_pat
         f"over 3 scenarios: worst+gap tracks the ideal measure clearly better in {clear},"
         in (seen["sentence"])
     )
-    assert seen["answer"] == answer_line(results["units"], ["worst_plus_gap", "average"])
-    assert seen["answer"].count("synthetic/") == 3  # one part per scenario
+    parts = answer_parts(results["units"], ["worst_plus_gap", "average"])
+    assert seen["answer"] == [f"{scenario}: {text}" for scenario, text in parts]
+    assert len(seen["answer"]) == 3 and all(a.startswith("synthetic/") for a in seen["answer"])
     assert seen["facts"].split("\n")[-1] == "All 48 units done."
     for cells, v, t1 in zip(seen["cells"], verdicts.itertuples(), table1.itertuples(), strict=True):
         assert cells[0] == v.scenario == t1.scenario

@@ -209,7 +209,7 @@ def test_verdict_labels_follow_the_sign_and_the_interval():
     noisy = v.loc["noisy"]
     sign = "ahead" if noisy.difference > 0 else "behind"
     clear = noisy.difference_low > 0 or noisy.difference_high < 0
-    assert noisy.verdict == (f"clearly {sign}" if clear else sign)
+    assert noisy.verdict == (f"clearly {sign}" if clear else f"{sign}, not clearly")
 
 
 def test_undefined_scenarios_say_why_and_thin_seeds_are_left_out():
@@ -283,7 +283,7 @@ def test_a_clear_win_says_clearly_better_and_states_the_rhos():
     assert behind.startswith("average tracks the ideal measure clearly better than worst+gap")
 
 
-@pytest.mark.parametrize("verdict", ["ahead", "behind", "tied"])
+@pytest.mark.parametrize("verdict", ["ahead, not clearly", "behind, not clearly", "tied"])
 def test_an_interval_covering_0_says_no_clear_difference_whatever_the_sign(verdict):
     text = verdict_sentence(_table([verdict]))
     assert text.startswith(
@@ -299,7 +299,7 @@ def test_neither_tracks_the_ideal_even_when_one_measure_is_ahead_everywhere():
         "worst_plus_gap": [(-0.33, -0.9, 0.5), (0.02, -0.7, 0.8), (0.55, -0.2, 0.95)],
         "average": [(-0.5, -0.95, 0.4), (-0.1, -0.8, 0.7), (0.3, -0.4, 0.9)],
     }
-    text = verdict_sentence(_table(["ahead"] * 3, rho=rho))
+    text = verdict_sentence(_table(["ahead, not clearly"] * 3, rho=rho))
     assert text.startswith(
         "worst+gap vs average over 3 scenarios: worst+gap tracks the ideal measure clearly "
         f"better in 0, average clearly better in 0, no clear difference in 3 ({_INTERVAL} "
@@ -315,7 +315,9 @@ def test_tracking_needs_both_the_threshold_and_an_interval_above_0():
         "worst_plus_gap": [(0.8, 0.3, 0.95), (0.7, -0.1, 0.9), (0.45, 0.1, 0.8)],
         "average": [(0.6, 0.2, 0.9), (0.2, -0.5, 0.6), (0.1, -0.5, 0.6)],
     }
-    text = verdict_sentence(_table(["ahead", "clearly ahead", "ahead"], rho=rho))
+    text = verdict_sentence(
+        _table(["ahead, not clearly", "clearly ahead", "ahead, not clearly"], rho=rho)
+    )
     assert (
         f"worst+gap tracks the ideal measure well in 1 of 3, average in 1, neither in 2 ({_RULE})"
         in text
@@ -324,7 +326,9 @@ def test_tracking_needs_both_the_threshold_and_an_interval_above_0():
 
 
 def test_undefined_rows_are_counted_with_their_reasons():
-    text = verdict_sentence(_table(["ahead", "tied", "undefined", "undefined"]), confidence=0.9)
+    text = verdict_sentence(
+        _table(["ahead, not clearly", "tied", "undefined", "undefined"]), confidence=0.9
+    )
     assert text.startswith(
         "worst+gap vs average over 4 scenarios: worst+gap tracks the ideal measure clearly "
         "better in 0, average clearly better in 0, no clear difference in 2 (the 90% bootstrap "

@@ -32,12 +32,91 @@ PALETTE: tuple[str, ...] = (
     "#000000",  # black
 )
 MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*")
+HATCHES: tuple[str, ...] = ("", "//", "..", "xx")
+_MORE_COLOURS: tuple[str, ...] = ("#999999", "#332288", "#117733", "#882255", "#44AA99", "#AA4499")
+"""Paul Tol's muted colours and a grey: measures beyond those of `MEASURE_COLOURS`."""
+_COLOURS = PALETTE + _MORE_COLOURS
+
+MEASURE_COLOURS: dict[str, str] = {
+    "worst+gap": PALETTE[0],
+    "average": PALETTE[1],
+    "worst only": PALETTE[2],
+    "gap only": PALETTE[3],
+    "scaled worst": PALETTE[4],
+    "worst": PALETTE[5],
+    "gap": PALETTE[6],
+    "ideal": PALETTE[7],
+}
+"""The one colour of each measure (by label), in every figure of every report: worst+gap is
+blue and average orange wherever they are drawn. Other measures take the colours left, in
+sorted order of their labels (`series_styles`)."""
+
+
+def series_styles(values: Sequence[object], first: int = 0) -> dict[str, int]:
+    """{value: its style number}: the colour ``_COLOURS[k]``, marker ``MARKERS[k % 8]`` and hatch
+    ``HATCHES[k % 4]`` its series is drawn with.
+
+    When every value is a measure label, each measure keeps its colour of `MEASURE_COLOURS`
+    whatever the figure and the order its values come in; measures without one take the
+    colours left, in sorted order, so the same set of measures is coloured alike in every
+    figure. Other values (algorithms, "ERM" / "ideal-best algorithm") are numbered in order
+    from `first` (`OTHER_STYLES` keeps them off the measures' colours).
+
+    >>> styles = series_styles(["average", "worst+gap"])
+    >>> _COLOURS[styles["worst+gap"]], _COLOURS[styles["average"]]
+    ('#0072B2', '#E69F00')
+    >>> series_styles(["ERM", "IRM"])
+    {'ERM': 0, 'IRM': 1}
+    """
+    names = [str(v) for v in dict.fromkeys(values)]
+    if not names or not all(_is_measure_label(n) for n in names):
+        return {n: first + i for i, n in enumerate(names)}
+    fixed = {n: _COLOURS.index(MEASURE_COLOURS[n]) for n in names if n in MEASURE_COLOURS}
+    free = [k for k in range(len(_COLOURS)) if k not in fixed.values()]
+    rest = sorted(n for n in names if n not in fixed)
+    fixed.update({n: free[i % len(free)] for i, n in enumerate(rest)})
+    return {n: fixed[n] for n in names}
+
+
+OTHER_STYLES = len(PALETTE)
+"""`series_styles`' `first` for series that are not measures, drawn beside measures (Figure 1's
+ERM and ideal-best bars): grey and indigo, no measure's colour."""
+
+
+def _is_measure_label(text: str) -> bool:
+    from oodeval.errors import OodevalError
+    from oodeval.measures.registry import get_measure, measure_names
+
+    if text in MEASURE_COLOURS or text in {measure_label(n) for n in measure_names()}:
+        return True
+    try:
+        get_measure(text)  # a name or a family member such as cvar:alpha=0.25
+    except OodevalError:
+        return False
+    return True
+
+
+def _drawn_colours(axes) -> tuple[tuple[str, str], ...]:
+    """(legend label, hex colour) of every series as matplotlib drew it, first appearance."""
+    from matplotlib.colors import to_hex
+
+    found: dict[str, str] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if hasattr(handle, "patches"):  # a bar container
+                colour = handle.patches[0].get_facecolor()
+            elif hasattr(handle, "get_facecolor"):  # a scatter's collection
+                colour = handle.get_facecolor()[0]
+            else:
+                colour = handle.get_color()
+            found.setdefault(label, to_hex(colour))
+    return tuple(found.items())
 
 
 @dataclass(frozen=True)
 class Figure:
-    """A rendered plot: PNG bytes, its caption, the exact data it shows, and the (shortened
-    label, full name) pairs of the names it shows shortened."""
+    """A rendered plot: PNG bytes, its caption, the exact data it shows, the (shortened
+    label, full name) pairs of the names it shows shortened, and the colour of each series."""
 
     key: str
     title: str
@@ -45,6 +124,8 @@ class Figure:
     png: bytes
     data: pd.DataFrame
     labels: tuple[tuple[str, str], ...] = ()
+    colours: tuple[tuple[str, str], ...] = ()
+    """(legend label, hex colour) of each series as drawn (`MEASURE_COLOURS` for measures)."""
 
     @property
     def data_uri(self) -> str:
@@ -80,8 +161,9 @@ def _render(fig) -> bytes:
 
 
 def color_for(i: int) -> str:
-    """The i-th palette colour (cycling)."""
-    return PALETTE[i % len(PALETTE)]
+    """The i-th palette colour (cycling through `PALETTE`, then the colours after it for a
+    style number of `series_styles`)."""
+    return _COLOURS[i] if i < len(_COLOURS) else PALETTE[i % len(PALETTE)]
 
 
 def plain(text: object) -> str:
@@ -139,10 +221,12 @@ def scatter_with_identity(
     labels = _Labels()
     hue_label = labels([h for h in hues if h is not None])
     panel_label = labels([p for p in panels if p is not None])
+    style = series_styles([h for h in hues if h is not None])
     for ax, value in zip(axes[0], panels, strict=True):
         part = data if value is None else data[data[panel] == value]
         ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#999999", lw=1, ls="--")
-        for i, h in enumerate(hues):
+        for h in hues:
+            i = 0 if h is None else style[str(h)]
             sub = part if h is None else part[part[hue] == h]
             ax.scatter(
                 sub[x],
@@ -163,7 +247,9 @@ def scatter_with_identity(
     axes[0][0].set_ylabel(ylabel)
     if hue is not None and len(hues) > 1:
         axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True), labels.pairs())
+    colours = _drawn_colours(axes[0])
+    png = _render(fig)
+    return Figure(key, title, caption, png, data.reset_index(drop=True), labels.pairs(), colours)
 
 
 def grouped_bars(
@@ -177,10 +263,12 @@ def grouped_bars(
     caption: str,
     ylabel: str,
     panel: str | None = None,
+    first_style: int = 0,
 ) -> Figure:
     """Bars of `value` per `category` (x axis), one coloured bar per `group`, optional panels.
 
     The y axis starts at 0 and is never shorter than 0.01, so all-zero bars read as zero.
+    Groups are coloured by `series_styles` (`first_style`: its `first`).
     """
     plt = _pyplot()
     panels = [None] if panel is None else list(dict.fromkeys(data[panel]))
@@ -202,9 +290,11 @@ def grouped_bars(
     slanted = len(cats) > 4 or any(
         len(line) > 12 for c in cats for line in cat_label[str(c)].split("\n")
     )
+    style = series_styles(groups, first_style)
     for ax, pv in zip(axes[0], panels, strict=True):
         part = data if pv is None else data[data[panel] == pv]
         for i, g in enumerate(groups):
+            k = style[str(g)]
             sub = part[part[group] == g].set_index(category)
             heights = [float(sub[value].get(c, np.nan)) for c in cats]
             bars = ax.bar(
@@ -212,8 +302,8 @@ def grouped_bars(
                 heights,
                 width,
                 label=group_label[str(g)],
-                color=color_for(i),
-                hatch=("", "//", "..", "xx")[i % 4],
+                color=color_for(k),
+                hatch=HATCHES[k % len(HATCHES)],
                 edgecolor="white",
             )
             if len(cats) * len(groups) <= 24:
@@ -229,7 +319,9 @@ def grouped_bars(
             ax.set_title(f"{plain(panel)} = {panel_label[str(pv)]}")
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True), labels.pairs())
+    colours = _drawn_colours(axes[0])
+    png = _render(fig)
+    return Figure(key, title, caption, png, data.reset_index(drop=True), labels.pairs(), colours)
 
 
 def lines(
@@ -256,9 +348,11 @@ def lines(
     labels = _Labels()
     hue_label = labels(hues)
     panel_label = labels([p for p in panels if p is not None])
+    style = series_styles(hues)
     for ax, pv in zip(axes[0], panels, strict=True):
         part = data if pv is None else data[data[panel] == pv]
-        for i, h in enumerate(hues):
+        for h in hues:
+            i = style[str(h)]
             sub = part[part[hue] == h].sort_values(x)
             ax.plot(
                 sub[x],
@@ -274,7 +368,9 @@ def lines(
             ax.set_title(f"{plain(panel)} = {panel_label[str(pv)]}")
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return Figure(key, title, caption, _render(fig), data.reset_index(drop=True), labels.pairs())
+    colours = _drawn_colours(axes[0])
+    png = _render(fig)
+    return Figure(key, title, caption, png, data.reset_index(drop=True), labels.pairs(), colours)
 
 
 def bump_chart_figure(ranks: pd.DataFrame, *, label: str, left: str, right: str):

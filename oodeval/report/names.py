@@ -84,3 +84,16 @@ def short_labels(names: Iterable[object], width: int) -> dict[str, str]:
         short.update(zip(members, labels, strict=True))
         taken.update(labels)
     return short
+
+
+def counted(values: Iterable[object], word: str) -> str:
+    """How many `values` there are and which: ``1 seed (0)``, ``3 seeds (0, 1, 2)``, so a
+    list of one number never reads as a count.
+
+    >>> counted([0], "seed"), counted([0, 1, 2], "seed"), counted([], "seed")
+    ('1 seed (0)', '3 seeds (0, 1, 2)', 'no seeds')
+    """
+    items = [str(v) for v in values]
+    if not items:
+        return f"no {word}s"
+    return f"{len(items)} {word}{'' if len(items) == 1 else 's'} ({', '.join(items)})"

@@ -33,8 +33,10 @@ class Section:
     """One titled part of the report.
 
     ``facts`` are (key, value) pairs; a value is a text or a list of names (each shortened on its
-    own). A ``lead`` section comes before the table of contents, as the page's opening block;
-    ``anchor`` names its id (default ``s<position>``).
+    own). ``items`` are (head, text) pairs shown as a list after the intro, one line each, the
+    head in bold (the Answer's one line per scenario). A ``lead`` section comes before the
+    table of contents, as the page's opening block; ``anchor`` names its id (default
+    ``s<position>``).
     """
 
     title: str
@@ -43,6 +45,7 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     facts: list[tuple[str, str | list[str]]] = field(default_factory=list)
+    items: list[tuple[str, str]] = field(default_factory=list)
     lead: bool = False
     anchor: str = ""
 
@@ -118,6 +121,7 @@ def _section_view(section: Section, i: int, clip: _Clipper) -> dict:
             (clip(k, NAME_WIDTH), clip.names(v) if isinstance(v, list) else clip(v))
             for k, v in section.facts
         ],
+        "items": [(clip(h, NAME_WIDTH), clip(t, 4 * TEXT_WIDTH)) for h, t in section.items],
         "notes": [clip(n) for n in section.notes],
         "tables": [_table_view(t, clip) for t in section.tables],
         "figures": [_figure_view(f, clip) for f in section.figures],

@@ -11,12 +11,12 @@ import pandas as pd
 from oodeval.measures.domain import REGISTRY, measure_label, undefined_measures
 from oodeval.measures.meta import (
     algorithm_ranks,
-    answer_line,
+    answer_parts,
     environment_warning,
     interval_warning,
 )
 from oodeval.report.figures import Figure, bump_chart, heatmap, lines
-from oodeval.report.names import NAME_WIDTH, short_labels
+from oodeval.report.names import NAME_WIDTH, counted, short_labels
 from oodeval.report.page import Section
 from oodeval.results.longform import LongResults, read_results
 from oodeval.results.scoring import score_results
@@ -84,7 +84,10 @@ def overview_section(results: LongResults, path: str | Path) -> Section:
         facts=[
             ("file", str(path)),
             ("algorithms", list(results.algorithms)),
-            ("seeds", list(results.seeds) if results.has_seed else "none (one run each)"),
+            (
+                "seeds",
+                counted(results.seeds, "seed") if results.has_seed else "none (one run each)",
+            ),
             ("given environments (N)", f"{len(results.given_environments)}"),
             (
                 "environments of E_all",
@@ -186,17 +189,33 @@ def answer_section(results: LongResults) -> Section:
     whether they disagree and, with the ideal measure, which picks its choice)."""
     names = [m for m in ("worst_plus_gap", "average") if m in _defined(results)]
     units = score_results(results, measures=names or None).measures
-    return Section("Answer", intro=report_answer(units, names), lead=True, anchor="answer")
+    return answer_block(units, names)
 
 
-def report_answer(units: pd.DataFrame, measures: list[str]) -> str:
-    """`answer_line` with algorithm and scenario names shortened as the page shows them (each
-    at most `NAME_WIDTH` characters, still distinct), so a long name costs one line."""
+ANSWER_INTRO = "Which algorithm each measure picks, per scenario:"
+
+
+def answer_block(units: pd.DataFrame, measures: list[str]) -> Section:
+    """The Answer section of both reports: `report_answer`'s words, one line per scenario (a
+    list under `ANSWER_INTRO`), or one sentence when the table has no scenarios."""
+    parts = report_answer(units, measures)
+    section = Section("Answer", lead=True, anchor="answer")
+    if all(scenario == "" for scenario, _ in parts):
+        section.intro = ". ".join(text for _, text in parts)
+    else:
+        section.intro, section.items = ANSWER_INTRO, parts
+    return section
+
+
+def report_answer(units: pd.DataFrame, measures: list[str]) -> list[tuple[str, str]]:
+    """`answer_parts` (one (scenario, answer) pair per scenario) with algorithm and scenario
+    names shortened as the page shows them (each at most `NAME_WIDTH` characters, still
+    distinct), so a long name costs one line."""
     units = units.copy()
     for column in ("algorithm", "scenario"):
         if column in units.columns:
             units[column] = units[column].astype(str).map(short_labels(units[column], NAME_WIDTH))
-    return answer_line(units, measures or None)
+    return answer_parts(units, measures or None)
 
 
 def _defined(results: LongResults) -> list[str]:
@@ -268,6 +287,8 @@ def _env_curve(tidy: pd.DataFrame) -> Figure:
 
 
 __all__ = [
+    "ANSWER_INTRO",
+    "answer_block",
     "answer_section",
     "environment_errors",
     "measure_ranks",

@@ -16,9 +16,11 @@ from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
 from oodeval.measures.meta import TIE_SEPARATOR, verdict_sentence
 from oodeval.measures.meta.leaderboard import leaderboard_sentence
-from oodeval.report.figures import grouped_bars, lines, scatter_with_identity
+from oodeval.report.columns import beside_paper_view, human_columns
+from oodeval.report.figures import OTHER_STYLES, grouped_bars, lines, scatter_with_identity
+from oodeval.report.names import counted
 from oodeval.report.page import Section
-from oodeval.report.results_report import numeric_environment, report_answer
+from oodeval.report.results_report import answer_block, numeric_environment
 from oodeval.study.analysis import (
     BOUNDS_SENTENCE,
     CORRELATION_MEASURES,
@@ -93,10 +95,9 @@ def answer_section(results: dict[str, pd.DataFrame]) -> Section:
     """The report's first block: per scenario, which algorithm worst+gap and average pick on
     their seed means, whether they disagree, and whether either picks the ideal measure's
     choice (`oodeval.measures.meta.answer_line`; Table 6's "mean" picks), names shortened
-    as the page shows them (`report_answer`)."""
+    as the page shows them; one line per scenario (`answer_block`)."""
     units = results["units"]
-    answer = report_answer(units, [m for m in CORRELATION_MEASURES if m in units])
-    return Section("Answer", intro=answer, lead=True, anchor="answer")
+    return answer_block(units, [m for m in CORRELATION_MEASURES if m in units])
 
 
 def summary_section(study: Study) -> Section:
@@ -124,7 +125,7 @@ def summary_section(study: Study) -> Section:
             ("backend", str(cfg.get("backend") or "oodeval.study.trainer_backend (the default)")),
             ("data source", str(cfg.get("source", ""))),
             ("algorithms", [str(a) for a in cfg.get("algorithms", [])]),
-            ("seeds", ", ".join(str(s) for s in cfg.get("seeds", []))),
+            ("seeds", counted(cfg.get("seeds", []), "seed")),
             ("scenarios", scenarios),
             (
                 "training",
@@ -213,6 +214,8 @@ def table_sections(results: dict[str, pd.DataFrame]) -> Section:
                 "(oodeval.measures.measure_code_digest): the code these numbers were computed by.",
             )
         )
+    for table in tables:
+        table.frame = human_columns(table.frame)
     return Section(
         "Tables",
         intro="The measures are computed per unit from the stored errors; all math goes through "
@@ -231,7 +234,8 @@ def _beside_paper(results: dict[str, pd.DataFrame], name: str, caption: str) -> 
         "selection_vs_paper": f"{PAPER_REFERENCES[name]}: the counts beside the paper's",
         "bounds": f"{PAPER_REFERENCES[name]}: how often the ideal measure is within the bound",
     }
-    return [Table(titles[name], table.drop(columns=["family"], errors="ignore"), caption)]
+    shown = table.drop(columns=["family"], errors="ignore") if name == "bounds" else table
+    return [Table(titles[name], beside_paper_view(shown), caption)]
 
 
 def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
@@ -264,7 +268,7 @@ def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
         tables.append(
             Table(
                 f"{PAPER_REFERENCES['table1_vs_paper']} next to the paper's numbers",
-                paper,
+                beside_paper_view(paper),
                 "This study's means beside Table 1 of the worst+gap paper (14 algorithms, 3 "
                 "seeds). Differences in algorithms, steps and data size move the numbers; the "
                 "paper's claim is that worst+gap correlates better than average in every scenario.",
@@ -456,6 +460,7 @@ def _add_figure1(section: Section, results: dict[str, pd.DataFrame]) -> None:
                 value="value",
                 panel="measure",
                 key="figure1",
+                first_style=OTHER_STYLES,
                 title=f"{PAPER_REFERENCES['figure1']}: ERM against the truly best algorithm "
                 "under each measure",
                 caption="Each panel is one measure; bars are ERM's value and that of the algorithm"

@@ -63,14 +63,6 @@ def analyze_command(
     --measures adds measures (yours too, registered by a file given with --imports) to every
     table, computed again from the stored errors without training anything.
     """
-    from oodeval.study import load_study
-    from oodeval.study.analysis import (
-        analysis_files,
-        analyze,
-        measure_version_notes,
-        verdict_markdown,
-        write_analysis,
-    )
     from oodeval.study.store import STORE_NAME
 
     check_output_path(output)
@@ -90,20 +82,46 @@ def analyze_command(
         )
     load_imports(imports)
     specs = measure_specs(measures)
+    print_analysis(directory, specs, exclude_damaged, analysis_dir, fmt.value, output, read)
+
+
+def print_analysis(
+    directory: Path,
+    specs: list[str] | None = None,
+    exclude_damaged: bool = False,
+    analysis_dir: Path | None = None,
+    fmt: str = "table",
+    output: str | None = None,
+    read: Inputs | None = None,
+) -> None:
+    """Write the analysis of the study in `directory` and print what `study analyze` prints:
+    the verdict block (which says the data note) and the files written, or the verdict table
+    (csv, json; the note then on stderr), then the warnings. `study run --analyze` prints
+    the same. No analysis file nor `output` may be one of `read` (default: the study's
+    store)."""
+    from oodeval.study import load_study
+    from oodeval.study.analysis import (
+        analysis_files,
+        analyze,
+        measure_version_notes,
+        verdict_markdown,
+        write_analysis,
+    )
+
     study = load_study(directory, exclude_damaged=exclude_damaged)  # read-only
     results = analyze(study, specs)
     # the analysis files' names are known now: none may be an input or the --output either
     files = analysis_files(results, analysis_dir or Path(study.directory) / "analysis")
     named = [("the analysis file", f) for f in files.values()]
-    refuse_aliases([("--output", output), *named], read)
+    refuse_aliases([("--output", output), *named], read or Inputs().source("DIR", directory))
     with all_or_nothing() as done:  # a failed --output takes the analysis files with it
         folder = analysis_dir or Path(study.directory) / "analysis"
         if not folder.exists():
             done.append(folder)  # made for them: removed with them
         written = write_analysis(study, results=results, out_dir=analysis_dir)
         done += written.values()
-        if fmt.value in ("csv", "json"):
-            text = render_frame(results["verdict"], fmt.value)
+        if fmt in ("csv", "json"):
+            text = render_frame(results["verdict"], fmt)
         else:
             paths = [safe_text(f"{name}: {path}") for name, path in written.items()]
             text = "\n".join([verdict_markdown(study, results), *paths])
@@ -115,7 +133,7 @@ def analyze_command(
         typer.echo(safe_text(f"warning: {note}"), err=True)
     if study.outside_note():
         typer.echo(safe_text(f"note: {study.outside_note()}"), err=True)
-    if study.data_note() and fmt.value in ("csv", "json"):  # the verdict block has it otherwise
+    if study.data_note() and fmt in ("csv", "json"):  # the verdict block has it otherwise
         typer.echo(safe_text(f"note: {study.data_note()}"), err=True)
 
 

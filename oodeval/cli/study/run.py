@@ -41,6 +41,12 @@ if TYPE_CHECKING:  # the study stack is imported when the command runs
     from oodeval.study.executors import Executor
 
 
+ANALYZE_HELP = (
+    "Then write DIR/analysis/ and print the verdict, as `oodeval study analyze DIR` does; the "
+    "note on the data is then said once, in the verdict."
+)
+
+
 def run_command(
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
     preset_name: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
@@ -58,6 +64,7 @@ def run_command(
     report: bool = typer.Option(
         True, "--report/--no-report", help="Write DIR/report.html at the end."
     ),
+    analyze: bool = typer.Option(False, "--analyze", help=ANALYZE_HELP),
     executor: str = typer.Option("local", "--executor"),  # help: with_executor_options
     **executor_values: Any,
 ) -> None:
@@ -90,7 +97,11 @@ def run_command(
         summary = run_study(
             config_, out, retry_failed=retry_failed, progress=progress, executor=chosen
         )
-    _print_summary(summary, out)
+    _print_summary(summary, out, note=not analyze)
+    if analyze:
+        from oodeval.cli.study.analyze import print_analysis
+
+        print_analysis(Path(out))
     if report:
         _write_report(out)
 
@@ -195,8 +206,9 @@ def _print_device(config: StudyConfig, executor: Executor) -> None:
         typer.echo(f"device: {resolve_device(device_spec)}", err=True)
 
 
-def _print_summary(summary: RunSummary, out: Path) -> None:
-    """The config's changes, the units run and stored, and the data note."""
+def _print_summary(summary: RunSummary, out: Path, *, note: bool = True) -> None:
+    """The config's changes, the units run and stored, and the data note (unless `note` is
+    False: the verdict printed next says it)."""
     if summary.changes is not None and summary.changes.describe():
         typer.echo(safe_text(f"config: {summary.changes.describe()} (stored units are kept)"))
     typer.echo(
@@ -206,7 +218,7 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
             f"store: {Path(out) / 'results.sqlite'}"
         )
     )
-    if summary.data_note:
+    if summary.data_note and note:
         typer.echo(safe_text(f"note: {summary.data_note}"))
 
 

@@ -54,7 +54,7 @@ import warnings
 from typing import Any
 
 from oodeval.limits import MAX_RESAMPLES
-from oodeval.measures.meta.answer import ANSWER_MEASURES, answer_line
+from oodeval.measures.meta.answer import ANSWER_MEASURES, answer_line, answer_parts
 from oodeval.measures.meta.asymptotics import distance_to_ideal
 from oodeval.measures.meta.caveats import (
     MIN_INTERVAL_ALGORITHMS,
@@ -119,6 +119,7 @@ __all__ = [
     "Choice",
     "algorithm_ranks",
     "answer_line",
+    "answer_parts",
     "baseline_vs_best",
     "bootstrap_correlation_ci",
     "correlation_summary",

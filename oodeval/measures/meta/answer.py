@@ -22,7 +22,7 @@ from oodeval.measures.meta.columns import (
 from oodeval.measures.meta.paper_tables import choices, seed_means
 from oodeval.measures.registry import measure_columns, measure_label, measure_names
 
-__all__ = ["ANSWER_MEASURES", "answer_line"]
+__all__ = ["ANSWER_MEASURES", "answer_line", "answer_parts"]
 
 ANSWER_MEASURES = ("worst_plus_gap", "average")
 """The measures the answer line compares by default: the worst+gap paper's and the usual one."""
@@ -71,6 +71,25 @@ def answer_line(
     "worst+gap picks IRM; average picks Mixup; the ideal measure picks IRM (they disagree; \
 worst+gap picks the ideal's choice)"
     """
+    parts = answer_parts(units, measures, how=how)
+    return ". ".join(f"{scenario}: {text}" if scenario else text for scenario, text in parts)
+
+
+def answer_parts(
+    units: Mapping[str, Any], measures: Sequence[str] | None = None, *, how: str | None = None
+) -> list[tuple[str, str]]:
+    """`answer_line` cut into its scenarios: one ``(scenario, answer)`` pair per scenario, the
+    scenario's label left out of the answer (``""`` for a table without scenarios).
+
+    The reports show one line per scenario from these pairs; `answer_line` joins them, so both
+    say the same words. Parameters as `answer_line`'s.
+
+    >>> units = {"scenario": ["s1"] * 2 + ["s2"] * 2, "algorithm": ["ERM", "IRM"] * 2,
+    ...          "average": [0.2, 0.3, 0.3, 0.2], "worst_plus_gap": [0.4, 0.5, 0.6, 0.5]}
+    >>> answer_parts(units)
+    [('s1', 'worst+gap picks ERM; average picks ERM (they agree)'), \
+('s2', 'worst+gap picks IRM; average picks IRM (they agree)')]
+    """
     n_rows = row_count(units)
     if n_rows == 0:
         raise OodevalError("the table has no rows; the answer needs one row per algorithm")
@@ -89,21 +108,21 @@ worst+gap picks the ideal's choice)"
     table.update({k: column_array(units, k) for k in values})
     means = seed_means(table, names)
     picked = choices(means, values)
-    parts = []
+    parts: list[tuple[str, str]] = []
     for rows in row_groups(table["scenario"]):
         scenario = python_value(table["scenario"][rows[0]])
         n_seeds = len(np.unique(group_codes(table["seed"][rows])))
         mine = np.flatnonzero(picked["scenario"] == scenario) if len(picked["scenario"]) else []
-        label = f"{scenario}: " if str(scenario) != "" else ""
+        label = str(scenario)
         algorithms = list(dict.fromkeys(str(a) for a in table["algorithm"][rows]))
         if len(algorithms) == 1:
-            parts.append(f"{label}only one algorithm ({algorithms[0]}), so nothing to choose")
+            parts.append((label, f"only one algorithm ({algorithms[0]}), so nothing to choose"))
         elif len(mine) == 0:
-            parts.append(f"{label}no algorithm has every seed, so there is no pick")
+            parts.append((label, "no algorithm has every seed, so there is no pick"))
         else:
             seeds = how or (f"on each measure's mean over {n_seeds} seeds" if n_seeds > 1 else "")
-            parts.append(label + _picks_text(picked, mine, names, has_ideal, seeds))
-    return ". ".join(parts)
+            parts.append((label, _picks_text(picked, mine, names, has_ideal, seeds)))
+    return parts
 
 
 def _picks_text(

@@ -19,6 +19,13 @@ measure across the cell's algorithms (`rank_correlation`), the choice degradatio
   two-sided Wilcoxon signed-rank test (`scipy.stats.wilcoxon`, zeros dropped: n = wins +
   losses) of the per-cell rho differences; `smallest_wilcoxon_p(n)` says how small p can get.
 
+Two measures are *rank-identical* on a study (`rank_identical_groups`) when they give every
+algorithm the same rank (`algorithm_ranks`, ties after rounding to `TIE_DECIMALS`) in every
+(scenario, seed) cell of the study: then every statistic above is the same for both (rho, tau,
+choices, degradation, trend and the head-to-head counts), as for worst only and worst, or for
+worst and scaled worst (worst divided by one number per scenario). The leaderboard's
+``same_ranks`` column names them, and its printed views show them as one row.
+
 `leaderboard_sentence` puts the result in one plain sentence. Where no ideal measure exists (a
 DomainBed sweep, `NO_IDEAL_NOTE`), `measure_rankings` gives each measure's ranking of the
 algorithms instead.
@@ -65,6 +72,7 @@ __all__ = [
     "leaderboard_sentence",
     "measure_leaderboard",
     "measure_rankings",
+    "rank_identical_groups",
     "rho_slope",
     "smallest_wilcoxon_p",
 ]
@@ -266,6 +274,27 @@ def _resampled(matrices: dict[str, np.ndarray], draws: np.ndarray) -> dict[str, 
     return {stat: np.concatenate(parts, axis=1) for stat, parts in chunks.items()}
 
 
+def rank_identical_groups(units: Mapping[str, Any], measures: Sequence[str]) -> list[list[str]]:
+    """The `measures` grouped by identical rankings: two measures share a group when every
+    (scenario, seed) cell of `units` gives each algorithm the same rank under both
+    (`algorithm_ranks`: 1 = lowest, ties after rounding to `TIE_DECIMALS` share the smaller
+    rank; an undefined score is a rank of its own). Groups and their members keep the order
+    of `measures`; a measure alike to no other is a group of one.
+
+    >>> units = {"scenario": ["s"] * 3, "seed": [0] * 3, "algorithm": ["A", "B", "C"],
+    ...          "worst": [0.3, 0.1, 0.2], "scaled_worst": [0.6, 0.2, 0.4],
+    ...          "average": [0.1, 0.2, 0.3]}
+    >>> rank_identical_groups(units, ["worst", "average", "scaled_worst"])
+    [['worst', 'scaled_worst'], ['average']]
+    """
+    by = [column_array(units, k) for k in ("scenario", "seed")]
+    groups: dict[bytes, list[str]] = {}
+    for measure in dict.fromkeys(measures):
+        ranks = algorithm_ranks(column_array(units, measure).astype(np.float64), by=by)
+        groups.setdefault(np.nan_to_num(ranks, nan=-1.0).tobytes(), []).append(measure)
+    return list(groups.values())
+
+
 def measure_leaderboard(
     units: Mapping[str, Any],
     measures: Sequence[str],
@@ -292,7 +321,9 @@ def measure_leaderboard(
 
     Returns
     -------
-    Columns: rank, measure, label, n_cells, n_scenarios, n_seeds, then per statistic of
+    Columns: rank, measure, label, same_ranks (the other measures of its
+    `rank_identical_groups` group, comma-separated; "" for none), n_cells, n_scenarios,
+    n_seeds, then per statistic of
     `LEADERBOARD_STATISTICS` its ``_mean`` (``trend_slope``), ``_low`` and ``_high``, then per
     reference r of `versus`: ``vs_<r>_wins``, ``_losses``, ``_ties``, ``_n``, ``_p``
     """
@@ -310,9 +341,11 @@ def measure_leaderboard(
     }
     point["trend"] = rho_slope(mats["spearman"], mats["n_given"], draws_all)[:, 0]
     bounds = _intervals(mats, n_resamples, confidence, seed)
+    alike = {m: g for g in rank_identical_groups(units, measures) for m in g}
     records = []
     for k, measure in enumerate(measures):
         record = _counts(units, cells, measure)
+        record["same_ranks"] = ",".join(m for m in alike[measure] if m != measure)
         for stat in LEADERBOARD_STATISTICS:
             name = "trend_slope" if stat == "trend" else f"{stat}_mean"
             record[name] = float(point[stat][k])
@@ -342,7 +375,7 @@ def _ranked(records: list[dict[str, Any]], versus: Sequence[str]) -> Columns:
     order = sorted(range(len(records)), key=lambda k: (ranks[k], records[k]["measure"]))
     for k in order:
         records[k]["rank"] = int(ranks[k])
-    columns = ["rank", "measure", "label", "n_cells", "n_scenarios", "n_seeds"]
+    columns = ["rank", "measure", "label", "same_ranks", "n_cells", "n_scenarios", "n_seeds"]
     for stat in LEADERBOARD_STATISTICS:
         columns += ["trend_slope" if stat == "trend" else f"{stat}_mean"]
         columns += [f"{stat}_low", f"{stat}_high"]
@@ -376,13 +409,18 @@ def leaderboard_sentence(board: Mapping[str, Any], *, alpha: float = 0.05) -> st
     rank = np.asarray(board["rank"])
     if rank.size == 0 or not np.isfinite(np.asarray(board["spearman_mean"], float)[0]):
         return "No measure has a defined correlation with the ideal measure in any cell."
-    leaders = [str(x) for x, r in zip(board["label"], rank, strict=True) if r == rank[0]]
+    groups = _leader_groups(board, rank)
+    leaders = [" / ".join(g) for g in groups]
+    named = [
+        n + (" (the same ranks in every cell)" if len(g) > 1 else "")
+        for n, g in zip(leaders, groups, strict=True)
+    ]
     k = 0
     cells, scen, seeds = (int(board[c][k]) for c in ("n_cells", "n_scenarios", "n_seeds"))
     head = (
         f"Over {cells} cell{'s' if cells != 1 else ''} ({scen} scenario"
         f"{'s' if scen != 1 else ''} x {seeds} seed{'s' if seeds != 1 else ''}), "
-        f"{' and '.join(leaders)} {'track' if len(leaders) > 1 else 'tracks'} the ideal measure "
+        f"{' and '.join(named)} {'track' if len(leaders) > 1 else 'tracks'} the ideal measure "
         f"best (mean Spearman's rho {_interval(board, 'spearman', k)})"
     )
     ref = "average" if board["measure"][k] == "worst_plus_gap" else "worst_plus_gap"
@@ -407,6 +445,18 @@ def leaderboard_sentence(board: Mapping[str, Any], *, alpha: float = 0.05) -> st
     else:
         verdict = f"not a clear lead at the {alpha:g} level"
     return f"{head}; {duel}: {verdict}."
+
+
+def _leader_groups(board: Mapping[str, Any], rank: np.ndarray) -> list[list[str]]:
+    """The labels of the rank-1 rows, rank-identical measures (``same_ranks``) in one group."""
+    same = board.get("same_ranks", [""] * len(rank))
+    label = dict(zip(board["measure"], board["label"], strict=True))
+    shown: dict[frozenset[str], list[str]] = {}
+    for measure, alike, r in zip(board["measure"], same, rank, strict=True):
+        if r == rank[0]:
+            key = frozenset([str(measure), *filter(None, str(alike or "").split(","))])
+            shown.setdefault(key, []).append(str(label[measure]))
+    return list(shown.values())
 
 
 def _interval(board: Mapping[str, Any], stat: str, k: int) -> str:

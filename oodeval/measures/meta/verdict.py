@@ -32,8 +32,17 @@ __all__ = [
     "verdict_sentence",
 ]
 
-VERDICTS = ("clearly ahead", "ahead", "tied", "behind", "clearly behind", "undefined")
-"""What `correlation_verdicts` says of a measure against a baseline in one scenario."""
+VERDICTS = (
+    "clearly ahead",
+    "ahead, not clearly",
+    "tied",
+    "behind, not clearly",
+    "clearly behind",
+    "undefined",
+)
+"""What `correlation_verdicts` says of a measure against a baseline in one scenario. The words
+say what the interval says: "clearly" only when the interval of the difference excludes 0, and
+"not clearly" when it covers 0, so a sign alone is never read as a lead."""
 
 MIN_VERDICT_ALGORITHMS = 3
 """With two algorithms Spearman's rho is +1 or -1 whatever the scores, so a seed enters a verdict
@@ -62,8 +71,9 @@ def correlation_verdicts(
     least `min_algorithms` algorithms (`MIN_VERDICT_ALGORITHMS`); in a complete study, all.
 
     ``verdict`` (one of `VERDICTS`) reads ``difference`` = rho_measure - rho_baseline: "tied"
-    when it is 0 (to 1e-12); "ahead" / "behind" by its sign; "clearly ahead" / "clearly behind"
-    when its `confidence` interval also excludes 0; "undefined" when no seed has enough
+    when it is 0 (to 1e-12); "clearly ahead" / "clearly behind" when its `confidence` interval
+    excludes 0; "ahead, not clearly" / "behind, not clearly" by its sign when the interval
+    covers 0; "undefined" when no seed has enough
     algorithms or a measure (or the ideal measure) is equal for every algorithm of a seed, so
     rho is undefined; ``reason`` then says which (else it is empty).
 
@@ -168,8 +178,8 @@ def _verdict(record: dict[str, Any]) -> str:
     if abs(difference) <= _TIE:
         return "tied"
     if difference > 0:
-        return "clearly ahead" if record["difference_low"] > 0 else "ahead"
-    return "clearly behind" if record["difference_high"] < 0 else "behind"
+        return "clearly ahead" if record["difference_low"] > 0 else "ahead, not clearly"
+    return "clearly behind" if record["difference_high"] < 0 else "behind, not clearly"
 
 
 TRACKING_RHO = 0.5
@@ -238,7 +248,8 @@ def verdict_sentence(
     -------
     str, one line
 
-    >>> table = {"verdict": np.array(["behind", "ahead", "ahead"]), "reason": np.array([""] * 3),
+    >>> table = {"verdict": np.array(["behind, not clearly", *["ahead, not clearly"] * 2]),
+    ...          "reason": np.array([""] * 3),
     ...          "rho_worst_plus_gap": np.array([-0.33, 0.02, 0.55]),
     ...          "rho_worst_plus_gap_low": np.array([-0.9, -0.7, -0.2]),
     ...          "rho_worst_plus_gap_high": np.array([0.5, 0.8, 0.95]),

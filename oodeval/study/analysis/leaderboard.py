@@ -26,6 +26,7 @@ __all__ = [
     "leaderboard_measures",
     "leaderboard_text",
     "leaderboard_view",
+    "merged_rows",
     "study_leaderboard",
 ]
 
@@ -51,7 +52,9 @@ def leaderboard_footnote(n_resamples: int = BOOTSTRAP_RESAMPLES) -> str:
         + intervals
         + "vs average, vs worst+gap: cells where the measure's rho is higher - lower - equal, "
         "and the two-sided Wilcoxon signed-rank p of the per-cell rho differences "
-        "(scipy.stats.wilcoxon, equal cells dropped; n = cells that differ)."
+        "(scipy.stats.wilcoxon, equal cells dropped; n = cells that differ). Measures named "
+        "together in one row (a / b) rank the algorithms identically in every cell, so every "
+        "number of the row is the same for each."
     )
 
 
@@ -105,8 +108,32 @@ def _duel(board: pd.DataFrame, ref: str) -> list[str]:
     return cells
 
 
+def merged_rows(board: pd.DataFrame) -> pd.DataFrame:
+    """`board` with rank-identical measures (its ``same_ranks`` column,
+    `oodeval.measures.meta.rank_identical_groups`) as one row: the first of them, its
+    ``label`` listing them all (``worst / worst only / scaled worst``), ranked again over the
+    rows left (1 + the number of rows with a higher mean rho)."""
+    if "same_ranks" not in board.columns or board.empty:
+        return board
+    keys = [
+        frozenset([m, *filter(None, str(alike).split(","))])
+        for m, alike in zip(board["measure"], board["same_ranks"].fillna(""), strict=True)
+    ]
+    labels: dict[frozenset[str], list[str]] = {}
+    for key, label in zip(keys, board["label"], strict=True):
+        labels.setdefault(key, []).append(str(label))
+    first = ~pd.Series(keys, index=board.index).duplicated()
+    rows = board[first.to_numpy()].copy()
+    rows["label"] = [" / ".join(labels[k]) for k, f in zip(keys, first, strict=True) if f]
+    rho = rows["spearman_mean"].fillna(-math.inf).to_numpy()
+    rows["rank"] = [1 + int((rho > r).sum()) for r in rho]
+    return rows.reset_index(drop=True)
+
+
 def leaderboard_view(board: pd.DataFrame) -> pd.DataFrame:
-    """The leaderboard as printed: one row per measure, intervals in brackets."""
+    """The leaderboard as printed: one row per measure, rank-identical measures as one row
+    (`merged_rows`), intervals in brackets."""
+    board = merged_rows(board)
     picks = [
         f"{round(share * n)} of {n}"
         for share, n in zip(board["ideal_choice_mean"], board["n_cells"], strict=True)

@@ -108,8 +108,9 @@ VERDICT_FOOTNOTE = (
     "seeds as in Table 1. [low, high]: 95% percentile bootstrap interval from "
     f"{VERDICT_RESAMPLES} resamples of the algorithms with replacement; one draw serves every "
     "seed (seeds are repeated runs of the same algorithms) and both measures, so the difference "
-    "(rho worst+gap - rho average) is paired. ahead / behind: the sign of the difference; "
-    "clearly: its interval excludes 0; tied: equal rho. A seed enters only with at least "
+    "(rho worst+gap - rho average) is paired. clearly ahead / clearly behind: the difference's "
+    "interval excludes 0; ahead, not clearly / behind, not clearly: it covers 0, so only the sign "
+    "is known and neither measure leads; tied: equal rho. A seed enters only with at least "
     f"{meta.MIN_VERDICT_ALGORITHMS} finished algorithms (with two, rho is +1 or -1 "
     "whatever the scores)."
 )
