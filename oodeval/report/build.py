@@ -9,7 +9,7 @@ from pathlib import Path
 
 from oodeval._files import make_folder, refuse_links, write_file
 from oodeval._text import read_text
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.report.page import Section, render_page
 
 
@@ -59,8 +59,8 @@ def build_report(
     kind = input_kind(path)
     if measures is not None and kind != "study":
         raise OodevalError(
-            f"--measures is for a study folder, and {path} is a {kind} file; its report "
-            "shows the built-in measures (leave --measures out)"
+            f"{option('measures')} is for a study folder, and {path} is a {kind} file; its "
+            f"report shows the built-in measures (leave {option('measures')} out)"
         )
     sections: list[Section]
     if kind == "study":
