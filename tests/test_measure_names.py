@@ -10,11 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import oodeval
 from oodeval.errors import OodevalError
 from oodeval.measures import (
     REGISTRY,
+    UnknownMeasure,
     check_measures,
     get_measure,
     register_measure,
@@ -23,6 +26,7 @@ from oodeval.measures import (
 from oodeval.study import config_from_dict
 from oodeval.study.config import ConfigError
 from tests.helpers.cli import assert_refused, invoke
+from tests.helpers.fuzz import fuzz_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "examples" / "results.csv"
@@ -125,3 +129,23 @@ def test_an_exact_spelling_wins_and_an_ambiguous_case_is_refused() -> None:
     assert get_measure("Worst").name == "shouting_worst"
     with pytest.raises(OodevalError, match=r"'WORST' may stand for worst, shouting_worst; write"):
         get_measure("WORST")
+
+
+@fuzz_settings(60)
+@given(data=st.data())
+def test_any_case_and_spacing_of_a_name_or_label_is_the_measure(data: st.DataObject) -> None:
+    """Fuzz: a name or label with each letter's case flipped at random and spaces around (and
+    doubled inside) still names its measure; any other text is an unknown measure or a measure."""
+    name = data.draw(st.sampled_from(sorted(n for n, s in REGISTRY.items() if s.split == "loo")))
+    text = data.draw(st.sampled_from([name, REGISTRY[name].label]))
+    flips = data.draw(st.lists(st.booleans(), min_size=len(text), max_size=len(text)))
+    typed = "".join(c.upper() if f else c for c, f in zip(text, flips, strict=True))
+    typed = data.draw(st.sampled_from(["", " ", "  "])) + typed.replace(" ", "  ")
+    assert check_measures([typed]) == [name]
+    other = data.draw(st.text(st.characters(codec="ascii", categories=["L", "Zs"]), max_size=12))
+    try:
+        found = get_measure(other)
+    except UnknownMeasure as exc:
+        assert str(exc).startswith(f"unknown measure {other!r}; choose from")
+    else:
+        assert " ".join(other.split()).lower() in {found.name, found.label.lower()}
