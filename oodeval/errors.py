@@ -35,6 +35,16 @@ FLAGS: dict[str, str] = {
     "measures": "--measures",
     "exclude_damaged": "--exclude-damaged",
     "drop_duplicates": "--drop-duplicates",
+    "base_classes": "--base-classes",
+    "hypothesis": "--hypothesis",
+    "lr": "--lr",
+    "shots": "--n-shots",
+    "n_partitions": "--n-partitions",
+    "n_dominant": "--n-dominant",
+    "n_exclusive": "--n-exclusive",
+    "n_minor": "--n-minor",
+    "n_minority": "--n-minority",
+    "n_test": "--n-test",
 }
 
 _ON_COMMAND_LINE: ContextVar[bool] = ContextVar("oodeval_on_command_line", default=False)

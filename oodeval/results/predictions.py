@@ -16,7 +16,7 @@ import numpy as np
 
 from oodeval._npz import read_npz
 from oodeval._text import read_text
-from oodeval.errors import OodevalError, listing
+from oodeval.errors import OodevalError, listing, option
 from oodeval.measures._validation import (
     as_bool_array,
     as_real_array,
@@ -178,6 +178,7 @@ def read_predictions(path: Path) -> dict[str, np.ndarray]:
 
 def parse_class_ids(text: str) -> list[int]:
     """Parse "0,1,2" or "0-4,7" (inclusive ranges) into class ids."""
+    flag = option("base_classes")  # what messages call the text: --base-classes or the keyword
     ids: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -185,16 +186,14 @@ def parse_class_ids(text: str) -> list[int]:
         if match:
             first, last = int(match.group(1)), int(match.group(2))
             if last < first:
-                raise OodevalError(f"--base-classes range {part!r} runs backwards; write low-high")
+                raise OodevalError(f"{flag} range {part!r} runs backwards; write low-high")
             if last - first >= _MAX_RANGE:
-                raise OodevalError(f"--base-classes range {part!r} spans over {_MAX_RANGE} ids")
+                raise OodevalError(f"{flag} range {part!r} spans over {_MAX_RANGE} ids")
             ids.extend(range(first, last + 1))
         elif re.fullmatch("[0-9]+", part):  # ASCII only: str.isdigit also takes '²'
             ids.append(int(part))
         else:
-            raise OodevalError(
-                f"--base-classes must list class ids like 0,1,2 or 0-4, got {part!r}"
-            )
+            raise OodevalError(f"{flag} must list class ids like 0,1,2 or 0-4, got {part!r}")
     return ids
 
 
@@ -266,13 +265,14 @@ def _outputs_form(
     if base_classes is None:
         if stored is None:
             raise OodevalError(
-                "which classes are base? pass --base-classes (e.g. 0-49 or 0,1,2) or store a "
-                "'base_classes' array in the .npz"
+                f"which classes are base? pass {option('base_classes')} (e.g. 0-49 or 0,1,2) or "
+                "store a 'base_classes' array in the .npz"
             )
         base_classes = np.ravel(stored)  # validated by openworld_scores
     elif stored is not None and set(np.ravel(stored).tolist()) != set(base_classes):
         raise OodevalError(
-            "--base-classes differs from the 'base_classes' array stored in the file; drop one"
+            f"{option('base_classes')} differs from the 'base_classes' array stored in the file; "
+            "drop one"
         )
     if outputs_name is None and not all(
         k in arrays for k in ("scores", "base_predictions", "new_predictions")
