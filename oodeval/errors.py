@@ -35,6 +35,8 @@ FLAGS: dict[str, str] = {
     "measures": "--measures",
     "exclude_damaged": "--exclude-damaged",
     "drop_duplicates": "--drop-duplicates",
+    "directory": "--out",  # the study folder that run_study and merge_studies write
+    "out": "--out",
     "base_classes": "--base-classes",
     "hypothesis": "--hypothesis",
     "lr": "--lr",

@@ -92,7 +92,8 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def test_library_messages_name_an_option_with_a_keyword_only_through_option() -> None:
     """Outside oodeval/cli a message names a flag that has a Python keyword (`FLAGS`) only
-    through `option`, so a Python caller reads the keyword; docstrings may name both."""
+    through `option`, so a Python caller reads the keyword; docstrings may name both, and so
+    may a whole command line quoted for the user to type (`oodeval study run ... --out DIR`)."""
     found = {}
     for path in sorted((ROOT / "oodeval").rglob("*.py")):
         if "cli" in path.relative_to(ROOT).parts or path.name == "errors.py":
@@ -101,7 +102,7 @@ def test_library_messages_name_an_option_with_a_keyword_only_through_option() ->
         docs = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if id(node) in docs:
+                if id(node) in docs or "`oodeval " in node.value:  # a command line to type
                     continue
                 for flag in set(FLAGS.values()):
                     if flag in node.value:

@@ -93,11 +93,14 @@ def write_report(
     refuse_links(out, named_by_user=named_by_user)
     if out.is_dir():
         raise OodevalError(
-            f"--out {out} is a folder; give the HTML file's name, e.g. {out}/report.html"
+            f"{option('out', str(out))} is a folder; give the HTML file's name, e.g. "
+            f"{out}/report.html"
         )
     above = next((p for p in out.parents if p.exists()), None)
     if above is not None and not above.is_dir():
-        raise OodevalError(f"--out {out}: {above} is a file, not a folder; choose another path")
+        raise OodevalError(
+            f"{option('out', str(out))}: {above} is a file, not a folder; choose another path"
+        )
     html = build_report(input_path, **kwargs)  # type: ignore[arg-type]
     if out.parent and not out.parent.exists():  # the folder above is the user's: may be a link
         make_folder(out.parent, what="report's folder", named_by_user=True)
