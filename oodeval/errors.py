@@ -1,15 +1,20 @@
 """The one exception type oodeval raises for bad input, and the one way its messages list items.
 
 Every message is a single line that names the problem and how to fix it; the CLI prints it on
-stderr and exits with status 2, without a traceback.
+stderr and exits with status 2, without a traceback. A message that names an option names it in
+the caller's language (`option`): the keyword through the Python API (``percent=True``), the flag
+on the command line (``--percent``), where the CLI's error wrapper runs the command inside
+`command_line`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["OodevalError", "SHOWN_ITEMS", "listing", "repeats"]
+__all__ = ["FLAGS", "OodevalError", "SHOWN_ITEMS", "command_line", "listing", "option", "repeats"]
 
 #: How many items of a user-controlled list an error message shows before counting the rest.
 SHOWN_ITEMS = 6
@@ -17,6 +22,65 @@ SHOWN_ITEMS = 6
 
 class OodevalError(ValueError):
     """Bad input or configuration: the message says what was wrong and what to do instead."""
+
+
+#: Python keyword -> the command-line flag that sets the same thing, for `option`. A keyword
+#: not listed is named as itself in both languages.
+FLAGS: dict[str, str] = {
+    "percent": "--percent",
+    "seed": "--seed",
+    "bootstrap": "--bootstrap",
+    "n_resamples": "--bootstrap",
+    "confidence": "--confidence",
+    "measures": "--measures",
+    "exclude_damaged": "--exclude-damaged",
+    "drop_duplicates": "--drop-duplicates",
+    "directory": "--out",  # the study folder that run_study and merge_studies write
+    "out": "--out",
+    "base_classes": "--base-classes",
+    "hypothesis": "--hypothesis",
+    "lr": "--lr",
+    "shots": "--n-shots",
+    "n_partitions": "--n-partitions",
+    "n_dominant": "--n-dominant",
+    "n_exclusive": "--n-exclusive",
+    "n_minor": "--n-minor",
+    "n_minority": "--n-minority",
+    "n_test": "--n-test",
+}
+
+_ON_COMMAND_LINE: ContextVar[bool] = ContextVar("oodeval_on_command_line", default=False)
+
+
+@contextmanager
+def command_line() -> Iterator[None]:
+    """Within it, `option` names flags: the CLI runs every command inside it."""
+    token = _ON_COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _ON_COMMAND_LINE.reset(token)
+
+
+def option(keyword: str, value: object = None) -> str:
+    """How a message names the option `keyword` (set to `value`) to its caller: the Python
+    keyword (``percent=True``), or inside `command_line` its flag (``--percent``, `FLAGS`; a
+    list value joined by commas, a True one left out as a flag takes none).
+
+    >>> option("percent", True), option("seed"), option("measures", ["average", "worst"])
+    ('percent=True', 'seed', "measures=['average', 'worst']")
+    >>> with command_line():
+    ...     option("percent", True), option("seed"), option("measures", ["average", "worst"])
+    ('--percent', '--seed', '--measures average,worst')
+    """
+    if _ON_COMMAND_LINE.get():
+        flag = FLAGS.get(keyword, keyword)
+        if value is None or value is True:
+            return flag
+        if isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        return f"{flag} {value}"
+    return keyword if value is None else f"{keyword}={value!r}"
 
 
 def listing(items: Iterable[object], *, shown: int = SHOWN_ITEMS, sep: str = ", ") -> str:

@@ -2,7 +2,8 @@
 
 The command line and the Python API take the same numbers (a seed, a count of bootstrap
 resamples, an interval level); each is checked here, against one bound constant, so both refuse
-the same values with the same `OodevalError` line instead of a numpy or pandas exception (a
+the same values with the same `OodevalError` line (naming the keyword, or on the command line the
+flag: `oodeval.errors.option`) instead of a numpy or pandas exception (a
 negative seed reaching `numpy.random.default_rng` raises its own ``ValueError``). Plain Python:
 every layer may import it (`oodeval.measures` included).
 
@@ -23,7 +24,7 @@ import math
 import numbers
 from typing import Any
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 
 __all__ = [
     "MAX_RESAMPLES",
@@ -49,7 +50,7 @@ def _whole(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_seed(value: Any, name: str = "--seed") -> int:
+def check_seed(value: Any, name: str = "seed") -> int:
     """`value` as an int when it is an integer in [0, `SEED_LIMIT`); else OodevalError.
 
     >>> check_seed(2**32 - 1)
@@ -57,13 +58,13 @@ def check_seed(value: Any, name: str = "--seed") -> int:
     """
     if not _whole(value) or not 0 <= value < SEED_LIMIT:
         raise OodevalError(
-            f"{name} must be an integer in [0, {SEED_LIMIT - 1:,}] (same seed, same draws), got "
-            f"{value!r}"
+            f"{option(name)} must be an integer in [0, {SEED_LIMIT - 1:,}] (same seed, same "
+            f"draws), got {value!r}"
         )
     return int(value)
 
 
-def check_resamples(value: Any, name: str = "--bootstrap", *, minimum: int = 0) -> int:
+def check_resamples(value: Any, name: str = "bootstrap", *, minimum: int = 0) -> int:
     """`value` as an int when it is a whole number of resamples in [`minimum`,
     `MAX_RESAMPLES`] (0 means no intervals where `minimum` is 0); else OodevalError.
 
@@ -71,16 +72,18 @@ def check_resamples(value: Any, name: str = "--bootstrap", *, minimum: int = 0) 
     2000
     """
     if not _whole(value):
-        raise OodevalError(f"{name} must be a whole number of resamples, got {value!r}")
+        raise OodevalError(f"{option(name)} must be a whole number of resamples, got {value!r}")
     if value > MAX_RESAMPLES:
-        raise OodevalError(f"{name} must be at most {MAX_RESAMPLES:,} (the cap), got {value:,}")
+        raise OodevalError(
+            f"{option(name)} must be at most {MAX_RESAMPLES:,} (the cap), got {value:,}"
+        )
     if value < minimum:
         if minimum == 0:
             raise OodevalError(
-                f"{name} must be 0 (off) or a number of resamples up to {MAX_RESAMPLES:,} (the "
-                f"cap), got {value:,}"
+                f"{option(name)} must be 0 (off) or a number of resamples up to "
+                f"{MAX_RESAMPLES:,} (the cap), got {value:,}"
             )
-        raise OodevalError(f"{name} must be a positive integer, got {value!r}")
+        raise OodevalError(f"{option(name)} must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -93,7 +96,7 @@ def check_count(value: Any, name: str, *, minimum: int = 0, what: str = "") -> i
     """
     if not _whole(value) or value < minimum:
         counts = f" ({what})" if what else ""
-        raise OodevalError(f"{name} must be an integer >= {minimum}{counts}, got {value!r}")
+        raise OodevalError(f"{option(name)} must be an integer >= {minimum}{counts}, got {value!r}")
     return int(value)
 
 
@@ -106,7 +109,7 @@ def check_confidence(value: Any, name: str = "confidence") -> float:
     """
     real = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not real or math.isnan(value) or not 0 < value < 1:
-        raise OodevalError(f"{name} must lie strictly between 0 and 1, got {value!r}")
+        raise OodevalError(f"{option(name)} must lie strictly between 0 and 1, got {value!r}")
     return float(value)
 
 

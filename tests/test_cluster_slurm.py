@@ -1,12 +1,12 @@
 """Studies on a real Slurm cluster: slurmctld schedules the units' jobs, slurmd runs them.
 
-The cluster is `scripts/slurm_cluster.sh`'s one-node cluster on this machine (``scripts/test.sh``
-starts it before the suite when it can), or any cluster Slurm's commands already reach. When
-none runs, the session fixture starts the script's cluster if Slurm's packages are installed
-(it never installs them itself) and stops it at the end. Where the daemons cannot start, the
-tests are skipped with the script's reason; with ``OODEVAL_REQUIRE_SLURM=1`` (set by
-``scripts/test.sh`` once its cluster is up) they fail instead, so a cluster that runs but cannot
-be used is never a silent skip.
+The cluster is `scripts/slurm_cluster.sh`'s one-node cluster on this machine (``scripts/test.sh
+--system``, and CI, start it before the suite), or any cluster Slurm's commands already reach.
+When none runs and the suite runs as CI, the session fixture starts the script's cluster if
+Slurm's packages are installed (it never installs them itself) and stops it at the end; outside
+CI it starts no daemon. Where no cluster answers, the tests are skipped with the reason; as CI,
+or with ``OODEVAL_REQUIRE_SLURM=1`` (set by ``scripts/test.sh`` once its cluster is up), they
+fail instead, so a cluster that should run is never a silent skip.
 
 Drivers run as ``oodeval study run --executor slurm`` subprocesses, as a user would run them;
 units come from `tests.cluster_backend` (the synthetic backend plus a gate hook).
@@ -37,6 +37,7 @@ from tests.helpers.interrupts import (
 )
 from tests.helpers.studies import assert_same_store, count_stored_units, stored_rows
 from tests.helpers.waiting import wait_until
+from tests.requires import in_ci, unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -61,7 +62,7 @@ def _slurm_answers(env: dict[str, str]) -> bool:
 def _unavailable(reason: str) -> None:
     if os.environ.get("OODEVAL_REQUIRE_SLURM") == "1":
         pytest.fail(f"OODEVAL_REQUIRE_SLURM=1 but {reason}")
-    pytest.skip(reason)
+    unavailable(reason)  # skipped, or failed as CI
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +79,11 @@ def slurm_env():
         )
         env["SLURM_CONF"] = script_conf
         if not _slurm_answers(env):
+            if not in_ci():  # starting daemons changes the machine: only when told
+                _unavailable(
+                    "no Slurm cluster answers; `bash scripts/test.sh --system` installs and "
+                    "starts one"
+                )
             if os.geteuid() != 0:
                 _unavailable("no Slurm cluster answers and starting one needs root")
             result = subprocess.run(

@@ -289,7 +289,7 @@ def test_a_base_class_without_training_samples_is_one_clear_error(data):
 
 def test_more_partitions_than_base_classes_is_one_clear_error(data):
     train, _ = data
-    with pytest.raises(OodevalError, match="lower --n-partitions to at most 5"):
+    with pytest.raises(OodevalError, match="lower n_partitions to at most 5"):  # the keyword
         train_gmop(train, GMoPConfig(n_partitions=6))
 
 

@@ -265,12 +265,14 @@ def test_score_refuses_keywords_out_of_the_clis_range(keywords: dict) -> None:
 
 
 def test_score_and_the_cli_refuse_the_same_resample_count_with_the_same_line() -> None:
+    """The same line, naming the option as each caller sets it (keyword, flag)."""
     count = MAX_RESAMPLES + 1
     code, out, err = invoke(["measures", str(RESULTS), "--bootstrap", str(count)])
     assert_refused(code, out, err, ["measures"])
     with pytest.raises(OodevalError) as caught:
         oodeval.score(RESULTS, bootstrap=count)
-    assert err.strip() == f"error: {caught.value}"
+    assert str(caught.value).startswith("bootstrap must be at most")
+    assert err.strip() == f"error: --{caught.value}"
 
 
 _A, _B, _C = [0.1, 0.3, 0.2, 0.5], [0.2, 0.25, 0.3, 0.6], [0.15, 0.2, 0.35, 0.4]

@@ -224,5 +224,6 @@ def test_a_configs_measures_are_canonical_specs_and_bad_ones_one_problem() -> No
         config_from_dict({**SYNTHETIC, "measures": ["cvar:alpha=2", "ideal", "medain"]})
     assert info.value.problems == (
         "measures: measure cvar: alpha must lie in (0, 1], got 2; e.g. cvar:alpha=0.25",
-        f"unknown measure(s) 'ideal', 'medain'; choose from {', '.join(measure_names())}",
+        f"unknown measure(s) 'ideal', 'medain'; choose from {', '.join(measure_names())}; "
+        "did you mean 'median' for 'medain'?",
     )

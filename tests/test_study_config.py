@@ -686,7 +686,7 @@ def test_changes_that_make_stored_units_incomparable_are_listed(changes, expecte
     assert line.startswith(
         f"out holds a study whose units would not compare with this config's: {expected[0]} ("
     )
-    assert line.endswith("keep these values, or use a new --out folder") and "\n" not in line
+    assert line.endswith("keep these values, or use a new directory folder") and "\n" not in line
 
 
 def test_hyperparameters_of_a_new_or_removed_algorithm_are_free():

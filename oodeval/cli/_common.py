@@ -29,7 +29,7 @@ from typer.core import TyperGroup
 from oodeval._extras import extra_of, missing_extra_message
 from oodeval._files import names_the_file, refuse_links, write_file
 from oodeval._text import safe_text, shortened
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, command_line
 from oodeval.tables import render_frame, render_rows, to_json
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -88,6 +88,9 @@ def command_path() -> str:
 def reports_errors(fn: F) -> F:
     """Turn OodevalError (bad input) into one stderr line and exit status 2, no traceback.
 
+    The command runs inside `oodeval.errors.command_line`, so a library message names an
+    option by its flag (``--percent``), where the Python API names its keyword.
+
     A missing optional extra (torch for `study run`, matplotlib for `report`...) is one line too,
     naming the command and the extra to install (`oodeval._extras.missing_extra_message`).
     """
@@ -95,7 +98,8 @@ def reports_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with command_line():  # messages name options as flags (`oodeval.errors.option`)
+                return fn(*args, **kwargs)
         except OodevalError as exc:
             raise fail(str(exc).strip() or type(exc).__name__) from None
         except ModuleNotFoundError as exc:  # an optional extra's module (torch...) is missing

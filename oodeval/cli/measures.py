@@ -49,9 +49,9 @@ def measures_help() -> str:
     True
     """
     return (
-        "Comma-separated measures, each a name or a parameterised spec such as "
-        f"cvar:alpha=0.25. Registered: {', '.join(measure_names())} (default: "
-        f"{', '.join(MEASURES)}). Your own: @register_measure in a module you import."
+        "Comma-separated measures, each a name, a label (worst+gap, in any case) or a "
+        f"parameterised spec such as cvar:alpha=0.25. Registered: {', '.join(measure_names())} "
+        f"(default: {', '.join(MEASURES)}). Your own: @register_measure in a module you import."
     )
 
 
@@ -153,7 +153,7 @@ def measures_command(
     Values are errors unless the column is called `accuracy`. Output numbers are error fractions.
     """
     # The API's checks (`oodeval.limits`), not typer's min=/max=, whose errors span lines.
-    check_resamples(bootstrap, "--bootstrap")
+    check_resamples(bootstrap, "bootstrap")
     check_confidence(confidence)
     check_output_path(output)
     refuse_aliases([("--output", output)], Inputs().file("RESULTS", results).imports(imports))

@@ -43,7 +43,7 @@ def report_command(
         None,
         "--measures",
         metavar="SPEC,...",
-        help="Study folders only: comma-separated measures (names or specs such as "
+        help="Study folders only: comma-separated measures (names, labels or specs such as "
         "cvar:alpha=0.25) to add to every table and figure, computed from the stored errors "
         "(no unit runs; the store is only read), with their code digests.",
     ),

@@ -12,14 +12,21 @@ e.g. ``cvar:alpha=0.25`` or ``mean_plus_std:lambda=1``. `get_measure` turns a pl
 spec into a `MeasureSpec` whose ``name`` is the canonical spec (parameters in declared order,
 numbers as Python's shortest float text without a trailing ``.0``).
 
+Wherever a measure is named, its label names it too (``worst+gap``, ``worst only``), and a name
+or label in another case (``Worst+Gap``, ``CVaR:alpha=0.25``) when it stands for one measure
+only; an unknown name is refused with the closest known ones (``did you mean``).
+
 >>> get_measure("worst_plus_gap").label
 'worst+gap'
+>>> get_measure("Worst+Gap").name
+'worst_plus_gap'
 >>> "average" in measure_names()
 True
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import marshal
 import math
@@ -42,6 +49,7 @@ __all__ = [
     "MeasureFamily",
     "MeasureFunction",
     "MeasureSpec",
+    "UnknownMeasure",
     "check_measures",
     "freeze_built_ins",
     "get_measure",
@@ -61,6 +69,11 @@ ParamParser = Callable[[str], Any]
 
 SPLITS = ("loo", "all")
 _NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+
+
+class UnknownMeasure(OodevalError):
+    """A name that is no registered measure's name or label (a family's bad parameters, an
+    ambiguous name are plain `OodevalError`)."""
 
 
 @dataclass(frozen=True)
@@ -337,29 +350,95 @@ def _family_member(family: MeasureFamily, parts: Sequence[str], spec: str) -> Me
 def get_measure(spec: str | MeasureSpec) -> MeasureSpec:
     """The measure a plain name or a spec ``name:key=value[:key=value]`` stands for.
 
-    Raises OodevalError (one line naming the fix) for an unknown name, a missing, unknown or
-    repeated parameter, or a value the family refuses. The result's ``name`` is canonical.
+    A plain measure's label names it too (``worst+gap``), and a name or label in another case
+    when it stands for one measure only. Raises `UnknownMeasure` for an unknown name (with the
+    closest known ones), OodevalError (one line naming the fix) for an ambiguous name, a
+    missing, unknown or repeated parameter, or a value the family refuses. The result's
+    ``name`` is canonical.
 
     >>> get_measure("cvar: alpha=.250").name
     'cvar:alpha=0.25'
     >>> get_measure("mean_plus_std:lambda=1.0").params
     {'lambda': 1.0}
+    >>> get_measure("worst only").name, get_measure("CVaR:alpha=0.5").name
+    ('worst_only', 'cvar:alpha=0.5')
     """
     if isinstance(spec, MeasureSpec):
         return spec
     if not isinstance(spec, str):
         raise OodevalError(f"a measure is named by text, not {type(spec).__name__}")
-    name, *parts = (p.strip() for p in spec.strip().split(":"))
+    head, *parts = (p.strip() for p in spec.strip().split(":"))
+    name = _registered_name(head)
     if name in REGISTRY:
         if parts:
             raise OodevalError(f"measure {name} takes no parameters; write {name}")
         return REGISTRY[name]
     if name in FAMILIES:
         return _family_member(FAMILIES[name], parts, spec)
-    raise OodevalError(
+    raise UnknownMeasure(
         f"unknown measure {spec!r}; choose from {', '.join(measure_names())} (or register it "
-        "with @register_measure and load its file with imports)"
+        f"with @register_measure and load its file with imports){did_you_mean([spec])}"
     )
+
+
+def _spellings() -> dict[str, list[str]]:
+    """Every text that names a measure -> the names it stands for: names and labels of plain
+    measures, names of families (and the label of a family without parameters)."""
+    out: dict[str, list[str]] = {}
+    texts = [(n, n) for n in [*REGISTRY, *FAMILIES]] + [(s.label, n) for n, s in REGISTRY.items()]
+    texts += [(f.label, n) for n, f in FAMILIES.items() if not f.params]
+    for text, name in texts:
+        names = out.setdefault(" ".join(text.split()), [])
+        if name not in names:
+            names.append(name)
+    return out
+
+
+def _registered_name(head: str) -> str | None:
+    """The registered name `head` stands for: a name, else a label, else either of them in
+    another case; None when it names none. Refused when it stands for more than one.
+
+    >>> _registered_name("worst only"), _registered_name("SCALED WORST"), _registered_name("x")
+    ('worst_only', 'scaled_worst', None)
+    """
+    if head in REGISTRY or head in FAMILIES:
+        return head
+    text = " ".join(head.split())
+    spellings = _spellings()
+    names = spellings.get(text) or list(
+        dict.fromkeys(n for t, ns in spellings.items() if t.lower() == text.lower() for n in ns)
+    )
+    if len(names) > 1:
+        raise OodevalError(
+            f"measure {head!r} may stand for {listing(names)}; write the one you mean by its name"
+        )
+    return names[0] if names else None
+
+
+def did_you_mean(unknown: Sequence[object]) -> str:
+    """``"; did you mean ...?"``: the name or label of a LOO measure closest to each of `unknown`
+    (by `difflib.get_close_matches`, as an unknown command is answered), ``""`` when none is.
+
+    >>> did_you_mean(["medain"]), did_you_mean(["zz"])
+    ("; did you mean 'median'?", '')
+    >>> print(did_you_mean(["wrost", "cvr:alpha=0.5"]))
+    ; did you mean 'worst' for 'wrost', 'cvar:alpha=0.5' for 'cvr:alpha=0.5'?
+    """
+    loo = {n for n, s in REGISTRY.items() if s.split == "loo"}
+    loo |= {n for n, f in FAMILIES.items() if f.split == "loo"}
+    spellings = {t.lower(): t for t, ns in _spellings().items() if set(ns) <= loo}
+    close: list[tuple[str, str]] = []
+    for typed in unknown:
+        head, colon, params = str(typed).strip().partition(":")
+        text = " ".join(head.split()).lower()
+        found = difflib.get_close_matches(text, spellings, n=1)
+        if found and found[0] != text:
+            close.append((repr(f"{spellings[found[0]]}{colon}{params}"), repr(str(typed))))
+    if not close:
+        return ""
+    if len(unknown) == 1:
+        return f"; did you mean {close[0][0]}?"
+    return f"; did you mean {listing(f'{m} for {t}' for m, t in close)}?"
 
 
 def measure_label(name: str) -> str:
@@ -389,10 +468,7 @@ def check_measures(names: Sequence[str] | None = None) -> list[str]:
     for n in names:
         try:
             spec = get_measure(n)
-        except OodevalError:
-            head, params = (n.split(":", 1) + [""])[:2] if isinstance(n, str) else ("", "")
-            if head.strip() in FAMILIES or (params and head.strip() in REGISTRY):
-                raise  # a known measure with missing or bad parameters: its own message
+        except UnknownMeasure:  # (a known one with bad parameters raises its own message)
             unknown.append(n)
             continue
         if spec.split != "loo":
@@ -402,6 +478,7 @@ def check_measures(names: Sequence[str] | None = None) -> list[str]:
     if unknown:
         raise OodevalError(
             f"unknown measure(s) {listing(unknown)}; choose from {', '.join(measure_names())}"
+            f"{did_you_mean(unknown)}"
         )
     return list(dict.fromkeys(out))  # a measure asked for twice (or spelt two ways) is one
 

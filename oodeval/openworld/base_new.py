@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from oodeval._text import safe_text
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.measures._validation import as_class_ids
 
 #: Named base:new ratios of the OpenworldAUC paper's imbalance benchmarks (Table 3's caption and
@@ -130,7 +130,8 @@ def few_shot_indices(
         rows = np.flatnonzero(y == c)
         if rows.size < shots:
             raise OodevalError(
-                f"class {c} has {rows.size} sample(s), fewer than shots={shots}; lower --n-shots"
+                f"class {c} has {rows.size} sample(s), fewer than shots={shots}; lower "
+                f"{option('shots')}"
             )
         chosen.append(rng.choice(rows, size=shots, replace=False))
     if not chosen:

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 
 from oodeval._npz import read_npz, write_npz
 from oodeval._torch import deterministic_device, resolve_device, single_threaded
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.measures.openworld import openworld_scores
 from oodeval.openworld.features import FeatureSet
 from oodeval.openworld.objective import (
@@ -127,7 +127,7 @@ def pseudo_partitions(base_classes: Sequence[int], n_partitions: int = 3) -> lis
     if n_partitions > len(base):
         raise OodevalError(
             f"K={n_partitions} partitions need at least K base classes, got {len(base)}; "
-            f"lower --n-partitions to at most {len(base)}"
+            f"lower {option('n_partitions')} to at most {len(base)}"
         )
     return [
         PseudoPartition(
@@ -403,7 +403,9 @@ def _fit_steps(
         terms = model.losses(x[idx], y[idx])
         loss = sum(weights[name] * value for name, value in terms.items())
         if not torch.isfinite(loss):
-            raise OodevalError(f"training diverged (loss {float(loss)}) at step {step}; lower --lr")
+            raise OodevalError(
+                f"training diverged (loss {float(loss)}) at step {step}; lower {option('lr')}"
+            )
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from oodeval.errors import OodevalError, listing
+from oodeval.errors import OodevalError, listing, option
 from oodeval.protocols.tree import (
     NICO_COMMON_DOMAINS,
     AssignmentRow,
@@ -83,7 +83,7 @@ def flexible_random_assignment(
         if len(pool) < n_dominant:
             raise OodevalError(
                 f"class {cls} has {len(pool)} common domain(s) with images ({listing(pool)}) but "
-                f"{n_dominant} dominant domains are needed; lower --n-dominant"
+                f"{n_dominant} dominant domains are needed; lower {option('n_dominant')}"
             )
         dominant = [pool[i] for i in sorted(rng.choice(len(pool), n_dominant, replace=False))]
         rest = [d for d in own if d not in dominant]
@@ -134,7 +134,7 @@ def flexible_compositional_assignment(
         if n_exclusive < n_majority or len(common) < n_exclusive:
             raise OodevalError(
                 f"cannot draw {n_exclusive} exclusive domains holding {n_majority} majority ones "
-                f"from {len(common)} common domain(s); adjust --n-exclusive"
+                f"from {len(common)} common domain(s); adjust {option('n_exclusive')}"
             )
         rng = class_rng(seed, "\0exclusive")
         exclusive = tuple(
@@ -190,7 +190,7 @@ def _class_rows(
     if len(rest) < n_minor + n_test:
         raise OodevalError(
             f"class {cls} has {len(rest)} {words.rest} domain(s) but {n_minor} {words.minor} + "
-            f"{n_test} test are needed; lower --n-{words.minor} or --n-test"
+            f"{n_test} test are needed; lower {option(f'n_{words.minor}')} or {option('n_test')}"
         )
     order = rng.permutation(len(rest))
     minor = sorted(rest[i] for i in order[:n_minor])

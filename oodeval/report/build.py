@@ -10,7 +10,7 @@ from pathlib import Path
 from oodeval._files import make_folder, refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import STDIN, input_name, read_text, stream_bytes
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.report.page import Section, render_page
 
 
@@ -70,8 +70,8 @@ def build_report(
     kind = input_kind(path)
     if measures is not None and kind != "study":
         raise OodevalError(
-            f"--measures is for a study folder, and {path} is a {kind} file; its report "
-            "shows the built-in measures (leave --measures out)"
+            f"{option('measures')} is for a study folder, and {path} is a {kind} file; its "
+            f"report shows the built-in measures (leave {option('measures')} out)"
         )
     sections: list[Section]
     if kind == "study":
@@ -106,11 +106,14 @@ def write_report(
     refuse_aliases([("the report", out)], Inputs().source("its input", input_path))
     if out.is_dir():
         raise OodevalError(
-            f"--out {out} is a folder; give the HTML file's name, e.g. {out}/report.html"
+            f"{option('out', str(out))} is a folder; give the HTML file's name, e.g. "
+            f"{out}/report.html"
         )
     above = next((p for p in out.parents if p.exists()), None)
     if above is not None and not above.is_dir():
-        raise OodevalError(f"--out {out}: {above} is a file, not a folder; choose another path")
+        raise OodevalError(
+            f"{option('out', str(out))}: {above} is a file, not a folder; choose another path"
+        )
     html = build_report(input_path, **kwargs)  # type: ignore[arg-type]
     if out.parent and not out.parent.exists():  # the folder above is the user's: may be a link
         make_folder(out.parent, what="report's folder", named_by_user=True)

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from oodeval._text import first_character, input_name, read_text, reopener
-from oodeval.errors import OodevalError, listing
+from oodeval.errors import OodevalError, listing, option
 from oodeval.results.coded import CHUNK_ROWS, CodedRows, LabelColumn, frame_chunks
 from oodeval.results.jsonrows import json_lines_frame, json_records_frame
 
@@ -523,8 +523,8 @@ def _parse_values(
                 f"{at(k)}: {col} {nums[k]:g} > 100 is not a percentage; check the value"
             )
         raise OodevalError(
-            f"{at(k)}: {col} {nums[k]:g} > 1 looks like percentages; pass --percent or divide "
-            "by 100"
+            f"{at(k)}: {col} {nums[k]:g} > 1 looks like percentages; pass "
+            f"{option('percent', True)} or divide by 100"
         )
     notes = _percent_scale(algorithm, algorithms, nums, col, name) if percent else []
     if percent:
@@ -535,7 +535,7 @@ def _parse_values(
 def _percent_scale(
     algorithm: np.ndarray, algorithms: Sequence[str], nums: np.ndarray, col: str, name: str
 ) -> list[str]:
-    """Check that values read with --percent are percentages; return a note on mixed scales.
+    """Check that values read as percentages are; return a note on mixed scales.
 
     `algorithm` holds each value's position in `algorithms`. Every value <= 1 means the file
     holds fractions: read as percentages they would all be near-perfect, so the file is refused.
@@ -545,12 +545,12 @@ def _percent_scale(
 
     >>> codes, nums = np.array([0, 0, 1, 1]), np.array([20.0, 30.0, 0.2, 0.3])
     >>> _percent_scale(codes, ["A", "B"], nums, "error", "r.csv")[0][:55]
-    '--percent: B has every error <= 1 while other algorithm'
-
+    'percent=True: B has every error <= 1 while other algori'
     """
     if nums.size and float(nums.max()) <= 1.0:
         raise OodevalError(
-            f"{name}: every {col} is <= 1, so these are fractions, not percentages; drop --percent"
+            f"{name}: every {col} is <= 1, so these are fractions, not percentages; drop "
+            f"{option('percent', True)}"
         )
     top = pd.Series(nums).groupby(algorithm).max()
     low = [str(algorithms[a]) for a, v in top.items() if v <= 1.0]
@@ -559,8 +559,8 @@ def _percent_scale(
     shown = listing(low)
     verb = "has" if len(low) == 1 else "have"
     return [
-        f"--percent: {shown} {verb} every {col} <= 1 while other algorithms exceed 1; if "
-        f"{shown} {'was' if len(low) == 1 else 'were'} written as fractions, multiply "
+        f"{option('percent', True)}: {shown} {verb} every {col} <= 1 while other algorithms "
+        f"exceed 1; if {shown} {'was' if len(low) == 1 else 'were'} written as fractions, multiply "
         f"{'its' if len(low) == 1 else 'their'} values by 100"
     ]
 

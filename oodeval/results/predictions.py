@@ -17,7 +17,7 @@ import numpy as np
 from oodeval._limits import MAX_CLASS_IDS
 from oodeval._npz import read_npz
 from oodeval._text import STDIN, read_text, stream_bytes
-from oodeval.errors import OodevalError, listing
+from oodeval.errors import OodevalError, listing, option
 from oodeval.measures._validation import (
     as_bool_array,
     as_real_array,
@@ -190,6 +190,7 @@ def parse_class_ids(text: str) -> list[int]:
     >>> parse_class_ids("0-2,7")
     [0, 1, 2, 7]
     """
+    flag = option("base_classes")  # what messages call the text: --base-classes or the keyword
     ids: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -197,21 +198,19 @@ def parse_class_ids(text: str) -> list[int]:
         if match:
             first, last = int(match.group(1)), int(match.group(2))
             if last < first:
-                raise OodevalError(f"--base-classes range {part!r} runs backwards; write low-high")
+                raise OodevalError(f"{flag} range {part!r} runs backwards; write low-high")
             if last - first >= _MAX_RANGE:
-                raise OodevalError(f"--base-classes range {part!r} spans over {_MAX_RANGE} ids")
+                raise OodevalError(f"{flag} range {part!r} spans over {_MAX_RANGE} ids")
             if len(ids) + last - first + 1 > MAX_CLASS_IDS:
                 raise OodevalError(
-                    f"--base-classes names more than {MAX_CLASS_IDS:,} class ids in all; "
+                    f"{flag} names more than {MAX_CLASS_IDS:,} class ids in all; "
                     "list the base classes of one model"
                 )
             ids.extend(range(first, last + 1))
         elif re.fullmatch("[0-9]+", part):  # ASCII only: str.isdigit also takes '²'
             ids.append(int(part))
         else:
-            raise OodevalError(
-                f"--base-classes must list class ids like 0,1,2 or 0-4, got {part!r}"
-            )
+            raise OodevalError(f"{flag} must list class ids like 0,1,2 or 0-4, got {part!r}")
     return ids
 
 
@@ -283,13 +282,14 @@ def _outputs_form(
     if base_classes is None:
         if stored is None:
             raise OodevalError(
-                "which classes are base? pass --base-classes (e.g. 0-49 or 0,1,2) or store a "
-                "'base_classes' array in the .npz"
+                f"which classes are base? pass {option('base_classes')} (e.g. 0-49 or 0,1,2) or "
+                "store a 'base_classes' array in the .npz"
             )
         base_classes = np.ravel(stored)  # validated by openworld_scores
     elif stored is not None and set(np.ravel(stored).tolist()) != set(base_classes):
         raise OodevalError(
-            "--base-classes differs from the 'base_classes' array stored in the file; drop one"
+            f"{option('base_classes')} differs from the 'base_classes' array stored in the file; "
+            "drop one"
         )
     if outputs_name is None and not all(
         k in arrays for k in ("scores", "base_predictions", "new_predictions")

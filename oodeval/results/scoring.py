@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.limits import check_flag, check_resamples, check_seed
 from oodeval.measures.domain import REGISTRY, domain_measures
 from oodeval.measures.meta import (
@@ -228,7 +228,8 @@ def score(
         `oodeval.limits.MAX_RESAMPLES`, as ``oodeval measures --bootstrap``.
     seed : int, default 0
         Seed of the bootstrap resampling (same seed, same intervals), in [0, 2**32) as
-        ``--seed`` (`oodeval.limits.SEED_LIMIT`).
+        ``--seed`` (`oodeval.limits.SEED_LIMIT`). A refusal names these keywords
+        (``percent=True``), where the command line names its flags.
 
     Returns
     -------
@@ -259,8 +260,8 @@ def score(
     'worst+gap picks IRM; average picks ERM (they disagree)'
     """
     check_flag(percent, "percent")
-    check_resamples(bootstrap, "--bootstrap")  # the bounds and messages of `oodeval measures`
-    check_seed(seed, "--seed")
+    check_resamples(bootstrap, "bootstrap")  # the bounds and messages of `oodeval measures`
+    check_seed(seed, "seed")
     if isinstance(results, pd.DataFrame):
         long = results_from_frame(results, percent=percent, name="the DataFrame")
     elif isinstance(results, (str, Path)):
@@ -388,19 +389,19 @@ def _measure_names(results: LongResults, measures: Sequence[str] | None) -> list
     n_given = len(results.given_environments)
     undefined = undefined_measures(names, n_given)
     if undefined:
-        cheap = ",".join(n for n in names if n not in undefined) or ",".join(
+        cheap = [n for n in names if n not in undefined] or [
             n for n in MEASURES if not undefined_measures([n], n_given)
-        )
+        ]
         others = [n for n in undefined if n not in ("worst_plus_gap", "gap_only")]
         if others:  # not Eq. 6's 1/(N-2): say which measures and what each needs
             needs = ", ".join(f"{n} needs >= {get_measure(n).min_envs}" for n in others)
             raise OodevalError(
                 f"{needs} given environments and there are N={n_given}: add loo rows or pass "
-                f"--measures {cheap}"
+                f"{option('measures', cheap)}"
             )
         raise OodevalError(
             f"worst+gap (Eq. 6) is undefined for N={n_given} given environments (1/(N-2)); it "
-            f"needs >= 3 environments: add loo rows or pass --measures {cheap}"
+            f"needs >= 3 environments: add loo rows or pass {option('measures', cheap)}"
         )
     return names
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 
 HYPOTHESES: tuple[str, ...] = ("cnn", "mlp")
 
@@ -63,7 +63,7 @@ def make_hypothesis(
         if len(shape) != 3:
             raise OodevalError(
                 f"the cnn hypothesis class needs images of shape (C, H, W), got {shape}; "
-                "use --hypothesis mlp for feature vectors"
+                f"use {option('hypothesis', 'mlp')} for feature vectors"
             )
         return nn.Sequential(
             nn.Conv2d(shape[0], 16, 3, padding=1),

@@ -30,15 +30,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.study.store import STORE_NAME
 
-__all__ = ["DROP_FLAG", "StoreIdentity", "distinct_stores", "file_identity", "same_store"]
+__all__ = ["StoreIdentity", "distinct_stores", "file_identity", "same_store"]
 
 #: Why a folder named twice by the same path is left out.
 GIVEN_TWICE = "is given twice"
-#: The option that leaves a repeated store out (with a note) instead of refusing it.
-DROP_FLAG = "--drop-duplicates"
 
 
 @dataclass(frozen=True)
@@ -111,7 +109,7 @@ def distinct_stores(
                 because = "" if why == GIVEN_TWICE else f"; {harm}"
                 raise OodevalError(
                     f"{store.label} {why}{because}; list each study folder once, or pass "
-                    f"{DROP_FLAG} to leave the repeat out"
+                    f"{option('drop_duplicates', True)} to leave the repeat out"
                 )
             notes.append(f"{store.label} left out: it {why}")
             continue

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oodeval.errors import option as named_option
+
 #: How many damaged units a one-line message names before it says "and N more".
 NAMED_IN_LINE = 3
 
@@ -194,8 +196,9 @@ class StoreHealth:
         more = len(self.sqlite_check) - 1
         return first + (f" and {more} more messages" if more > 0 else "")
 
-    def refusal(self, option: str | None = "--exclude-damaged") -> str:
-        """The one-line refusal of a command that computes numbers from a damaged store."""
+    def refusal(self, option: str | None = None) -> str:
+        """The one-line refusal of a command that computes numbers from a damaged store;
+        `option` (as the caller names it: `oodeval.errors.option`) computes without them."""
         what = self.damage()
         verify = f"`oodeval study verify {self.path.parent}` lists every problem"
         if self.problems:  # the study itself cannot be told: nothing to re-run
@@ -223,7 +226,8 @@ class StoreHealth:
         if self.excluded and self.damaged:
             out.append(
                 f"{len(self.damaged)} of {self.total} stored units are damaged and excluded from "
-                f"every number (--exclude-damaged): {named(self.damaged, limit=10)}."
+                f"every number ({named_option('exclude_damaged', True)}): "
+                f"{named(self.damaged, limit=10)}."
             )
         if self.excluded and not self.sqlite_ok:
             out.append(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.study.config import (
     DEFAULT_MEASURES,
     ConfigError,
@@ -207,8 +207,8 @@ def _checked_paths(
     target = file_identity(out)
     if any(same_store(f, target) for f in found) or out.resolve() in {f.resolve() for f in folders}:
         raise OodevalError(
-            f"--out {out} is one of the inputs; merge into another folder (it may hold a study "
-            "to merge into, given only as --out)"
+            f"{option('directory', str(out))} is one of the inputs; merge into another folder "
+            f"(it may hold a study to merge into, given only as {option('directory')})"
         )
     kept, notes = distinct_stores(found, drop=drop, allow_shared=True, harm=_HARM)
     index = {id(k) for k in kept}
@@ -248,8 +248,9 @@ def _target(store: ResultStore, out: Path) -> _Input | None:
     contents = store.read()
     if contents.config is None and not contents.units:
         return None
-    _refuse_unverified(contents, f"--out {out}", "then merge into it")
-    return _Input(f"--out {out}", contents)
+    label = option("directory", str(out))
+    _refuse_unverified(contents, label, "then merge into it")
+    return _Input(label, contents)
 
 
 def _refuse_unverified(contents: StoreContents, label: str, then: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from oodeval.errors import OodevalError
+from oodeval.errors import OodevalError, option
 from oodeval.study.config import IMPORT_VERSION_PREFIX, scenario_key
 from oodeval.study.integrity import NAMED_IN_LINE, StoreHealth, printable
 from oodeval.study.store import (
@@ -283,7 +283,9 @@ def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study
         contents = store.read()
     health = contents.health
     if health.problems or (not health.trusted and not exclude_damaged):
-        raise StoreDamagedError(health.refusal(None if health.problems else "--exclude-damaged"))
+        raise StoreDamagedError(
+            health.refusal(None if health.problems else option("exclude_damaged", True))
+        )
     if contents.config is None:
         raise OodevalError(f"{store.path} has no study config; was the run interrupted early?")
     health.excluded = exclude_damaged

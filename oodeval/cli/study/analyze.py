@@ -29,7 +29,8 @@ _EXCLUDE_HELP = (
     "every output then names the units left out."
 )
 MEASURES_HELP = (
-    "Comma-separated measures (names or specs such as cvar:alpha=0.25) to add to every table, "
+    "Comma-separated measures (names, labels such as worst+gap, or specs such as cvar:alpha=0.25) "
+    "to add to every table, "
     "computed from the stored errors: no unit runs and the store is only read. The analysis "
     "then records each measure's code digest (measure_digests.csv)."
 )

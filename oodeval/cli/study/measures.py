@@ -46,7 +46,8 @@ from oodeval.tables import heading, render_frame, to_json
 DEFAULT_FAMILY_MEMBERS = ("median", "cvar:alpha=0.25", "quantile:q=0.75", "mean_plus_std:lambda=1")
 
 _MEASURES_HELP = (
-    "Comma-separated measures or specs to rank (e.g. average,worst_plus_gap,cvar:alpha=0.25); "
+    "Comma-separated measures (names, labels such as worst+gap, or specs) to rank (e.g. "
+    "average,worst_plus_gap,cvar:alpha=0.25); "
     "default: every registered measure plus median, cvar:alpha=0.25, quantile:q=0.75 and "
     "mean_plus_std:lambda=1. average and worst_plus_gap are always computed, for the head to "
     "head."

@@ -387,9 +387,9 @@ def _ranked(records: list[dict[str, Any]], versus: Sequence[str]) -> Columns:
 def _check_options(n_resamples: Any, confidence: float, seed: Any) -> None:
     """The CLI's bounds (`oodeval.limits`): 0 to `MAX_RESAMPLES` draws, a level in (0, 1), a
     seed in [0, 2**32)."""
-    check_resamples(n_resamples, "--bootstrap")
+    check_resamples(n_resamples, "n_resamples")
     check_confidence(confidence)
-    check_seed(seed, "--seed")
+    check_seed(seed, "seed")
 
 
 def leaderboard_sentence(board: Mapping[str, Any], *, alpha: float = 0.05) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oodeval.errors import listing
+from oodeval.errors import listing, option
 from oodeval.study.config.keys import SHOWN_PROBLEMS, TRAINER_OPTIONS, ScenarioSpec, TrainerOption
 from oodeval.study.config.schema import StudyConfig
 
@@ -154,7 +154,7 @@ class ConfigChanges:
         return (
             f"{directory} holds a study whose units would not compare with this config's: "
             f"{listed}{hint}; a stored study grows only by new algorithms, seeds, scenarios or "
-            "imports: keep these values, or use a new --out folder"
+            f"imports: keep these values, or use a new {option('directory')} folder"
         )
 
 

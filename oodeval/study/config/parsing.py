@@ -26,7 +26,7 @@ from oodeval._json import MAX_DEPTH, bracket_depth, depth_problem, structure_dep
 from oodeval._names import lookalike_problem
 from oodeval._text import parse_problem, read_text
 from oodeval.errors import OodevalError, listing
-from oodeval.measures.registry import FAMILIES, get_measure, measure_names
+from oodeval.measures.registry import UnknownMeasure, did_you_mean, get_measure, measure_names
 from oodeval.study.config.imports import import_digests, resolved_import
 from oodeval.study.config.keys import (
     DEFAULT_BACKEND,
@@ -211,7 +211,7 @@ def registered_measures(
     if unknown and not imports:
         problems.append(
             f"unknown measure(s) {listing(map(repr, sorted(unknown)))}; choose from "
-            f"{', '.join(measure_names())}"
+            f"{', '.join(measure_names())}{did_you_mean(sorted(unknown))}"
         )
     return tuple(name if spec is None else spec for name, spec in found if spec or imports)
 
@@ -232,11 +232,11 @@ def _looked_up(names: Sequence[str], problems: list[str]) -> list[tuple[str, str
     for name in names:
         try:
             spec = get_measure(name)
-        except OodevalError as exc:
-            if name.split(":", 1)[0] in FAMILIES:  # a family with bad parameters: its message
-                problems.append(f"measures: {exc}")
-            else:
-                out.append((name, None))
+        except UnknownMeasure:
+            out.append((name, None))
+            continue
+        except OodevalError as exc:  # a family with bad parameters, an ambiguous name
+            problems.append(f"measures: {exc}")
             continue
         out.append((name, spec.name if spec.split == "loo" else None))
     return out
