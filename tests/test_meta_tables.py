@@ -128,8 +128,8 @@ def test_bad_errors_are_one_clear_error(change, message):
 
 
 def test_unknown_measure_and_too_few_environments_are_refused():
-    with pytest.raises(OodevalError, match="unknown measure"):
-        mt.unit_measures(long_errors(), ["worst+gap"])
+    with pytest.raises(OodevalError, match="unknown measure.*did you mean 'worst_plus_gap'"):
+        mt.unit_measures(long_errors(), ["worst_plus_gapp"])  # "worst+gap", the label, works
     two = {"algorithm": ["A", "A"], "split": ["loo", "loo"], "environment": ["e1", "e2"]}
     with pytest.raises(OodevalError, match=r"N=2"):
         mt.unit_measures({**two, "error": [0.1, 0.2]}, ["worst_plus_gap"])
