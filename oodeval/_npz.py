@@ -26,8 +26,8 @@ from typing import IO
 import numpy as np
 
 from oodeval._files import write_file
-from oodeval._limits import MAX_ARRAY_BYTES, ZLIB_MAX_RATIO, human_bytes
 from oodeval.errors import OodevalError
+from oodeval.limits import MAX_ARRAY_BYTES, ZLIB_MAX_RATIO, human_bytes
 
 _NPY_MAGIC = b"\x93NUMPY"
 _HEADER_MOST = 100_000  # bytes of an .npy header (numpy's own bound is 10,000 by default)

@@ -4,7 +4,7 @@ anything else in one line, and show users' names and paths safely on a terminal.
 Every file reader of oodeval goes through `read_text` (or, for a file too big to hold twice,
 `first_character`, which checks it a block at a time), so a binary file, UTF-16 text or a folder
 gets the same one-line `OodevalError` naming the file and the fix, never a UnicodeDecodeError.
-Reads are bounded (`oodeval._limits.max_text_bytes`): a regular file over the bound is refused
+Reads are bounded (`oodeval.limits.max_text_bytes`): a regular file over the bound is refused
 before it is read, a pipe or standard input (``-``) is read a chunk at a time and refused past
 it, and a device file (``/dev/zero``) is refused unread. A pipe or standard input is read once
 (`stream_bytes`): every later read of it in the process parses the same bytes from memory.
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from oodeval._limits import human_bytes, max_text_bytes, read_capped
 from oodeval.errors import OodevalError
+from oodeval.limits import human_bytes, max_text_bytes, read_capped
 
 __all__ = [
     "STDIN",

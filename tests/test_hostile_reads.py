@@ -1,4 +1,4 @@
-"""Readers check what they are given before they allocate (`oodeval._limits`): device files,
+"""Readers check what they are given before they allocate (`oodeval.limits`): device files,
 endless or oversized streams, gzip bombs, array and IDX headers claiming more than the file
 holds, class ids that would size an array. Every case runs in a child whose address space is
 capped (`tests.helpers.memory.run_limited`, 3 GiB), so a reader that allocates without bound

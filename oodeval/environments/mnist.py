@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from oodeval._files import write_file
-from oodeval._limits import MAX_INFLATED_BYTES, human_bytes, inflate_capped
 from oodeval._text import read_text
 from oodeval.environments.source_kinds import (
     ImageSource,
@@ -32,6 +31,7 @@ from oodeval.environments.source_kinds import (
     register_source_kind,
 )
 from oodeval.errors import OodevalError
+from oodeval.limits import MAX_INFLATED_BYTES, human_bytes, inflate_capped
 
 #: Environment variable naming an MNIST folder for the source ``"auto"``.
 MNIST_ENV_VAR = "OODEVAL_MNIST"
@@ -163,7 +163,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     The header is checked before the data is read: the product of the dimensions (exact Python
     integers, never an int64 that wraps) with the header must fit `MAX_INFLATED_BYTES`, and a file
     must hold exactly that many data bytes; a ``.gz`` is inflated a chunk at a time and refused
-    as soon as it holds more (`oodeval._limits.inflate_capped`), so a gzip bomb is never read
+    as soon as it holds more (`oodeval.limits.inflate_capped`), so a gzip bomb is never read
     whole.
 
     >>> read_idx(bundled_mnist_dir() / "t10k-labels-idx1-ubyte.gz").shape

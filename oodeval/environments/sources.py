@@ -33,7 +33,6 @@ from oodeval.environments import folders  # noqa: F401
 from oodeval.environments import cifar  # noqa: F401
 
 # isort: on
-from oodeval._limits import MAX_INFLATED_BYTES, inflate_capped
 from oodeval.environments.mnist import resolve_source
 from oodeval.environments.source_kinds import (
     ImageSource,
@@ -42,6 +41,7 @@ from oodeval.environments.source_kinds import (
     registered_source_kinds,
 )
 from oodeval.errors import OodevalError
+from oodeval.limits import MAX_INFLATED_BYTES, inflate_capped
 
 #: The registered image-source kinds by name (``"digits"``, ``"mnist"``, ...): a live read-only
 #: view of the registry, so a kind registered later is listed too.

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from oodeval._limits import MAX_CLASS_IDS
 from oodeval._npz import read_npz
 from oodeval._text import STDIN, read_text, stream_bytes
 from oodeval.errors import OodevalError, listing, option
+from oodeval.limits import MAX_CLASS_IDS
 from oodeval.measures._validation import (
     as_bool_array,
     as_real_array,

@@ -20,10 +20,10 @@ from typing import Any
 import pandas as pd
 
 from oodeval._json import json_lines, load_json, refuse_folded_keys
-from oodeval._limits import human_bytes, max_text_bytes
 from oodeval._names import refuse_lookalikes
 from oodeval._text import parse_problem
 from oodeval.errors import OodevalError
+from oodeval.limits import human_bytes, max_text_bytes
 from oodeval.results.selection import CHECKPOINT_COLUMNS
 
 
