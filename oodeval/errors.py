@@ -37,6 +37,7 @@ FLAGS: dict[str, str] = {
     "drop_duplicates": "--drop-duplicates",
     "directory": "--out",  # the study folder that run_study and merge_studies write
     "out": "--out",
+    "out_dir": "--analysis-dir",  # where write_analysis writes; study analyze's flag
     "base_classes": "--base-classes",
     "hypothesis": "--hypothesis",
     "lr": "--lr",

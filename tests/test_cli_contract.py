@@ -70,6 +70,7 @@ ARTEFACT_COMMANDS = {
     "openworld train-gmop",
     "study run",
     "study merge",
+    "study export",
     "envs preview",
     "protocols classic",
     "protocols flexible-random",
@@ -77,6 +78,8 @@ ARTEFACT_COMMANDS = {
 }
 # Writes two files named by --train-out and --test-out (neither is "the" output folder).
 OTHER_COMMANDS = {"openworld make-features"}
+# Prints one sentence per study, for a terminal or a log; the tables are study analyze's.
+OTHER_COMMANDS |= {"study summary"}
 
 # Options that hold a count but are not --n-THINGS: bounds (--max-*) and resources.
 COUNT_NAMES_ALLOWED = {"--max-samples", "--ray-max-retries", "--workers", "--slurm-cpus"}

@@ -12,13 +12,15 @@ from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import STDIN, input_name, read_text, stream_bytes
 from oodeval.errors import OodevalError, option
 from oodeval.report.page import Section, render_page
+from oodeval.study.exported import is_export
 
 
 def input_kind(path: Path) -> str:
-    """'study', 'results' or 'openworld', decided from what the path holds (standard input, ``-``,
+    """'study', 'results' or 'openworld', decided from what the path holds (a folder or a study
+    export is a study; standard input, ``-``,
     and pipes from their content, read once: JSON or a CSV with algorithm and environment
     columns is a results file, any other CSV predictions)."""
-    if path.is_dir():
+    if path.is_dir() or is_export(path):
         return "study"
     if str(path) == STDIN or (
         path.exists() and stream_bytes(path, what="report input") is not None
@@ -78,7 +80,8 @@ def build_report(
         from oodeval.report.study_report import study_sections
 
         sections = study_sections(path, exclude_damaged=exclude_damaged, measures=measures)
-        title, subtitle = "oodeval study report", f"Study folder {path}"
+        where = "Exported study" if path.is_file() else "Study folder"
+        title, subtitle = "oodeval study report", f"{where} {path}"
     elif kind == "results":
         from oodeval.report.results_report import results_sections
 

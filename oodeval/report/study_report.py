@@ -35,6 +35,7 @@ from oodeval.study.analysis import (
     verdict_warning,
 )
 from oodeval.study.analysis.leaderboard import leaderboard_footnote, leaderboard_view
+from oodeval.study.exported import is_export
 from oodeval.study.read_model import Study, load_study
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning
 from oodeval.tables import Table, plus_minus
@@ -514,7 +515,7 @@ def study_sections(
     opened read-only.
     """
     directory = Path(directory)
-    if not (directory / "results.sqlite").exists():
+    if not (directory / "results.sqlite").exists() and not is_export(directory):
         raise OodevalError(
             f"{directory} holds no study (no results.sqlite); run `oodeval study run ... --out "
             f"{directory}` first, or give a results file"

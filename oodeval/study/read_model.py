@@ -19,6 +19,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError, option
 from oodeval.study.config import IMPORT_VERSION_PREFIX, scenario_key
+from oodeval.study.exported import is_export, read_export
 from oodeval.study.integrity import NAMED_IN_LINE, StoreHealth, printable
 from oodeval.study.store import (
     UNIT_COLUMNS,
@@ -277,8 +278,14 @@ def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study
     StoreDamagedError (naming the damage) when the store fails SQLite's integrity check, a
     unit fails verification or rows belong to no unit (`StoreHealth.damage`); with
     ``exclude_damaged=True`` the damaged units are left out instead and
-    `Study.integrity_notes` says so. A damaged config is always refused.
+    `Study.integrity_notes` says so. A damaged config is always refused. `directory` may also
+    be a study exported to one file (`oodeval.study.exported`, by ``oodeval study export``).
     """
+    if is_export(directory):
+        e = read_export(directory)
+        return Study(
+            Path(directory), e.config, e.units, e.results, e.health, {}, e.history, e.fingerprint
+        )
     with ResultStore(directory) as store:
         contents = store.read()
     health = contents.health

@@ -1,18 +1,29 @@
 """`oodeval study`: run the worst+gap measure study, check on it, analyse it, estimate its cost.
 
-One module per subcommand (run, status, analyze, measures, merge, verify, estimate); each defines
-``register(group)``, which adds its command to the `study` group, as every command module of
-`oodeval.cli` adds its commands to the one above it. `options` holds what several share.
+One module per subcommand (run, status, analyze, summary, measures, merge, verify, estimate,
+export); each defines ``register(group)``, which adds its command to the `study` group, as
+every command module of `oodeval.cli` adds its commands to the one above it. `options` holds
+what several share.
 """
 
 from __future__ import annotations
 
 import typer
 
-from oodeval.cli.study import analyze, estimate, measures, merge, run, status, verify
+from oodeval.cli.study import (
+    analyze,
+    estimate,
+    export,
+    measures,
+    merge,
+    run,
+    status,
+    summary,
+    verify,
+)
 
 #: The subcommands, in the order `oodeval study --help` lists them.
-SUBCOMMANDS = (run, status, analyze, measures, merge, verify, estimate)
+SUBCOMMANDS = (run, status, analyze, summary, measures, merge, verify, estimate, export)
 
 
 def register(parent: typer.Typer) -> None:

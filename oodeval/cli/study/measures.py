@@ -39,6 +39,7 @@ from oodeval.measures.meta.leaderboard import (
 )
 from oodeval.measures.registry import check_measures, measure_label, measure_names
 from oodeval.study.config.keys import SEED_LIMIT
+from oodeval.study.exported import is_export
 from oodeval.tables import heading, render_frame, to_json
 
 #: The measures ranked without --measures: every registered plain measure, and one member of
@@ -64,9 +65,12 @@ def default_measures() -> list[str]:
 
 
 def folder_kind(directory: Path) -> str:
-    """``study`` (it holds results.sqlite) or ``sweep`` (run folders with results.jsonl)."""
+    """``study`` (it holds results.sqlite, or is a study export) or ``sweep`` (run folders with
+    results.jsonl)."""
     if not directory.exists():
         raise OodevalError(f"folder not found: {directory}; check the path")
+    if is_export(directory):
+        return "study"
     if not directory.is_dir():
         raise OodevalError(
             f"{directory} is a file; give a study folder (with results.sqlite) or a DomainBed "

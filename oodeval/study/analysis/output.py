@@ -13,6 +13,7 @@ import pandas as pd
 
 from oodeval._files import make_folder, refuse_links, write_files
 from oodeval._text import safe_text
+from oodeval.errors import OodevalError, option
 from oodeval.measures import measure_label, meta
 from oodeval.study.analysis.leaderboard import leaderboard_text
 from oodeval.study.analysis.paper import (
@@ -201,6 +202,11 @@ def write_analysis(
     )
     results = analyze(study) if results is None else results
     named_by_user = out_dir is not None  # a folder the user names may be a link
+    if out_dir is None and Path(study.directory).is_file():
+        raise OodevalError(
+            f"{safe_text(study.directory)} is a study exported to one file; give "
+            f"{option('out_dir', 'DIR')} for the analysis files"
+        )
     if out_dir is None:  # a name of oodeval's own: never a link (`oodeval._files`)
         out_dir = Path(study.directory) / "analysis"
         refuse_links(out_dir)
