@@ -42,15 +42,14 @@ import typer
 from oodeval._files import all_or_nothing, refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
+from oodeval.cli._common import DefaultCommandGroup, reports_errors
+from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
-    DefaultCommandGroup,
     OutputFormat,
     check_output_path,
     echo_output,
     render_metrics,
-    reports_errors,
 )
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_curve

@@ -9,15 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    reports_errors,
-    stops_on_ctrl_c,
-)
+from oodeval.cli._common import reports_errors, stops_on_ctrl_c
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.cli.study.options import (
     DEVICE_HELP,
     PRECISION_HELP,
