@@ -27,7 +27,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from oodeval.cli._common import FORMAT_OPT, OUTPUT_OPT
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT
 from oodeval.cli.main import app
 from oodeval.protocols import AssignmentRow, write_assignment_csv
 from oodeval.tables import FORMATS

@@ -24,14 +24,8 @@ import typer
 from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    reports_errors,
-)
+from oodeval.cli._common import reports_errors
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.environments import FAMILIES, build_scenario
 from oodeval.environments.base import Scenario
 from oodeval.environments.sources import source_forms

@@ -20,17 +20,8 @@ import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    IMPORTS_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    load_imports,
-    measure_specs,
-    reports_errors,
-)
+from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, reports_errors
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.limits import MAX_RESAMPLES, check_confidence, check_resamples
 from oodeval.measures.meta import environment_warning, interval_warning
 from oodeval.measures.registry import MEASURES, measure_names

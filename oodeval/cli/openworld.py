@@ -42,15 +42,14 @@ import typer
 from oodeval._files import all_or_nothing, refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
+from oodeval.cli._common import DefaultCommandGroup, reports_errors
+from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
-    DefaultCommandGroup,
     OutputFormat,
     check_output_path,
     echo_output,
     render_metrics,
-    reports_errors,
 )
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_curve
@@ -176,7 +175,7 @@ def ratio_study_command(
     from oodeval.openworld.base_new import parse_ratios
     from oodeval.openworld.ratio_study import (
         ratio_frame_rows,
-        ratio_study,
+        ratio_study_of_arrays,
         ratio_table_cells,
         summary_note,
     )
@@ -196,26 +195,15 @@ def ratio_study_command(
         ids = [int(c) for c in np.ravel(arrays["base_classes"])]
     else:
         raise OodevalError("which classes are base? pass --base-classes (e.g. 0-4)")
-    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
+    outputs = "probs" in arrays or "logits" in arrays
     separate = ("scores", "base_predictions", "new_predictions")
-    if outputs_name is None and not all(k in arrays for k in separate):
+    if not outputs and not all(k in arrays for k in separate):
         raise OodevalError(
             f"{predictions} has labels but no model outputs (probs or logits, or scores, "
             "base_predictions and new_predictions); for a feature file write predictions first "
             "with oodeval openworld evaluate FEATURES --predictions FILE"
         )
-    rows = ratio_study(
-        arrays.get(outputs_name) if outputs_name else None,
-        arrays["labels"],
-        ids,
-        wanted,
-        repeats=repeats,
-        seed=seed,
-        logits=outputs_name == "logits",
-        detector_scores=arrays.get("scores"),
-        base_predictions=arrays.get("base_predictions"),
-        new_predictions=arrays.get("new_predictions"),
-    )
+    rows = ratio_study_of_arrays(arrays, ids, wanted, repeats=repeats, seed=seed)
     if fmt.value in ("csv", "json"):
         frame = pd.DataFrame(ratio_frame_rows(rows))
         frame[["n_base", "n_new"]] = frame[["n_base", "n_new"]].astype("Int64")

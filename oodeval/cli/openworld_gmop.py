@@ -27,15 +27,14 @@ from oodeval._files import all_or_nothing, refuse_links
 from oodeval._npz import npz_path, write_npz
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
+from oodeval.cli._common import reports_errors, stops_on_ctrl_c
+from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
     echo_output,
     render_metrics,
-    reports_errors,
-    stops_on_ctrl_c,
 )
 from oodeval.errors import OodevalError
 from oodeval.study.config.keys import SEED_LIMIT, STEPS_LIMIT

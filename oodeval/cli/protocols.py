@@ -28,14 +28,8 @@ import typer
 from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import read_text, safe_text
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    reports_errors,
-)
+from oodeval.cli._common import reports_errors
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.domain import STD_DDOFS
 from oodeval.protocols import (

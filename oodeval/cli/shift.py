@@ -16,15 +16,8 @@ import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    reports_errors,
-    stops_on_ctrl_c,
-)
+from oodeval.cli._common import reports_errors, stops_on_ctrl_c
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError
 from oodeval.study.config.keys import BATCH_SIZE_LIMIT, STEPS_LIMIT
 from oodeval.tables import render_frame, to_json

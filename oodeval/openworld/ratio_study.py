@@ -130,6 +130,38 @@ def ratio_study(
     return rows
 
 
+def ratio_study_of_arrays(
+    arrays: dict[str, np.ndarray],
+    base_classes: Iterable[int],
+    ratios: Iterable[str | Sequence[float]],
+    *,
+    repeats: int = 5,
+    seed: int = 0,
+) -> list[dict[str, float | int | str]]:
+    """`ratio_study` of a predictions file's arrays (`oodeval.results.read_predictions`).
+
+    The model outputs are ``probs``, else ``logits``; ``scores``, ``base_predictions`` and
+    ``new_predictions`` are the separately scored form. ``labels`` is required.
+
+    >>> arrays = {"probs": np.array([[0.8, 0.2], [0.3, 0.7]] * 10), "labels": np.array([0, 1] * 10)}
+    >>> [r["ratio"] for r in ratio_study_of_arrays(arrays, [0], ["1:1"], repeats=1)]
+    ['1:1']
+    """
+    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
+    return ratio_study(
+        arrays.get(outputs_name) if outputs_name else None,
+        arrays["labels"],
+        base_classes,
+        ratios,
+        repeats=repeats,
+        seed=seed,
+        logits=outputs_name == "logits",
+        detector_scores=arrays.get("scores"),
+        base_predictions=arrays.get("base_predictions"),
+        new_predictions=arrays.get("new_predictions"),
+    )
+
+
 def ratio_spread(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     """For each metric, max minus min of its mean over the ratios (0 = ratio-insensitive).
 

@@ -16,7 +16,7 @@ and `per_test` per test domain (NICO++: 50 and 50), drawn with a generator seede
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -74,22 +74,18 @@ def flexible_random_assignment(
         per_minor=per_minor,
         per_test=per_test,
     )
-    common = _common(tree, common_domains)
-    rows: list[AssignmentRow] = []
-    for cls in tree.classes:
-        rng = class_rng(seed, cls)
-        own = tree.domains_of(cls)
-        pool = [d for d in common if d in own]
-        if len(pool) < n_dominant:
-            raise OodevalError(
-                f"class {cls} has {len(pool)} common domain(s) with images ({listing(pool)}) but "
-                f"{n_dominant} dominant domains are needed; lower {option('n_dominant')}"
-            )
-        dominant = [pool[i] for i in sorted(rng.choice(len(pool), n_dominant, replace=False))]
-        rest = [d for d in own if d not in dominant]
-        rows += _class_rows(
-            tree, cls, dominant, rest, n_minor, n_test, per_minor, per_test, rng, _RANDOM_WORDS
-        )
+    rows = _rows_by_class(
+        tree,
+        _common(tree, common_domains),
+        (),
+        (n_dominant, n_minor, n_test, per_minor, per_test),
+        seed,
+        _RANDOM_WORDS,
+        lambda cls, pool: (
+            f"class {cls} has {len(pool)} common domain(s) with images ({listing(pool)}) but "
+            f"{n_dominant} dominant domains are needed; lower {option('n_dominant')}"
+        ),
+    )
     return with_validation(rows, val_fraction, seed)
 
 
@@ -140,21 +136,18 @@ def flexible_compositional_assignment(
         exclusive = tuple(
             sorted(common[i] for i in rng.choice(len(common), n_exclusive, replace=False))
         )
-    rows: list[AssignmentRow] = []
-    for cls in tree.classes:
-        rng = class_rng(seed, cls)
-        own = tree.domains_of(cls)
-        pool = [d for d in exclusive if d in own]
-        if len(pool) < n_majority:
-            raise OodevalError(
-                f"class {cls} has images in {len(pool)} exclusive domain(s) "
-                f"({listing(pool) or 'none'}) but {n_majority} majority domains are needed"
-            )
-        majority = [pool[i] for i in sorted(rng.choice(len(pool), n_majority, replace=False))]
-        sharing = [d for d in own if d not in exclusive]
-        rows += _class_rows(
-            tree, cls, majority, sharing, n_minority, n_test, per_minor, per_test, rng, _COMP_WORDS
-        )
+    rows = _rows_by_class(
+        tree,
+        exclusive,
+        exclusive,
+        (n_majority, n_minority, n_test, per_minor, per_test),
+        seed,
+        _COMP_WORDS,
+        lambda cls, pool: (
+            f"class {cls} has images in {len(pool)} exclusive domain(s) "
+            f"({listing(pool) or 'none'}) but {n_majority} majority domains are needed"
+        ),
+    )
     return with_validation(rows, val_fraction, seed)
 
 
@@ -168,6 +161,35 @@ class _RoleWords(NamedTuple):
 
 _RANDOM_WORDS = _RoleWords("dominant", "minor", "non-dominant")
 _COMP_WORDS = _RoleWords("majority", "minority", "sharing")
+
+
+def _rows_by_class(
+    tree: ImageTree,
+    candidates: Sequence[str],
+    reserved: Sequence[str],
+    counts: tuple[int, int, int, int, int],
+    seed: int,
+    words: _RoleWords,
+    shortage: Callable[[str, list[str]], str],
+) -> list[AssignmentRow]:
+    """Rows of every class, each drawn with the generator seeded by (seed, class).
+
+    A class's main domains are `counts[0]` drawn from its `candidates` (too few: the error
+    ``shortage(cls, pool)``); its minor and test domains come from its other domains outside
+    `reserved`. `counts` is (n_main, n_minor, n_test, per_minor, per_test).
+    """
+    n_main, n_minor, n_test, per_minor, per_test = counts
+    rows: list[AssignmentRow] = []
+    for cls in tree.classes:
+        rng = class_rng(seed, cls)
+        own = tree.domains_of(cls)
+        pool = [d for d in candidates if d in own]
+        if len(pool) < n_main:
+            raise OodevalError(shortage(cls, pool))
+        main = [pool[i] for i in sorted(rng.choice(len(pool), n_main, replace=False))]
+        rest = [d for d in own if d not in main and d not in reserved]
+        rows += _class_rows(tree, cls, main, rest, n_minor, n_test, per_minor, per_test, rng, words)
+    return rows
 
 
 def _class_rows(

@@ -160,6 +160,27 @@ def _render(fig) -> bytes:
     return buf.getvalue()
 
 
+def _panels_figure(
+    fig,
+    axes,
+    ylabel: str,
+    legend: bool,
+    key: str,
+    title: str,
+    caption: str,
+    data: pd.DataFrame,
+    labels: _Labels,
+) -> Figure:
+    """The `Figure` of a row of panels: `ylabel` on the first, the legend (when `legend`) right
+    of the last, the series' colours as drawn, the PNG and `data` with a fresh index."""
+    axes[0][0].set_ylabel(ylabel)
+    if legend:
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    colours = _drawn_colours(axes[0])
+    png = _render(fig)
+    return Figure(key, title, caption, png, data.reset_index(drop=True), labels.pairs(), colours)
+
+
 def color_for(i: int) -> str:
     """The i-th palette colour (cycling through `PALETTE`, then the colours after it for a
     style number of `series_styles`)."""
@@ -244,12 +265,8 @@ def scatter_with_identity(
         ax.set_xlabel(xlabel)
         if value is not None:
             ax.set_title(f"{plain(panel)} = {panel_label[str(value)]}")
-    axes[0][0].set_ylabel(ylabel)
-    if hue is not None and len(hues) > 1:
-        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    colours = _drawn_colours(axes[0])
-    png = _render(fig)
-    return Figure(key, title, caption, png, data.reset_index(drop=True), labels.pairs(), colours)
+    legend = hue is not None and len(hues) > 1
+    return _panels_figure(fig, axes, ylabel, legend, key, title, caption, data, labels)
 
 
 def grouped_bars(
@@ -317,11 +334,7 @@ def grouped_bars(
         ax.set_ylim(0, max(0.01, 1.15 * top))
         if pv is not None:
             ax.set_title(f"{plain(panel)} = {panel_label[str(pv)]}")
-    axes[0][0].set_ylabel(ylabel)
-    axes[0][-1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    colours = _drawn_colours(axes[0])
-    png = _render(fig)
-    return Figure(key, title, caption, png, data.reset_index(drop=True), labels.pairs(), colours)
+    return _panels_figure(fig, axes, ylabel, True, key, title, caption, data, labels)
 
 
 def lines(
@@ -366,11 +379,7 @@ def lines(
         ax.set_xlabel(xlabel)
         if pv is not None:
             ax.set_title(f"{plain(panel)} = {panel_label[str(pv)]}")
-    axes[0][0].set_ylabel(ylabel)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    colours = _drawn_colours(axes[0])
-    png = _render(fig)
-    return Figure(key, title, caption, png, data.reset_index(drop=True), labels.pairs(), colours)
+    return _panels_figure(fig, axes, ylabel, True, key, title, caption, data, labels)
 
 
 def bump_chart_figure(ranks: pd.DataFrame, *, label: str, left: str, right: str):

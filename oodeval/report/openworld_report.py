@@ -63,11 +63,10 @@ def ratio_sweep_table(
     frame's ``attrs["left_out"]`` lists the others; TooFewToResample when fewer than two are
     left). Needs labels and class predictions (not the already-scored form).
     """
-    from oodeval.openworld.ratio_study import ratio_study
+    from oodeval.openworld.ratio_study import ratio_study_of_arrays
 
     if "correct" in arrays or "labels" not in arrays:
         return None
-    outputs_name = "probs" if "probs" in arrays else "logits" if "logits" in arrays else None
     classes = base_classes if base_classes is not None else np.ravel(arrays["base_classes"])
     base = [int(c) for c in classes]
     ratios = tuple(feasible_ratios(arrays["labels"], base, SWEEP_RATIOS))
@@ -75,18 +74,7 @@ def ratio_sweep_table(
         raise TooFewToResample(
             f"only {len(ratios)} of the {len(SWEEP_RATIOS)} ratios leave both base and new samples"
         )
-    rows = ratio_study(
-        arrays.get(outputs_name) if outputs_name else None,
-        arrays["labels"],
-        base,
-        ratios,
-        repeats=repeats,
-        seed=0,
-        logits=outputs_name == "logits",
-        detector_scores=arrays.get("scores"),
-        base_predictions=arrays.get("base_predictions"),
-        new_predictions=arrays.get("new_predictions"),
-    )
+    rows = ratio_study_of_arrays(arrays, base, ratios, repeats=repeats, seed=0)
     frame = pd.DataFrame(rows)
     frame["base_share"] = frame["n_base"] / (frame["n_base"] + frame["n_new"])
     frame.attrs["left_out"] = [r for r in SWEEP_RATIOS if r not in ratios]

@@ -10,18 +10,14 @@ from oodeval._files import all_or_nothing
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import (
-    FORMAT_OPT,
     IMPORTS_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
     check_folder_path,
-    check_output_path,
     check_writable_folder,
-    echo_output,
     load_imports,
     measure_specs,
     reports_errors,
 )
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.tables import render_frame
 
 _EXCLUDE_HELP = (

@@ -9,22 +9,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    reports_errors,
-    stops_on_ctrl_c,
-)
-from oodeval.cli.study.options import (
-    DEVICE_HELP,
-    PRECISION_HELP,
-    PRESET_HELP,
-    TF32_HELP,
-    study_config,
-)
+from oodeval.cli._common import reports_errors, stops_on_ctrl_c
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
+from oodeval.cli.study.options import DEVICE_OPT, PRECISION_OPT, PRESET_OPT, TF32_OPT, study_config
 from oodeval.pool import MAX_WORKERS
 from oodeval.study.config.keys import STEPS_LIMIT
 from oodeval.tables import frame_records, render_frame, to_json
@@ -40,7 +27,7 @@ DEFAULT_SAMPLE_STEPS = 3
 
 def estimate_command(
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
-    preset_name: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    preset_name: str | None = PRESET_OPT,
     workers: int | None = typer.Option(
         None, "--workers", min=1, max=MAX_WORKERS, help="Workers (default: cores)."
     ),
@@ -57,9 +44,9 @@ def estimate_command(
         max=1.0,
         help="Run the sample with this fraction of the steps.",
     ),
-    precision: str | None = typer.Option(None, "--precision", help=PRECISION_HELP),
-    tf32: str | None = typer.Option(None, "--tf32", help=TF32_HELP),
-    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
+    precision: str | None = PRECISION_OPT,
+    tf32: str | None = TF32_OPT,
+    device: str | None = DEVICE_OPT,
     sample_steps: int | None = typer.Option(
         None,
         "--n-sample-steps",

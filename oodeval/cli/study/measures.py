@@ -17,17 +17,8 @@ import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    IMPORTS_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    load_imports,
-    measure_specs,
-    reports_errors,
-)
+from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, reports_errors
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError
 from oodeval.limits import MAX_RESAMPLES
 from oodeval.measures.meta.leaderboard import (
@@ -202,23 +193,17 @@ def _tables(
     boards: dict[str, pd.DataFrame], rankings: dict[str, pd.DataFrame]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The leaderboards and the rankings as two long tables with a ``study`` column."""
-    board = (
-        pd.concat(
-            [b.assign(study=t).reindex(columns=["study", *b.columns]) for t, b in boards.items()],
-            ignore_index=True,
-        )
-        if boards
-        else pd.DataFrame()
+    return _stacked(boards), _stacked(rankings)
+
+
+def _stacked(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The frames of each study one under another, a first column ``study`` naming it."""
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(
+        [f.assign(study=t).reindex(columns=["study", *f.columns]) for t, f in frames.items()],
+        ignore_index=True,
     )
-    ranks = (
-        pd.concat(
-            [r.assign(study=t).reindex(columns=["study", *r.columns]) for t, r in rankings.items()],
-            ignore_index=True,
-        )
-        if rankings
-        else pd.DataFrame()
-    )
-    return board, ranks
 
 
 def measures_command(

@@ -1,33 +1,44 @@
 """What several `oodeval study` subcommands share: the study config they are given (a TOML file
-or a preset, with the trainer overrides of the command line) and the help of those options."""
+or a preset, with the trainer overrides of the command line) and those options."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import typer
 
 from oodeval.errors import OodevalError
 
 if TYPE_CHECKING:  # the study stack is imported when a command runs
     from oodeval.study.config import StudyConfig
 
-PRESET_HELP = (
-    "Built-in study: quick (minutes), paper-cpu (the paper's grid shortened for a 2-core CPU: "
+PRESET_OPT: Any = typer.Option(
+    None,
+    "--preset",
+    help="Built-in study: quick (minutes), paper-cpu (the paper's grid shortened for a 2-core CPU: "
     "MLP, 14x14, 450 steps) or paper (the faithful DomainBed protocol: mnist_cnn, 28x28, 5001 "
     "steps). All three use the source auto: real MNIST, the bundled test set unless "
-    "OODEVAL_MNIST names the full set."
+    "OODEVAL_MNIST names the full set.",
 )
-DEVICE_HELP = (
-    "Device the units train on: cpu, cuda, cuda:N or auto (cuda when available, else cpu); "
-    "overrides [trainer] device. With cuda every GPU runs a worker of its own."
+DEVICE_OPT: Any = typer.Option(
+    None,
+    "--device",
+    help="Device the units train on: cpu, cuda, cuda:N or auto (cuda when available, else cpu); "
+    "overrides [trainer] device. With cuda every GPU runs a worker of its own.",
 )
-TF32_HELP = (
-    "TF32 on GPUs: default (PyTorch's and DomainBed's: TF32 cuDNN convolutions, full float32 "
-    "matrix products) or off (full float32 everywhere); sets [trainer] tf32."
+TF32_OPT: Any = typer.Option(
+    None,
+    "--tf32",
+    help="TF32 on GPUs: default (PyTorch's and DomainBed's: TF32 cuDNN convolutions, full float32 "
+    "matrix products) or off (full float32 everywhere); sets [trainer] tf32.",
 )
-PRECISION_HELP = (
-    "Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 1.2-2.8x faster per "
-    "unit on CPUs with AVX512-BF16/AMX, slightly different numbers); sets [trainer] precision."
+PRECISION_OPT: Any = typer.Option(
+    None,
+    "--precision",
+    help="Arithmetic of the networks' products: fp32, or bf16 (mixed precision, 1.2-2.8x faster "
+    "per unit on CPUs with AVX512-BF16/AMX, slightly different numbers); sets [trainer] "
+    "precision.",
 )
 
 

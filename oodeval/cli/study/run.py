@@ -26,13 +26,7 @@ from oodeval.cli._common import (
     reports_errors,
     stops_on_ctrl_c,
 )
-from oodeval.cli.study.options import (
-    DEVICE_HELP,
-    PRECISION_HELP,
-    PRESET_HELP,
-    TF32_HELP,
-    study_config,
-)
+from oodeval.cli.study.options import DEVICE_OPT, PRECISION_OPT, PRESET_OPT, TF32_OPT, study_config
 from oodeval.errors import OodevalError
 from oodeval.pool import MAX_WORKERS
 
@@ -49,16 +43,16 @@ ANALYZE_HELP = (
 
 def run_command(
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
-    preset_name: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    preset_name: str | None = PRESET_OPT,
     out: Path = typer.Option(
         ..., "--out", metavar="DIR", help="Study folder (results.sqlite goes here)."
     ),
     workers: int | None = typer.Option(
         None, "--workers", min=1, max=MAX_WORKERS
     ),  # help: with_executor_options
-    precision: str | None = typer.Option(None, "--precision", help=PRECISION_HELP),
-    tf32: str | None = typer.Option(None, "--tf32", help=TF32_HELP),
-    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
+    precision: str | None = PRECISION_OPT,
+    tf32: str | None = TF32_OPT,
+    device: str | None = DEVICE_OPT,
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed units again."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     report: bool = typer.Option(

@@ -9,14 +9,8 @@ import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import (
-    FORMAT_OPT,
-    OUTPUT_OPT,
-    OutputFormat,
-    check_output_path,
-    echo_output,
-    reports_errors,
-)
+from oodeval.cli._common import reports_errors
+from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.tables import frame_records, render_frame, text_table, to_json
 
 if TYPE_CHECKING:  # the study stack is imported when the command runs

@@ -7,14 +7,14 @@ from pathlib import Path
 import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval.cli._common import (
+from oodeval.cli._common import reports_errors
+from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
     echo_output,
     render_lines,
-    reports_errors,
 )
 
 
