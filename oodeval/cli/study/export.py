@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval.cli._common import check_output_path, echo_output, reports_errors
+from oodeval.cli._common import reports_errors
+from oodeval.cli._output import check_output_path, echo_output
 
 
 def export_command(
