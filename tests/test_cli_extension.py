@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from oodeval._extras import MissingExtra
 from oodeval.cli.main import COMMAND_MODULES, app, build_app
+from oodeval.errors import OodevalError
 from oodeval.study import load_study
 from oodeval.study.config import StudyConfig
 from oodeval.study.executors import (
@@ -56,8 +57,9 @@ def executor_registry():
     """The registry as it was before the test: the toy classes a test registers are removed."""
     saved = dict(EXECUTOR_CLASSES)
     yield EXECUTOR_CLASSES
-    EXECUTOR_CLASSES.clear()
-    EXECUTOR_CLASSES.update(saved)
+    for name in set(EXECUTOR_CLASSES) - set(saved):
+        EXECUTOR_CLASSES.remove(name)
+    assert dict(EXECUTOR_CLASSES) == saved
 
 
 def _register_toy(calls: list) -> type[Executor]:
@@ -143,7 +145,7 @@ def test_the_missing_extra_line_comes_from_the_executor_class(tmp_path, executor
         "the needy executor needs the 'needy' extra (oodeval_test_module_that_is_not_installed "
         "is not installed); install it with: pip install 'oodeval[needy]'"
     )
-    with pytest.raises(ValueError, match="executor name 'needy' is taken by"):
+    with pytest.raises(OodevalError, match="an executor named 'needy' is already registered by "):
         register_executor(type("Other", (NeedyExecutor,), {}))
 
 

@@ -1,4 +1,6 @@
-"""The algorithm registry: names -> classes, filled by the `register_algorithm` decorator.
+"""The algorithm registry: names -> classes, filled by the `register_algorithm` decorator (an
+`oodeval._registry.Registry`: a name another class holds is refused, the same class defined again
+replaces itself).
 
 >>> import oodeval.algorithms as alg
 >>> "ERM" in alg.available()
@@ -10,22 +12,39 @@ True
 from __future__ import annotations
 
 import zlib
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
+from oodeval._registry import Registry
 from oodeval.errors import OodevalError, listing
 
-_REGISTRY: dict[str, type] = {}
+_REGISTRY: Registry[type] = Registry("algorithm")
 
 T = TypeVar("T", bound=type)
 
 
-def register_algorithm(cls_or_name: Any = None) -> Any:
+@overload
+def register_algorithm(cls_or_name: T, /) -> T: ...
+@overload
+def register_algorithm(cls_or_name: str | None = None, /) -> Callable[[T], T]: ...
+def register_algorithm(cls_or_name: Any = None, /) -> Any:
     """Class decorator adding an algorithm to the registry under its class name (or a given name).
 
     Use ``@register_algorithm`` or ``@register_algorithm("MyName")`` on a subclass of
-    `oodeval.algorithms.Algorithm`. Registering a name twice replaces the earlier class.
+    `oodeval.algorithms.Algorithm`. A name another class holds is refused in one line; the same
+    class again (its module run again after an edit, a notebook cell run again) replaces itself.
+
+    >>> from oodeval.algorithms.erm import ERM
+    >>> @register_algorithm
+    ... class DocERM(ERM): ...
+    >>> @register_algorithm("DocERM2")
+    ... class DocERMNamed(ERM): ...
+    >>> get_algorithm("DocERM") is DocERM, DocERMNamed.name
+    (True, 'DocERM2')
+    >>> _REGISTRY.remove("DocERM"), _REGISTRY.remove("DocERM2")
+    (None, None)
     """
 
     def add(cls: T, name: str | None = None) -> T:
@@ -37,8 +56,8 @@ def register_algorithm(cls_or_name: Any = None) -> Any:
                 f"got {cls!r}"
             )
         key = name or cls.__name__
+        _REGISTRY.add(key, cls)
         cls.name = key
-        _REGISTRY[key] = cls
         return cls
 
     if isinstance(cls_or_name, str):

@@ -27,11 +27,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import ClassVar, TypeVar
 
 import numpy as np
 
+from oodeval._registry import Registry
 from oodeval.errors import OodevalError
 
 
@@ -104,14 +104,15 @@ class SourceKind(ABC):
         says the file is gzip and is hashed decompressed."""
 
 
-_KINDS: dict[str, SourceKind] = {}
+_KINDS: Registry[SourceKind] = Registry("source kind", definition=type)
 K = TypeVar("K", bound=type[SourceKind])
 
 
 def register_source_kind(cls: K) -> K:
     """Class decorator adding a `SourceKind` subclass to the registry under its `name`.
 
-    Registering a name again replaces the earlier kind. ``auto`` is reserved (real MNIST,
+    A name another class holds is refused in one line; the same class again (its module run
+    again after an edit) replaces itself. ``auto`` is reserved (real MNIST,
     `oodeval.environments.mnist.resolve_source`).
 
     >>> class Toy(SourceKind):
@@ -130,18 +131,19 @@ def register_source_kind(cls: K) -> K:
             f"{cls.__name__}.name must be a lower-case word without ':' other than 'auto', "
             f"got {name!r}"
         )
-    _KINDS[name] = cls()
+    _KINDS.check_free(name, cls)
+    _KINDS.add(name, cls())
     return cls
 
 
 def unregister_source_kind(name: str) -> None:
     """Remove the kind called `name` from the registry (nothing happens when it is absent)."""
-    _KINDS.pop(name, None)
+    _KINDS.remove(name)
 
 
 def registered_source_kinds() -> Mapping[str, SourceKind]:
     """The registered kinds by name, in registration order: a read-only, live view."""
-    return MappingProxyType(_KINDS)
+    return _KINDS
 
 
 def manifest_digest(file_digests: Mapping[str, str]) -> str:

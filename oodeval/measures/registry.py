@@ -34,11 +34,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from oodeval._digest import code_digest, short_digest
+from oodeval._registry import Registry
 from oodeval.errors import OodevalError, listing
 from oodeval.limits import check_count
 
@@ -114,11 +115,11 @@ class MeasureFamily:
     split: str = "loo"
 
 
-REGISTRY: dict[str, MeasureSpec] = {}
+REGISTRY: Registry[MeasureSpec] = Registry("measure", definition=lambda spec: spec.function)
 """Every plain measure by name (built-ins and ``@register_measure``), in registration order."""
 
-FAMILIES: dict[str, MeasureFamily] = {}
-"""Every parameterised family by name (``cvar``, ``quantile``, ...)."""
+FAMILIES: Registry[MeasureFamily] = Registry("measure", definition=lambda fam: fam.factory)
+"""Every parameterised family by name (``cvar``, ``quantile``); a name is a measure or a family."""
 
 MEASURES: dict[str, MeasureFunction] = {}
 """Name -> function of the plain LOO measures: what "all measures" means by default (lower is
@@ -140,61 +141,82 @@ def _check_name(name: str, split: str, min_envs: int) -> None:
         raise OodevalError(f"split must be 'loo' or 'all', not {split!r}")
 
 
-def _same_code(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
-    """Whether `a` and `b` are one definition (a module executed again after its file changed)."""
-    return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+def _claim(name: str, function: Callable[..., Any]) -> None:
+    """Refuse a name another definition holds, plain or family (one namespace); the same
+    definition again (its module run again after an edit) replaces its old self."""
+    REGISTRY.check_free(name, function)
+    FAMILIES.check_free(name, function)
+    _drop(name)
 
 
-def _check_free(name: str, function: Callable[..., Any]) -> None:
-    """Refuse a name taken by another definition; the same definition again replaces itself."""
-    known = REGISTRY.get(name) or FAMILIES.get(name)
-    if known is None:
-        return
-    old = known.function if isinstance(known, MeasureSpec) else known.factory
-    if name in _BUILT_IN or not _same_code(old, function):
-        raise OodevalError(f"a measure named {name!r} is already registered; choose another name")
-    unregister_measure(name)
+def _drop(name: str) -> None:
+    """Forget measure or family `name` and what was derived from it."""
+    REGISTRY.remove(name)
+    FAMILIES.remove(name)
+    MEASURES.pop(name, None)
+    _DIGESTS.pop(name, None)
+    for spec in [s for s in _SPECS if s.split(":", 1)[0] == name]:
+        del _SPECS[spec]
 
 
 def _first_line(function: Callable[..., Any]) -> str:
-    doc = inspect.getdoc(function) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    return ((inspect.getdoc(function) or "").strip().splitlines() or [""])[0]
 
 
+@overload
+def register_measure(name: MeasureFunction, /) -> MeasureFunction: ...
+@overload
 def register_measure(
-    name: str,
+    name: str | None = None,
     *,
     label: str | None = None,
     description: str | None = None,
     min_envs: int = 1,
     split: str = "loo",
-) -> Callable[[MeasureFunction], MeasureFunction]:
+) -> Callable[[MeasureFunction], MeasureFunction]: ...
+def register_measure(
+    name: str | MeasureFunction | None = None,
+    *,
+    label: str | None = None,
+    description: str | None = None,
+    min_envs: int = 1,
+    split: str = "loo",
+) -> MeasureFunction | Callable[[MeasureFunction], MeasureFunction]:
     """Decorator adding a plain measure to `REGISTRY` (and, when ``split="loo"``, to `MEASURES`).
 
-    The function takes errors of shape ``(..., n_envs)`` (float64 error fractions, environments
-    on the last axis) and returns one value per leading index; lower must be better. Once
-    registered, the measure is accepted wherever measure names are (``oodeval measures
-    --measures``, a study config's ``measures``, `domain_measures`, `oodeval.score`). A name
-    already registered by another definition is refused (the same function registered again,
-    by its module executed again after an edit, replaces it). `label` defaults to the name,
+    Bare (``@register_measure``) it is named after the function. The function takes errors of
+    shape ``(..., n_envs)`` (float64 error fractions, environments on the last axis) and returns
+    one value per leading index; lower must be better. Once registered, the measure is accepted
+    wherever measure names are (``--measures``, a study config's ``measures``, `domain_measures`,
+    `oodeval.score`). A name another definition holds is refused; the same function again (its
+    module run again after an edit) replaces itself. `label` defaults to the name,
     `description` to the first line of the docstring.
 
     >>> @register_measure("doc_median", label="median", min_envs=1)
     ... def doc_median(errors):
     ...     return np.median(errors, axis=-1)
-    >>> get_measure("doc_median").label
-    'median'
-    >>> unregister_measure("doc_median")
+    >>> @register_measure
+    ... def doc_max(errors):
+    ...     return np.max(errors, axis=-1)
+    >>> get_measure("doc_median").label, get_measure("doc_max").label
+    ('median', 'doc_max')
+    >>> unregister_measure("doc_median"), unregister_measure("doc_max")
+    (None, None)
     """
-    _check_name(name, split, min_envs)
+    if callable(name):  # bare: @register_measure
+        return register_measure(name.__name__)(name)
+    if name is not None:
+        _check_name(name, split, min_envs)
 
     def add(function: MeasureFunction) -> MeasureFunction:
-        _check_free(name, function)
+        key = function.__name__ if name is None else name
+        _check_name(key, split, min_envs)
+        _claim(key, function)
         desc = _first_line(function) if description is None else description
-        REGISTRY[name] = MeasureSpec(name, function, label or name, desc, min_envs, split)
-        _DIGESTS[name] = _code_digest(function)
+        REGISTRY.add(key, MeasureSpec(key, function, label or key, desc, min_envs, split))
+        _DIGESTS[key] = _code_digest(function)
         if split == "loo":
-            MEASURES[name] = function
+            MEASURES[key] = function
         return function
 
     return add
@@ -213,7 +235,8 @@ def register_measure_family(
 
     `params` maps each parameter to ``float``, ``int`` or a parser of its text; the decorated
     factory returns the vectorised measure function and raises OodevalError for values out of
-    range. Members are written ``name:key=value[:key=value]`` (every parameter given).
+    range. Members are written ``name:key=value[:key=value]`` (every parameter given). A taken
+    name is refused as a plain measure's is (`register_measure`).
 
     >>> @register_measure_family("doc_power_mean", params={"p": float}, label="M_{p}")
     ... def doc_power_mean(p):
@@ -229,11 +252,10 @@ def register_measure_family(
             raise OodevalError(f"parameter name {key!r} of {name} must be lower-case letters")
 
     def add(factory: Callable[..., MeasureFunction]) -> Callable[..., MeasureFunction]:
-        _check_free(name, factory)
+        _claim(name, factory)
         desc = _first_line(factory) if description is None else description
-        FAMILIES[name] = MeasureFamily(
-            name, factory, dict(params), label or name, desc, min_envs, split
-        )
+        family = MeasureFamily(name, factory, dict(params), label or name, desc, min_envs, split)
+        FAMILIES.add(name, family)
         _DIGESTS[name] = _code_digest(factory)
         return factory
 
@@ -249,12 +271,7 @@ def unregister_measure(name: str) -> None:
     """Remove a measure or family added by a user (built-in measures cannot be removed)."""
     if name in _BUILT_IN:
         raise OodevalError(f"{name!r} is a built-in measure; it cannot be removed")
-    REGISTRY.pop(name, None)
-    MEASURES.pop(name, None)
-    FAMILIES.pop(name, None)
-    _DIGESTS.pop(name, None)
-    for spec in [s for s in _SPECS if s.split(":", 1)[0] == name]:
-        del _SPECS[spec]
+    _drop(name)
 
 
 def _family_template(family: MeasureFamily) -> str:

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from oodeval._extras import MissingExtra, missing_extra_message
+from oodeval._registry import Registry
 from oodeval.errors import OodevalError, listing
 
 if TYPE_CHECKING:  # executors import the study stack when they run, not when they register
@@ -144,18 +145,16 @@ class Executor(ABC):
 E = TypeVar("E", bound=type[Executor])
 
 #: The registered executor classes by name, in the order they were registered.
-EXECUTOR_CLASSES: dict[str, type[Executor]] = {}
+EXECUTOR_CLASSES: Registry[type[Executor]] = Registry("executor")
 
 
 def register_executor(cls: E) -> E:
     """Class decorator: make `cls` known as ``--executor cls.name`` (and to `make_executor`).
 
-    Registering another class under a name already taken is a programming error (ValueError).
+    A name another class holds is refused in one line; the same class again (its module run
+    again after an edit) replaces itself.
     """
-    known = EXECUTOR_CLASSES.get(cls.name)
-    if known is not None and known is not cls:
-        raise ValueError(f"executor name {cls.name!r} is taken by {known.__qualname__}")
-    EXECUTOR_CLASSES[cls.name] = cls
+    EXECUTOR_CLASSES.add(cls.name, cls)
     return cls
 
 
