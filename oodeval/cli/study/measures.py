@@ -2,7 +2,7 @@
 
 Per study, then pooled over the studies: which measure orders the algorithms like the ideal
 measure best, with bootstrap intervals over (scenario, seed) cells and a paired test against
-average and worst+gap (`oodeval.measures.meta.leaderboard`). Nothing is trained and nothing is
+average and worst+gap (`oodeval.measures.meta._leaderboard`). Nothing is trained and nothing is
 written: the stores are only read. A DomainBed sweep folder has no ideal measure; for it the
 command says so and prints each measure's ranking of the algorithms.
 """
@@ -30,7 +30,7 @@ from oodeval.cli._common import (
 )
 from oodeval.errors import OodevalError
 from oodeval.limits import MAX_RESAMPLES
-from oodeval.measures.meta.leaderboard import (
+from oodeval.measures.meta._leaderboard import (
     BOOTSTRAP_RESAMPLES,
     NO_IDEAL_NOTE,
     VERSUS,

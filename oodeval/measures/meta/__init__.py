@@ -54,15 +54,7 @@ import warnings
 from typing import Any
 
 from oodeval.limits import MAX_RESAMPLES
-from oodeval.measures.meta.answer import ANSWER_MEASURES, answer_line, answer_parts
-from oodeval.measures.meta.asymptotics import distance_to_ideal
-from oodeval.measures.meta.caveats import (
-    MIN_INTERVAL_ALGORITHMS,
-    MIN_PICK_ENVIRONMENTS,
-    environment_warning,
-    interval_warning,
-)
-from oodeval.measures.meta.choice import (
+from oodeval.measures.meta._choice import (
     TIE_DECIMALS,
     TIE_SEPARATOR,
     Choice,
@@ -71,20 +63,19 @@ from oodeval.measures.meta.choice import (
     choice_degradation,
     tie_text,
 )
-from oodeval.measures.meta.columns import SEED_MEAN, UNIT_KEYS, Columns
-from oodeval.measures.meta.correlation import (
+from oodeval.measures.meta._correlation import (
     bootstrap_correlation_ci,
     mean_std,
     paired_spearman_ci,
     rank_correlation,
     spearman_critical_value,
 )
-from oodeval.measures.meta.leaderboard import (
+from oodeval.measures.meta._leaderboard import (
     leaderboard_sentence,
     measure_leaderboard,
     measure_rankings,
 )
-from oodeval.measures.meta.paper_tables import (
+from oodeval.measures.meta._tables import (
     baseline_vs_best,
     choices,
     correlation_summary,
@@ -93,8 +84,8 @@ from oodeval.measures.meta.paper_tables import (
     ideal_correlations,
     seed_means,
 )
-from oodeval.measures.meta.units import unit_measures
-from oodeval.measures.meta.verdict import (
+from oodeval.measures.meta._units import unit_measures
+from oodeval.measures.meta._wording import (
     MIN_VERDICT_ALGORITHMS,
     TRACKING_RHO,
     VERDICTS,
@@ -102,6 +93,15 @@ from oodeval.measures.meta.verdict import (
     tracks_ideal,
     verdict_sentence,
 )
+from oodeval.measures.meta.answer import ANSWER_MEASURES, answer_line, answer_parts
+from oodeval.measures.meta.asymptotics import distance_to_ideal
+from oodeval.measures.meta.caveats import (
+    MIN_INTERVAL_ALGORITHMS,
+    MIN_PICK_ENVIRONMENTS,
+    environment_warning,
+    interval_warning,
+)
+from oodeval.measures.meta.columns import SEED_MEAN, UNIT_KEYS, Columns
 
 __all__ = [
     "ANSWER_MEASURES",

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.measures.meta.choice import tie_text
+from oodeval.measures.meta._choice import tie_text
+from oodeval.measures.meta._tables import choices, seed_means
 from oodeval.measures.meta.columns import (
     UNIT_KEYS,
     Columns,
@@ -19,7 +20,6 @@ from oodeval.measures.meta.columns import (
     row_count,
     row_groups,
 )
-from oodeval.measures.meta.paper_tables import choices, seed_means
 from oodeval.measures.registry import measure_columns, measure_label, measure_names
 
 __all__ = ["ANSWER_MEASURES", "answer_line", "answer_parts"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from oodeval.limits import check_count
-from oodeval.measures.meta.correlation import spearman_critical_value
+from oodeval.measures.meta._correlation import spearman_critical_value
 
 __all__ = [
     "MIN_INTERVAL_ALGORITHMS",

@@ -1,4 +1,4 @@
-"""The measure leaderboard of a stored study (`oodeval.measures.meta.leaderboard` on its units):
+"""The measure leaderboard of a stored study (`oodeval.measures.meta._leaderboard` on its units):
 the ``leaderboard`` table of `study analyze` (``leaderboard.csv``), its section of
 ``analysis.md`` and of the HTML report, and `oodeval study measures`.
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures.meta.leaderboard import (
+from oodeval.measures.meta._leaderboard import (
     BOOTSTRAP_RESAMPLES,
     VERSUS,
     leaderboard_sentence,

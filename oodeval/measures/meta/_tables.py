@@ -9,7 +9,7 @@
 - `ideal_bounds`: how often the ideal measure is at most a bound such as worst+gap (Theorem 3.4,
   Eq. 39) or worst.
 
-Values are reduced in row order; ties are handled as in `oodeval.measures.meta.choice`.
+Values are reduced in row order; ties are handled as in `oodeval.measures.meta._choice`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from oodeval.limits import check_confidence, check_resamples, check_seed
-from oodeval.measures.meta.choice import algorithm_choice
+from oodeval.measures.meta._choice import algorithm_choice
+from oodeval.measures.meta._correlation import bootstrap_correlation_ci, mean_std, rank_correlation
 from oodeval.measures.meta.columns import (
     SEED_MEAN,
     UNIT_KEYS,
@@ -31,7 +32,6 @@ from oodeval.measures.meta.columns import (
     records_to_columns,
     row_groups,
 )
-from oodeval.measures.meta.correlation import bootstrap_correlation_ci, mean_std, rank_correlation
 
 __all__ = [
     "baseline_vs_best",

@@ -11,7 +11,8 @@ import numpy as np
 from oodeval.errors import OodevalError
 from oodeval.limits import check_confidence, check_count, check_resamples, check_seed
 from oodeval.measures.domain import measure_label
-from oodeval.measures.meta.choice import TIE_DECIMALS
+from oodeval.measures.meta._choice import TIE_DECIMALS
+from oodeval.measures.meta._correlation import paired_spearman_ci
 from oodeval.measures.meta.columns import (
     UNIT_KEYS,
     Columns,
@@ -21,7 +22,6 @@ from oodeval.measures.meta.columns import (
     records_to_columns,
     row_groups,
 )
-from oodeval.measures.meta.correlation import paired_spearman_ci
 
 __all__ = [
     "MIN_VERDICT_ALGORITHMS",
