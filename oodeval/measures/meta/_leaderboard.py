@@ -51,7 +51,7 @@ from oodeval.errors import OodevalError
 from oodeval.limits import check_confidence, check_resamples, check_seed
 from oodeval.measures.meta._choice import TIE_DECIMALS, algorithm_ranks
 from oodeval.measures.meta._tables import choices, ideal_correlations
-from oodeval.measures.meta.columns import (
+from oodeval.measures.meta._units import (
     UNIT_KEYS,
     Columns,
     column_array,
