@@ -1,4 +1,4 @@
-"""The measure leaderboard (`oodeval.measures.meta._leaderboard`) against brute force and scipy,
+"""The measure leaderboard (`oodeval.measures.meta`) against brute force and scipy,
 and `oodeval study measures` on the stored quick study and on DomainBed sweeps."""
 
 from __future__ import annotations
@@ -286,12 +286,12 @@ def test_the_quick_study_leaderboard_reads_and_writes_nothing(quick: Path) -> No
 
 def test_csv_is_the_study_leaderboard_and_json_holds_every_table(quick: Path) -> None:
     from oodeval.study import load_study
-    from oodeval.study.analysis import correlatable, unit_measures
+    from oodeval.study.analysis import correlatable, study_unit_measures
     from oodeval.study.analysis.leaderboard import study_leaderboard
 
     names = ["average", "worst_plus_gap", "median"]
     got = pd.read_csv(io.StringIO(_run([str(quick), "--measures", ",".join(names), "-f", "csv"])))
-    frame = correlatable(unit_measures(load_study(quick), names))
+    frame = correlatable(study_unit_measures(load_study(quick), names))
     ref = study_leaderboard(frame, names)
     assert got["study"].unique().tolist() == ["quick"]
     got["same_ranks"] = got["same_ranks"].astype(object).fillna("")  # CSV reads "" as NaN
