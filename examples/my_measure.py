@@ -80,9 +80,9 @@ def entropic(t: float):
 def study_comparison(folder: str) -> str:
     """Per scenario, the mean Spearman rho with the ideal measure of each compared measure."""
     from oodeval.study import load_study
-    from oodeval.study.analysis import correlation_with_ideal, unit_measures
+    from oodeval.study.analysis import correlation_with_ideal, study_unit_measures
 
-    frame = unit_measures(load_study(folder), COMPARED)
+    frame = study_unit_measures(load_study(folder), COMPARED)
     table = correlation_with_ideal(frame, COMPARED)
     columns = ["scenario", *(f"rho_{m}_mean" for m in COMPARED)]
     return table[columns].round(3).to_string(index=False)

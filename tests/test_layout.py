@@ -1,10 +1,13 @@
 """The house rules of the layout (CONTRIBUTING.md), checked on the source so that they stay true.
 
-- no module of oodeval/ over 600 lines, and no function over 60 lines (its docstring aside)
-  outside oodeval/cli, whose commands read best as one screen of options;
+- no module of oodeval/ over 1,000 lines (a smell check: modules are cut by concept, not by
+  length), and no function over 60 lines (its docstring aside) outside oodeval/cli, whose
+  commands read best as one screen of options;
 - no import circle between oodeval's modules, imports inside functions ("lazy" ones) included
   (those under ``if TYPE_CHECKING:`` never run and are left out);
-- no private name (``_x``) imported from another module.
+- a private name (``_x``) is imported only inside its sub-package (``oodeval.measures.*``
+  shares its private helpers, as scikit-learn's ``sklearn.metrics._base``), never across
+  sub-packages.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "oodeval"
-MAX_MODULE_LINES = 600
+MAX_MODULE_LINES = 1000
 MAX_FUNCTION_LINES = 60
 
 
@@ -107,13 +110,13 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_module_is_over_600_lines() -> None:
+def test_no_module_is_over_1000_lines() -> None:
     long = {
         n: lines
         for n, p in MODULES.items()
         if (lines := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
-    assert not long, f"split these modules by responsibility: {long}"
+    assert not long, f"these modules may hold more than one concept; split them by concept: {long}"
 
 
 def function_lengths(path: Path) -> dict[str, int]:
@@ -161,10 +164,15 @@ def test_a_circle_is_found() -> None:
     assert circles(graph) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_private_name_crosses_modules(name: str) -> None:
-    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-    crossing = [
+def sub_package(name: str) -> str:
+    """The sub-package a module belongs to: ``oodeval.measures`` for oodeval.measures.meta._units,
+    the module itself for a top-level module such as ``oodeval._text``."""
+    return ".".join(name.split(".")[:2])
+
+
+def private_crossings(name: str, tree: ast.Module) -> list[str]:
+    """The private names (``_x``) module `name` imports from outside its sub-package."""
+    return [
         f"{node.module}.{a.name}"
         for node in imports_that_run(tree)
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("oodeval")
@@ -172,5 +180,26 @@ def test_no_private_name_crosses_modules(name: str) -> None:
         if a.name.startswith("_")
         and not a.name.startswith("__")
         and f"{node.module}.{a.name}" not in MODULES
+        and sub_package(node.module or "") != sub_package(name)
     ]
-    assert not crossing, f"{name} imports private names: {crossing}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_private_name_crosses_sub_packages(name: str) -> None:
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    crossing = private_crossings(name, tree)
+    assert not crossing, f"{name} imports private names of another sub-package: {crossing}"
+
+
+def test_a_private_name_may_be_shared_only_inside_its_sub_package() -> None:
+    source = (
+        "from oodeval.measures.meta._units import _dense_by_length\n"
+        "from oodeval.measures._validation import _number_array\n"
+        "from oodeval.results.longform import _helper\n"
+        "from oodeval.measures import __version__\n"
+    )
+    found = private_crossings("oodeval.measures.domain", ast.parse(source))
+    assert found == ["oodeval.results.longform._helper"]
+    assert private_crossings("oodeval._text", ast.parse("from oodeval._json import _x\n")) == [
+        "oodeval._json._x"
+    ]

@@ -1,4 +1,4 @@
-"""The measure leaderboard (`oodeval.measures.meta.leaderboard`) against brute force and scipy,
+"""The measure leaderboard (`oodeval.measures.meta`) against brute force and scipy,
 and `oodeval study measures` on the stored quick study and on DomainBed sweeps."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.measures.meta.leaderboard import (
+from oodeval.measures.meta._leaderboard import (
     head_to_head,
     leaderboard_cells,
     leaderboard_sentence,
@@ -230,7 +230,7 @@ def test_rankings_match_scipy_min_ranks_and_refuse_undefined_scores() -> None:
 def test_draws_in_chunks_give_the_numbers_of_all_at_once(monkeypatch) -> None:
     """Memory stays bounded at MAX_RESAMPLES by resampling DRAWS_PER_CHUNK draws at a time;
     the chunks (7 draws, the last one partial) give the same board as one pass."""
-    import oodeval.measures.meta.leaderboard as board_module
+    import oodeval.measures.meta._leaderboard as board_module
 
     frame = _units(3)
     whole = pd.DataFrame(measure_leaderboard(frame, MEASURES, n_resamples=300, seed=2))
@@ -286,12 +286,12 @@ def test_the_quick_study_leaderboard_reads_and_writes_nothing(quick: Path) -> No
 
 def test_csv_is_the_study_leaderboard_and_json_holds_every_table(quick: Path) -> None:
     from oodeval.study import load_study
-    from oodeval.study.analysis import correlatable, unit_measures
+    from oodeval.study.analysis import correlatable, study_unit_measures
     from oodeval.study.analysis.leaderboard import study_leaderboard
 
     names = ["average", "worst_plus_gap", "median"]
     got = pd.read_csv(io.StringIO(_run([str(quick), "--measures", ",".join(names), "-f", "csv"])))
-    frame = correlatable(unit_measures(load_study(quick), names))
+    frame = correlatable(study_unit_measures(load_study(quick), names))
     ref = study_leaderboard(frame, names)
     assert got["study"].unique().tolist() == ["quick"]
     got["same_ranks"] = got["same_ranks"].astype(object).fillna("")  # CSV reads "" as NaN

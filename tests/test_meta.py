@@ -23,7 +23,7 @@ from oodeval.measures import (
     rank_correlation,
 )
 from oodeval.measures.meta import TIE_DECIMALS, TIE_SEPARATOR, algorithm_ranks, tie_text
-from oodeval.measures.meta.correlation import (
+from oodeval.measures.meta._correlation import (
     KENDALL_PAIRWISE_MAX,
     average_ranks,
     rowwise_kendall_b,

@@ -135,6 +135,32 @@ def test_unknown_measure_and_too_few_environments_are_refused():
         mt.unit_measures({**two, "error": [0.1, 0.2]}, ["worst_plus_gap"])
 
 
+def test_dense_unit_measures_are_the_long_form_ones_row_by_row():
+    """`unit_measures` scores each group of one N through `dense_unit_measures`: called on the
+    (units, N) matrices directly it gives the same numbers, bit for bit, for LOO and ideal."""
+    errors = long_errors(shuffle=False)
+    units = pd.DataFrame(mt.unit_measures(errors))
+    for scenario, given_envs in GIVEN.items():
+        part = errors[errors["scenario"] == scenario]
+        loo = part[part["split"] == "loo"]["error"].to_numpy().reshape(-1, len(given_envs))
+        full = part[part["split"] == "all"]["error"].to_numpy().reshape(-1, len(ALL_ENVS))
+        dense = mt.dense_unit_measures(loo) | mt.dense_unit_measures(full, split="all")
+        mine = units[units["scenario"] == scenario]
+        assert list(dense) == list(units.columns[4:])  # every LOO measure, then ideal
+        for name, values in dense.items():
+            assert values.dtype == np.float64
+            np.testing.assert_array_equal(values, mine[name].to_numpy(), err_msg=name)
+
+
+def test_dense_unit_measures_refuse_what_is_not_a_matrix_of_one_split():
+    with pytest.raises(OodevalError, match="errors"):
+        mt.dense_unit_measures([0.1, 0.2, 0.3])
+    with pytest.raises(OodevalError, match="unknown split 'full'"):
+        mt.dense_unit_measures([[0.1, 0.2, 0.3]], split="full")
+    with pytest.raises(OodevalError, match=r"worst\+gap \(Eq. 6\) is undefined for N=2"):
+        mt.dense_unit_measures([[0.1, 0.2]], ["worst_plus_gap"])
+
+
 def test_ideal_correlations_are_scipys_per_scenario_and_seed(units):
     corr = pd.DataFrame(mt.ideal_correlations(units, ["worst_plus_gap", "average"]))
     assert len(corr) == len(GIVEN) * len(SEEDS) * 2

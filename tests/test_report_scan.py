@@ -165,7 +165,7 @@ def test_rank_identical_measures_are_one_leaderboard_row(quick):
     )
     assert "gap and gap only" not in sentence
 
-    from oodeval.measures.meta.leaderboard import rank_identical_groups
+    from oodeval.measures.meta._leaderboard import rank_identical_groups
 
     board, units = results["leaderboard"], results["units"]
     measures = board["measure"].tolist()

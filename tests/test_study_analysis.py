@@ -17,7 +17,7 @@ from oodeval.study.analysis import (
     degradation_by_scenario,
     distance_to_ideal_by_scale,
     selected_algorithms,
-    unit_measures,
+    study_unit_measures,
     write_analysis,
 )
 from oodeval.study.read_model import load_study
@@ -128,7 +128,7 @@ def test_unit_measures_by_hand_example(tmp_path):
             ("all", "e3", 0.4, 5),
         ]
         store.record_unit(UnitRecord("s", "f", {}, "ERM", 0, {}, 1, "mlp", "done"), rows)
-    frame = unit_measures(load_study(tmp_path))
+    frame = study_unit_measures(load_study(tmp_path))
     row = frame.iloc[0]
     # worst 0.3, best 0.1, N = 3: worst+gap = 0.3 + 0.2 / 1 = 0.5; average 0.2; ideal 0.5
     assert row["worst_plus_gap"] == pytest.approx(0.5)
@@ -137,9 +137,18 @@ def test_unit_measures_by_hand_example(tmp_path):
     assert row["n_given"] == 3 and pd.isna(row["scale"])
 
 
+def test_the_old_name_of_study_unit_measures_works_with_a_warning():
+    import oodeval.study.analysis as analysis
+
+    with pytest.warns(DeprecationWarning, match="use study_unit_measures"):
+        assert analysis.unit_measures is study_unit_measures
+    with pytest.raises(AttributeError):
+        analysis.no_such_name  # noqa: B018
+
+
 def test_unit_measures_match_hand_computation_and_skip_failed(stored):
     directory, errors = stored
-    frame = unit_measures(load_study(directory))
+    frame = study_unit_measures(load_study(directory))
     assert len(frame) == len(errors) and "D" not in set(frame["algorithm"])
     want = expected_measures(errors)
     merged = frame.merge(want, on=["scenario", "algorithm", "seed"], suffixes=("", "_want"))
@@ -149,7 +158,7 @@ def test_unit_measures_match_hand_computation_and_skip_failed(stored):
 
 def test_correlation_with_ideal_matches_scipy_per_seed_then_mean_and_std(stored):
     directory, errors = stored
-    t1 = correlation_with_ideal(unit_measures(load_study(directory))).set_index("scenario")
+    t1 = correlation_with_ideal(study_unit_measures(load_study(directory))).set_index("scenario")
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         for measure in ("worst_plus_gap", "average"):
@@ -168,7 +177,7 @@ def test_correlation_with_ideal_matches_scipy_per_seed_then_mean_and_std(stored)
 
 def test_ablation_family_row_is_mean_of_scenario_means(stored):
     directory, errors = stored
-    frame = unit_measures(load_study(directory))
+    frame = study_unit_measures(load_study(directory))
     t5 = ablation_correlations(frame).set_index("scenario")
     t1 = correlation_with_ideal(frame, ("worst_only", "gap_only", "worst_plus_gap")).set_index(
         "scenario"
@@ -183,7 +192,7 @@ def test_ablation_family_row_is_mean_of_scenario_means(stored):
 
 def test_selected_algorithms_argmin_per_seed_and_on_the_seed_average(stored):
     directory, errors = stored
-    t6 = selected_algorithms(unit_measures(load_study(directory)))
+    t6 = selected_algorithms(study_unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         scen = want[want["scenario"] == scenario]
@@ -204,7 +213,7 @@ def test_selected_algorithms_argmin_per_seed_and_on_the_seed_average(stored):
 
 def test_degradation_by_scenario_by_hand(stored):
     directory, errors = stored
-    f6 = degradation_by_scenario(unit_measures(load_study(directory)))
+    f6 = degradation_by_scenario(study_unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         for measure in ("worst_plus_gap", "average"):
@@ -220,7 +229,7 @@ def test_degradation_by_scenario_by_hand(stored):
 
 def test_distance_to_ideal_normalises_to_scale_one(stored):
     directory, errors = stored
-    f7 = distance_to_ideal_by_scale(unit_measures(load_study(directory)))
+    f7 = distance_to_ideal_by_scale(study_unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for measure in ("worst_plus_gap", "average"):
         diff = (want["ideal"] - want[measure]).abs()
@@ -242,7 +251,7 @@ def test_distance_to_ideal_normalises_to_scale_one(stored):
 
 def test_baseline_vs_ideal_best_erm(stored):
     directory, errors = stored
-    f1 = baseline_vs_ideal_best(unit_measures(load_study(directory)))
+    f1 = baseline_vs_ideal_best(study_unit_measures(load_study(directory)))
     want = expected_measures(errors)
     for scenario in SCENARIOS:
         scen = want[want["scenario"] == scenario]

@@ -210,9 +210,14 @@ def error_fractions(
     Validation rides on the max/min reductions every measure needs: NaN propagates through them
     and +-inf shows up in them, so the input is scanned twice instead of five times.
 
+    Fractions already validated (an `ErrorFractions`) are returned as they are, so that the
+    measures `oodeval.measures.domain.domain_measures` asks for share one validation.
+
     >>> error_fractions([[0.2, 0.5]]).worst
     array([0.5])
     """
+    if isinstance(errors, ErrorFractions):
+        return errors
     arr = as_float_array(errors, name, check_finite=False)
     if arr.ndim == 0:
         raise OodevalError(

@@ -18,13 +18,14 @@ axis), refuses NaN and infinities, and returns one value per leading index; lowe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.measures._validation import error_fractions, scalar_or_array
+from oodeval.measures._validation import ErrorFractions, error_fractions, scalar_or_array
 from oodeval.measures.registry import MeasureFunction, register_measure_family
 
 __all__ = [
@@ -48,6 +49,18 @@ def cvar_count(alpha: float, n_envs: int) -> int:
     (1, 7, 2, 7)
     """
     return math.ceil(Fraction(repr(float(alpha))) * n_envs)
+
+
+def _measure_of(formula: Callable[[ErrorFractions], np.ndarray]) -> MeasureFunction:
+    """The measure function of `formula`, under its name: it validates the errors (accuracies
+    or percentages converted, NaN and infinities refused) and gives a float for one row."""
+
+    def measure(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
+        e = error_fractions(errors, accuracy=accuracy, percent=percent)
+        return scalar_or_array(formula(e))
+
+    measure.__name__, measure.__qualname__ = formula.__name__, formula.__qualname__
+    return measure
 
 
 def _check_in(family: str, key: str, value: float, low: float, high: float, low_open: bool) -> None:
@@ -87,12 +100,11 @@ def cvar(alpha: float) -> MeasureFunction:
     """
     _check_in("cvar", "alpha", alpha, 0.0, 1.0, low_open=True)
 
-    def cvar_alpha(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
-        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
-        k = cvar_count(alpha, values.shape[-1])
-        return scalar_or_array(np.sort(values, axis=-1)[..., -k:].mean(axis=-1))
+    def cvar_alpha(e: ErrorFractions) -> np.ndarray:
+        k = cvar_count(alpha, e.values.shape[-1])
+        return np.sort(e.values, axis=-1)[..., -k:].mean(axis=-1)
 
-    return cvar_alpha
+    return _measure_of(cvar_alpha)
 
 
 @register_measure_family(
@@ -121,11 +133,10 @@ def quantile(q: float) -> MeasureFunction:
     """
     _check_in("quantile", "q", q, 0.0, 1.0, low_open=False)
 
-    def quantile_q(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
-        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
-        return scalar_or_array(np.quantile(values, q, axis=-1, method="linear"))
+    def quantile_q(e: ErrorFractions) -> np.ndarray:
+        return np.quantile(e.values, q, axis=-1, method="linear")
 
-    return quantile_q
+    return _measure_of(quantile_q)
 
 
 @register_measure_family(
@@ -144,11 +155,10 @@ def median() -> MeasureFunction:
     0.25
     """
 
-    def median_of(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
-        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
-        return scalar_or_array(np.median(values, axis=-1))
+    def median_of(e: ErrorFractions) -> np.ndarray:
+        return np.median(e.values, axis=-1)
 
-    return median_of
+    return _measure_of(median_of)
 
 
 @register_measure_family(
@@ -183,11 +193,10 @@ def mean_plus_std(**params: float) -> MeasureFunction:
             f"{lam:g}; e.g. mean_plus_std:lambda=1"
         )
 
-    def mean_plus_lambda_std(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
-        values = error_fractions(errors, accuracy=accuracy, percent=percent).values
-        return scalar_or_array(values.mean(axis=-1) + lam * values.std(axis=-1, ddof=0))
+    def mean_plus_lambda_std(e: ErrorFractions) -> np.ndarray:
+        return e.values.mean(axis=-1) + lam * e.values.std(axis=-1, ddof=0)
 
-    return mean_plus_lambda_std
+    return _measure_of(mean_plus_lambda_std)
 
 
 @register_measure_family(
@@ -219,10 +228,7 @@ def weighted_worst_plus_gap(weight: float) -> MeasureFunction:
             "weighted_worst_plus_gap:weight=0.5"
         )
 
-    def worst_plus_weighted_gap(
-        errors: Any, *, accuracy: bool = False, percent: bool = False
-    ) -> Any:
-        e = error_fractions(errors, accuracy=accuracy, percent=percent)
-        return scalar_or_array(e.worst + weight * (e.worst - e.best))
+    def worst_plus_weighted_gap(e: ErrorFractions) -> np.ndarray:
+        return e.worst + weight * (e.worst - e.best)
 
-    return worst_plus_weighted_gap
+    return _measure_of(worst_plus_weighted_gap)

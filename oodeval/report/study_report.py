@@ -14,8 +14,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import measure_label
-from oodeval.measures.meta import TIE_SEPARATOR, verdict_sentence
-from oodeval.measures.meta.leaderboard import leaderboard_sentence
+from oodeval.measures.meta import TIE_SEPARATOR, leaderboard_sentence, verdict_sentence
 from oodeval.report.columns import beside_paper_view, human_columns
 from oodeval.report.figures import OTHER_STYLES, grouped_bars, lines, scatter_with_identity
 from oodeval.report.names import counted

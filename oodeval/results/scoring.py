@@ -21,7 +21,6 @@ import pandas as pd
 
 from oodeval.errors import OodevalError, option
 from oodeval.limits import check_flag, check_resamples, check_seed
-from oodeval.measures.domain import REGISTRY, domain_measures
 from oodeval.measures.meta import (
     TIE_DECIMALS,
     Columns,
@@ -30,6 +29,7 @@ from oodeval.measures.meta import (
     choices,
     correlation_summary,
     degradation_summary,
+    dense_unit_measures,
     ideal_correlations,
     tie_text,
 )
@@ -37,7 +37,6 @@ from oodeval.measures.registry import (
     MEASURES,
     check_measures,
     get_measure,
-    measure_values,
     undefined_measures,
 )
 from oodeval.results.longform import LongResults, read_results, results_from_frame
@@ -360,27 +359,21 @@ def score_results(
 
 
 def _unit_measures(results: LongResults, names: Sequence[str]) -> Columns:
-    """`unit_measures` of ``results.errors_table()``, computed on the error arrays directly.
+    """`unit_measures` of ``results.errors_table()``: `dense_unit_measures` of the error arrays.
 
     The units are (seed, algorithm) in the table's order, each with the same environments, so
     ``loo.reshape(units, N)`` is the matrix `unit_measures` would assemble row by row and the
     measures see the same numbers; the long table (8 copies of every error's labels) is never
     built, which keeps ``oodeval measures`` on a big file within a few times the file's size.
     """
-    check_measures(names)
     n_seeds, n_algorithms, _ = results.loo.shape
     units = n_seeds * n_algorithms
     seed, algorithm = (i.ravel() for i in np.indices((n_seeds, n_algorithms)))
     out: Columns = {"scenario": np.full(units, "", object), "seed": seed, "algorithm": algorithm}
     out["n_given"] = np.full(units, results.loo.shape[2], dtype=np.int64)
-    values = domain_measures(results.loo.reshape(units, -1), names)
-    for name in names:
-        out[name] = np.empty(units)
-        out[name][:] = values[name]
+    out.update(dense_unit_measures(results.loo.reshape(units, -1), names))
     if results.full is not None:
-        for name in (n for n, spec in REGISTRY.items() if spec.split == "all"):
-            out[name] = np.empty(units)
-            out[name][:] = measure_values(name, results.full.reshape(units, -1))
+        out.update(dense_unit_measures(results.full.reshape(units, -1), split="all"))
     return out
 
 

@@ -2,7 +2,7 @@
 
 Per study, then pooled over the studies: which measure orders the algorithms like the ideal
 measure best, with bootstrap intervals over (scenario, seed) cells and a paired test against
-average and worst+gap (`oodeval.measures.meta.leaderboard`). Nothing is trained and nothing is
+average and worst+gap (`oodeval.measures.meta`). Nothing is trained and nothing is
 written: the stores are only read. A DomainBed sweep folder has no ideal measure; for it the
 command says so and prints each measure's ranking of the algorithms.
 """
@@ -21,7 +21,7 @@ from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, report
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError
 from oodeval.limits import MAX_RESAMPLES
-from oodeval.measures.meta.leaderboard import (
+from oodeval.measures.meta import (
     BOOTSTRAP_RESAMPLES,
     NO_IDEAL_NOTE,
     VERSUS,
@@ -80,13 +80,13 @@ def folder_kind(directory: Path) -> str:
 def _study_frame(
     directory: Path, names: list[str]
 ) -> tuple[str, pd.DataFrame, frozenset[tuple[object, str]]]:
-    """The study's name, its units (`unit_measures`) with the leaderboard's measures, and its
+    """The study's name, its units (`study_unit_measures`) with the leaderboard's measures, and its
     stored units' (key, checksum) pairs (`oodeval.study.Study.fingerprint`)."""
     from oodeval.study import load_study
-    from oodeval.study.analysis import correlatable, unit_measures
+    from oodeval.study.analysis import correlatable, study_unit_measures
 
     study = load_study(directory)
-    frame = unit_measures(study, list(dict.fromkeys([*names, *VERSUS])))
+    frame = study_unit_measures(study, list(dict.fromkeys([*names, *VERSUS])))
     name = str(study.config.get("name") or directory.name)
     return name, correlatable(frame), study.fingerprint
 

@@ -1,24 +1,26 @@
 """Meta-evaluation of measures across algorithms: the worst+gap paper's Sections 5-6.
 
 One layer for every caller (`oodeval measures`, `oodeval study analyze`, the reports, the DomainBed
-import), so the numbers they print come from the same code. By responsibility:
+import), so the numbers they print come from the same code. Everything public is imported from
+here; the private modules hold one concept each:
 
-- `columns`: the column tables (`Columns`) the layer reads and returns, and grouping helpers;
-- `choice`: the algorithm a measure chooses (argmin, ties, `TIE_SEPARATOR`), the ranks of the
+- `_units`: the column tables (`Columns`) the layer reads and returns, grouping helpers, and the
+  per-unit measures (`unit_measures` from long-form errors, `dense_unit_measures` from a
+  (units, N) matrix; the ideal measure, Eq. 4);
+- `_choice`: the algorithm a measure chooses (argmin, ties, `TIE_SEPARATOR`), the ranks of the
   algorithms (`algorithm_ranks`), selection degradation (Section 6.1);
-- `correlation`: Spearman's rho and Kendall's tau-b with the ideal measure (Section 5), seed
+- `_correlation`: Spearman's rho and Kendall's tau-b with the ideal measure (Section 5), seed
   statistics and bootstrap intervals;
-- `units`: long-form errors -> one row per unit with every measure and the ideal measure (Eq. 4);
-- `paper_tables`: correlations, choices and degradation per (scenario, seed) and over seeds, seed
-  means, the baseline against the ideal-best algorithm (Section 6.4);
-- `asymptotics`: the distance to the ideal measure as environments grow (Section 6.3);
-- `verdict`: does worst+gap track the ideal measure better than average, and how sure are we;
-- `answer`: the one-line answer every output opens with;
-- `caveats`: the warnings for too few algorithms or environments;
-- `leaderboard`: every measure ranked by how well it tracks the ideal measure over (scenario,
+- `_tables`: correlations, choices and degradation per (scenario, seed) and over seeds, seed
+  means, the baseline against the ideal-best algorithm (Section 6.4), the bounds (Theorem 3.4)
+  and the distance to the ideal measure as environments grow (Section 6.3);
+- `_leaderboard`: every measure ranked by how well it tracks the ideal measure over (scenario,
   seed) cells, with bootstrap intervals over cells and a paired test against average and
   worst+gap (`measure_leaderboard`, `leaderboard_sentence`); `measure_rankings` where no ideal
-  exists.
+  exists;
+- `_wording`: what the outputs say: the verdict (does worst+gap track the ideal measure better
+  than average, and how sure are we), the one-line answer every output opens with, and the
+  warnings for too few algorithms or environments.
 
 Scores are "lower is better". The long-form errors table has one row per (scenario, seed,
 algorithm, split, environment):
@@ -54,15 +56,7 @@ import warnings
 from typing import Any
 
 from oodeval.limits import MAX_RESAMPLES
-from oodeval.measures.meta.answer import ANSWER_MEASURES, answer_line, answer_parts
-from oodeval.measures.meta.asymptotics import distance_to_ideal
-from oodeval.measures.meta.caveats import (
-    MIN_INTERVAL_ALGORITHMS,
-    MIN_PICK_ENVIRONMENTS,
-    environment_warning,
-    interval_warning,
-)
-from oodeval.measures.meta.choice import (
+from oodeval.measures.meta._choice import (
     TIE_DECIMALS,
     TIE_SEPARATOR,
     Choice,
@@ -71,50 +65,69 @@ from oodeval.measures.meta.choice import (
     choice_degradation,
     tie_text,
 )
-from oodeval.measures.meta.columns import SEED_MEAN, UNIT_KEYS, Columns
-from oodeval.measures.meta.correlation import (
+from oodeval.measures.meta._correlation import (
     bootstrap_correlation_ci,
     mean_std,
     paired_spearman_ci,
     rank_correlation,
     spearman_critical_value,
 )
-from oodeval.measures.meta.leaderboard import (
+from oodeval.measures.meta._leaderboard import (
+    BOOTSTRAP_RESAMPLES,
+    NO_IDEAL_NOTE,
+    VERSUS,
     leaderboard_sentence,
     measure_leaderboard,
     measure_rankings,
 )
-from oodeval.measures.meta.paper_tables import (
+from oodeval.measures.meta._tables import (
     baseline_vs_best,
     choices,
     correlation_summary,
     degradation_summary,
+    distance_to_ideal,
     ideal_bounds,
     ideal_correlations,
     seed_means,
 )
-from oodeval.measures.meta.units import unit_measures
-from oodeval.measures.meta.verdict import (
+from oodeval.measures.meta._units import (
+    SEED_MEAN,
+    UNIT_KEYS,
+    Columns,
+    dense_unit_measures,
+    unit_measures,
+)
+from oodeval.measures.meta._wording import (
+    ANSWER_MEASURES,
+    MIN_INTERVAL_ALGORITHMS,
+    MIN_PICK_ENVIRONMENTS,
     MIN_VERDICT_ALGORITHMS,
     TRACKING_RHO,
     VERDICTS,
+    answer_line,
+    answer_parts,
     correlation_verdicts,
+    environment_warning,
+    interval_warning,
     tracks_ideal,
     verdict_sentence,
 )
 
 __all__ = [
     "ANSWER_MEASURES",
+    "BOOTSTRAP_RESAMPLES",
     "MAX_RESAMPLES",
     "MIN_INTERVAL_ALGORITHMS",
     "MIN_PICK_ENVIRONMENTS",
     "MIN_VERDICT_ALGORITHMS",
+    "NO_IDEAL_NOTE",
     "SEED_MEAN",
     "TIE_DECIMALS",
     "TIE_SEPARATOR",
     "TRACKING_RHO",
     "UNIT_KEYS",
     "VERDICTS",
+    "VERSUS",
     "Columns",
     "Choice",
     "algorithm_ranks",
@@ -125,6 +138,7 @@ __all__ = [
     "correlation_summary",
     "correlation_verdicts",
     "degradation_summary",
+    "dense_unit_measures",
     "distance_to_ideal",
     "environment_warning",
     "ideal_bounds",

@@ -13,6 +13,9 @@ analyze` writes of them.
 All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses too.
 """
 
+import warnings
+from typing import Any
+
 from oodeval.study.analysis.output import (
     BOUNDS_SENTENCE,
     TABLE5_PAPER_NOTE,
@@ -46,7 +49,7 @@ from oodeval.study.analysis.paper import (
     ideal_measure_pairs,
     selected_algorithms,
     selection_agreement,
-    unit_measures,
+    study_unit_measures,
 )
 from oodeval.study.analysis.paper_values import (
     PAPER_SELECTION_COUNTS,
@@ -90,10 +93,27 @@ __all__ = [
     "selected_algorithms",
     "selection_agreement",
     "selection_vs_paper",
+    "study_unit_measures",
     "table5_vs_paper",
-    "unit_measures",
     "verdict_markdown",
     "verdict_view",
     "verdict_warning",
     "write_analysis",
 ]
+
+#: Names of the last release -> their names now. Kept for one release; each use warns.
+DEPRECATED_NAMES = {"unit_measures": "study_unit_measures"}
+
+
+def __getattr__(name: str) -> Any:
+    """A deprecated name (`DEPRECATED_NAMES`): its new object, with a DeprecationWarning."""
+    if name in DEPRECATED_NAMES:
+        new = DEPRECATED_NAMES[name]
+        warnings.warn(
+            f"oodeval.study.analysis.{name} is deprecated, use {new} (a study's per-unit "
+            "measures; oodeval.measures.unit_measures scores long-form errors)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

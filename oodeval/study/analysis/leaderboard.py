@@ -1,4 +1,4 @@
-"""The measure leaderboard of a stored study (`oodeval.measures.meta.leaderboard` on its units):
+"""The measure leaderboard of a stored study (`oodeval.measures.meta.measure_leaderboard`):
 the ``leaderboard`` table of `study analyze` (``leaderboard.csv``), its section of
 ``analysis.md`` and of the HTML report, and `oodeval study measures`.
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.measures.meta.leaderboard import (
+from oodeval.measures.meta import (
     BOOTSTRAP_RESAMPLES,
     VERSUS,
     leaderboard_sentence,
@@ -59,7 +59,7 @@ def leaderboard_footnote(n_resamples: int = BOOTSTRAP_RESAMPLES) -> str:
 
 
 def leaderboard_measures(frame: pd.DataFrame) -> list[str]:
-    """The measure columns of `unit_measures`' frame: every column after ``ideal``."""
+    """The measure columns of `study_unit_measures`' frame: every column after ``ideal``."""
     columns = list(frame.columns)
     return columns[columns.index("ideal") + 1 :]
 
@@ -72,7 +72,7 @@ def study_leaderboard(
     seed: int = 0,
 ) -> pd.DataFrame:
     """The leaderboard (`meta.measure_leaderboard`) over the (scenario, seed) cells of
-    `frame`, `unit_measures`' output without single-algorithm cells (`correlatable`);
+    `frame`, `study_unit_measures`' output without single-algorithm cells (`correlatable`);
     `measures` default to its measure columns."""
     names = leaderboard_measures(frame) if measures is None else list(measures)
     missing = [m for m in VERSUS if m not in frame.columns]

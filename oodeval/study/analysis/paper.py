@@ -80,7 +80,7 @@ PAPER_REFERENCES = {
 }
 
 
-def unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.DataFrame:
+def study_unit_measures(study: Study, measures: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per finished unit: scenario metadata, the ideal measure and every LOO measure.
 
     Columns: scenario, family, ratio, scale, algorithm, seed, n_given, ideal, then one column per
@@ -147,7 +147,7 @@ def correlation_with_ideal(
 
     Columns: scenario, family, ratio, scale, n_seeds, n_algorithms, and for each measure ``m``:
     ``rho_<m>_mean``, ``rho_<m>_std``, ``tau_<m>_mean``, ``tau_<m>_std`` (std with ddof=1; NaN
-    for a single seed). `frame` is `unit_measures`' output; seeds of a scenario with a single
+    for a single seed). `frame` is `study_unit_measures`' output; seeds of a scenario with a single
     finished algorithm (a partial study) are left out.
     """
     correlations = meta.ideal_correlations(correlatable(frame), list(measures))
@@ -402,7 +402,7 @@ def analyze(
     study = study if isinstance(study, Study) else load_study(study)
     extra = list(dict.fromkeys(check_measures([m for m in measures or () if m != "ideal"])))
     names = list(dict.fromkeys([*_measure_names(study, None), *extra]))  # a measure once
-    frame = unit_measures(study, names if extra else None)
+    frame = study_unit_measures(study, names if extra else None)
     have = set(frame.columns)
     needed = set(CORRELATION_MEASURES) | set(ABLATION_MEASURES)
     if not needed <= have:

@@ -14,7 +14,7 @@ import numpy as np
 
 from oodeval.errors import OodevalError, listing, repeats
 from oodeval.measures._validation import as_float_array, check_same_length
-from oodeval.measures.meta.columns import row_groups
+from oodeval.measures.meta._units import row_groups
 
 __all__ = [
     "TIE_DECIMALS",

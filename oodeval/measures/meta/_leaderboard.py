@@ -49,8 +49,9 @@ import numpy as np
 
 from oodeval.errors import OodevalError
 from oodeval.limits import check_confidence, check_resamples, check_seed
-from oodeval.measures.meta.choice import TIE_DECIMALS, algorithm_ranks
-from oodeval.measures.meta.columns import (
+from oodeval.measures.meta._choice import TIE_DECIMALS, algorithm_ranks
+from oodeval.measures.meta._tables import choices, ideal_correlations
+from oodeval.measures.meta._units import (
     UNIT_KEYS,
     Columns,
     column_array,
@@ -58,7 +59,6 @@ from oodeval.measures.meta.columns import (
     records_to_columns,
     row_groups,
 )
-from oodeval.measures.meta.paper_tables import choices, ideal_correlations
 from oodeval.measures.registry import measure_label
 
 __all__ = [

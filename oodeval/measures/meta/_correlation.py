@@ -26,7 +26,7 @@ from oodeval.limits import (
     check_seed,
 )
 from oodeval.measures._validation import as_float_array, check_same_length
-from oodeval.measures.meta.choice import tie_rounded
+from oodeval.measures.meta._choice import tie_rounded
 
 __all__ = [
     "KENDALL_PAIRWISE_MAX",

@@ -1,5 +1,12 @@
-"""The verdict: does one measure order the algorithms more like the ideal measure than another,
-and how sure are we (paired bootstrap intervals of Spearman's rho); and the verdict in words."""
+"""What every output says in words, and the numbers behind the words:
+
+- the verdict: does one measure order the algorithms more like the ideal measure than another,
+  and how sure are we (paired bootstrap intervals of Spearman's rho), and the verdict in words;
+- the one-line answer every output opens with: which algorithm each measure picks, and whether
+  the measures disagree;
+- the caveats: the warnings every output gives when its numbers rest on too little (too few
+  algorithms for a rank correlation, too few environments for a measure's pick).
+"""
 
 from __future__ import annotations
 
@@ -10,24 +17,33 @@ import numpy as np
 
 from oodeval.errors import OodevalError
 from oodeval.limits import check_confidence, check_count, check_resamples, check_seed
-from oodeval.measures.domain import measure_label
-from oodeval.measures.meta.choice import TIE_DECIMALS
-from oodeval.measures.meta.columns import (
+from oodeval.measures.meta._choice import TIE_DECIMALS, tie_text
+from oodeval.measures.meta._correlation import paired_spearman_ci, spearman_critical_value
+from oodeval.measures.meta._tables import choices, seed_means
+from oodeval.measures.meta._units import (
     UNIT_KEYS,
     Columns,
     column_array,
     group_codes,
     python_value,
     records_to_columns,
+    row_count,
     row_groups,
 )
-from oodeval.measures.meta.correlation import paired_spearman_ci
+from oodeval.measures.registry import measure_columns, measure_label, measure_names
 
 __all__ = [
+    "ANSWER_MEASURES",
+    "MIN_INTERVAL_ALGORITHMS",
+    "MIN_PICK_ENVIRONMENTS",
     "MIN_VERDICT_ALGORITHMS",
     "TRACKING_RHO",
     "VERDICTS",
+    "answer_line",
+    "answer_parts",
     "correlation_verdicts",
+    "environment_warning",
+    "interval_warning",
     "tracks_ideal",
     "verdict_sentence",
 ]
@@ -324,3 +340,212 @@ def _tracking_text(
     counts = f"{m} tracks the ideal measure well in {sum(well[measure])} of {k}, "
     counts += f"{b} in {sum(well[baseline])}"
     return counts + (f", neither in {neither}" if neither else "") + f" ({rule})"
+
+
+ANSWER_MEASURES = ("worst_plus_gap", "average")
+"""The measures the answer line compares by default: the worst+gap paper's and the usual one."""
+
+
+def answer_line(
+    units: Mapping[str, Any], measures: Sequence[str] | None = None, *, how: str | None = None
+) -> str:
+    """The one-line answer: which algorithm each measure picks, and whether they disagree.
+
+    Every output that scores algorithms opens with it (`oodeval measures`, `oodeval import
+    domainbed`, both HTML reports, `oodeval.Scores.answer`). Per scenario:
+
+    - each measure picks the algorithm with the lowest value (`choices`); an algorithm tied
+      at the minimum is named with the others, joined by `TIE_SEPARATOR` (``|``), and marked
+      ``(tied)``;
+    - with several seeds, each algorithm's measure is first averaged over the seeds
+      (`seed_means`: only algorithms with every seed of their scenario take part), so the pick
+      is Table 6's "mean" pick, and the line says ``on each measure's mean over k seeds``;
+    - with an ``ideal`` column, the ideal measure's pick follows, and the line says which
+      measures pick the ideal's choice;
+    - the measures *agree* when their (tied) picks are the same.
+
+    Format: ``<m1> picks A; <m2> picks B[; the ideal measure picks C] (they disagree|agree[;
+    <who> pick(s) the ideal's choice][; on each measure's mean over k seeds])``. With several
+    scenarios (or a non-empty scenario label), each part is prefixed ``<scenario>: `` and the
+    parts are joined by ``. ``.
+
+    Parameters
+    ----------
+    units : table with algorithm, the measure columns[, ideal, scenario, seed] (as
+        `unit_measures` returns it, or `oodeval.Scores.measures`)
+    measures : the measures to name (default: `ANSWER_MEASURES` when `units` has both, else
+        every LOO measure it has: `oodeval.measures.registry.measure_columns`)
+    how : how the values were aggregated, when the caller did it (replaces the seed wording)
+
+    Returns
+    -------
+    str, one line without a final full stop
+
+    >>> units = {"algorithm": ["ERM", "IRM", "Mixup"], "average": [0.20, 0.22, 0.18],
+    ...          "worst_plus_gap": [0.40, 0.31, 0.45]}
+    >>> answer_line(units)
+    'worst+gap picks IRM; average picks Mixup (they disagree)'
+    >>> answer_line({**units, "seed": [0, 0, 0], "ideal": [0.5, 0.3, 0.4]})
+    "worst+gap picks IRM; average picks Mixup; the ideal measure picks IRM (they disagree; \
+worst+gap picks the ideal's choice)"
+    """
+    parts = answer_parts(units, measures, how=how)
+    return ". ".join(f"{scenario}: {text}" if scenario else text for scenario, text in parts)
+
+
+def answer_parts(
+    units: Mapping[str, Any], measures: Sequence[str] | None = None, *, how: str | None = None
+) -> list[tuple[str, str]]:
+    """`answer_line` cut into its scenarios: one ``(scenario, answer)`` pair per scenario, the
+    scenario's label left out of the answer (``""`` for a table without scenarios).
+
+    The reports show one line per scenario from these pairs; `answer_line` joins them, so both
+    say the same words. Parameters as `answer_line`'s.
+
+    >>> units = {"scenario": ["s1"] * 2 + ["s2"] * 2, "algorithm": ["ERM", "IRM"] * 2,
+    ...          "average": [0.2, 0.3, 0.3, 0.2], "worst_plus_gap": [0.4, 0.5, 0.6, 0.5]}
+    >>> answer_parts(units)
+    [('s1', 'worst+gap picks ERM; average picks ERM (they agree)'), \
+('s2', 'worst+gap picks IRM; average picks IRM (they agree)')]
+    """
+    n_rows = row_count(units)
+    if n_rows == 0:
+        raise OodevalError("the table has no rows; the answer needs one row per algorithm")
+    names = list(measures) if measures is not None else [m for m in ANSWER_MEASURES if m in units]
+    if measures is None and len(names) < len(ANSWER_MEASURES):  # a subset chosen by the user
+        names = measure_columns(list(units))
+    if not names:
+        raise OodevalError(
+            f"the table has no measure column; give one of {', '.join(measure_names())}"
+        )
+    has_ideal = "ideal" in units
+    values = list(dict.fromkeys([*names, *(["ideal"] if has_ideal else [])]))
+    table = {
+        k: column_array(units, k) if k in units else np.full(n_rows, "", object) for k in UNIT_KEYS
+    }
+    table.update({k: column_array(units, k) for k in values})
+    means = seed_means(table, names)
+    picked = choices(means, values)
+    parts: list[tuple[str, str]] = []
+    for rows in row_groups(table["scenario"]):
+        scenario = python_value(table["scenario"][rows[0]])
+        n_seeds = len(np.unique(group_codes(table["seed"][rows])))
+        mine = np.flatnonzero(picked["scenario"] == scenario) if len(picked["scenario"]) else []
+        label = str(scenario)
+        algorithms = list(dict.fromkeys(str(a) for a in table["algorithm"][rows]))
+        if len(algorithms) == 1:
+            parts.append((label, f"only one algorithm ({algorithms[0]}), so nothing to choose"))
+        elif len(mine) == 0:
+            parts.append((label, "no algorithm has every seed, so there is no pick"))
+        else:
+            seeds = how or (f"on each measure's mean over {n_seeds} seeds" if n_seeds > 1 else "")
+            parts.append((label, _picks_text(picked, mine, names, has_ideal, seeds)))
+    return parts
+
+
+def _picks_text(
+    picked: Columns, rows: np.ndarray, names: Sequence[str], has_ideal: bool, how: str
+) -> str:
+    """``m1 picks A; m2 picks B[; the ideal measure picks C] (...)`` for one scenario."""
+    tied = {str(picked["measure"][k]): tuple(picked["tied"][k]) for k in rows}
+    chosen = {str(picked["measure"][k]): str(picked["selected"][k]) for k in rows}
+
+    def pick(name: str) -> str:
+        return tie_text(tied[name]) + (" (tied)" if len(tied[name]) > 1 else "")
+
+    said = [f"{measure_label(m)} picks {pick(m)}" for m in names]
+    if has_ideal:
+        said.append(f"the ideal measure picks {pick('ideal')}")
+    notes = []
+    if len(names) > 1:
+        notes.append("they agree" if len({tied[m] for m in names}) == 1 else "they disagree")
+    if has_ideal:
+        right = [measure_label(m) for m in names if chosen[m] == chosen["ideal"]]
+        if not right:
+            notes.append(
+                "neither picks the ideal's choice"
+                if len(names) == 2
+                else "none picks the ideal's choice"
+                if len(names) > 2
+                else "it misses the ideal's choice"
+            )
+        elif len(right) == len(names) and len(names) == 2:
+            notes.append("both pick the ideal's choice")
+        else:
+            notes.append(
+                f"{', '.join(right)} pick{'s' if len(right) == 1 else ''} the ideal's choice"
+            )
+    if how:
+        notes.append(how)
+    return "; ".join(said) + (f" ({'; '.join(notes)})" if notes else "")
+
+
+MIN_INTERVAL_ALGORITHMS = 8
+"""Rank correlations over fewer algorithms get a warning (`interval_warning`): below 8, an exact
+two-sided 5% test of Spearman's rho needs |rho| >= 0.786 (7 algorithms), 0.886 (6), 1 (5) or
+cannot reject at all (4 or fewer), so only near-perfect orderings can be told from no relation,
+and a percentile bootstrap interval over the algorithms spans about half of [-1, 1] or more."""
+
+
+MIN_PICK_ENVIRONMENTS = 4
+"""Picks over fewer LOO environments get a warning (`environment_warning`): the worst+gap paper's
+smallest scenario has N = 4; at N = 3 each algorithm's worst and best come from three errors and
+worst+gap weighs its gap by 1/(N - 2) = 1."""
+
+
+def environment_warning(n_environments: int) -> str:
+    """A one-line warning when `n_environments` (N, the given environments of the LOO errors)
+    are too few for a measure's pick to say much (fewer than `MIN_PICK_ENVIRONMENTS`), else ``""``.
+
+    >>> environment_warning(3)[:52]
+    'only 3 environments: each algorithm is scored on 3 l'
+    >>> environment_warning(4)
+    ''
+    """
+    n = int(n_environments)
+    if n >= MIN_PICK_ENVIRONMENTS:
+        return ""
+    gap = (
+        f"worst+gap weighs its gap by 1/(N - 2) = {1 / (n - 2):g}"
+        if n >= 3
+        else "worst+gap needs at least 3"
+    )
+    return (
+        f"only {n} environments: each algorithm is scored on {n} leave-one-out errors, so one "
+        f"environment can decide every pick ({gap}); compare the picks over seeds, or add "
+        "environments, before trusting one"
+    )
+
+
+def interval_warning(n_algorithms: int) -> str:
+    """A one-line warning when `n_algorithms` are too few for a meaningful rank correlation
+    (fewer than `MIN_INTERVAL_ALGORITHMS`), else ``""``.
+
+    The rule: with n algorithms, a rank correlation (and any interval around it, bootstrap over
+    algorithms included) can only tell an ordering from no relation when |rho| reaches the exact
+    5% critical value (`oodeval.measures.meta.spearman_critical_value`); below 8 algorithms that
+    value is 0.786 or more, so the warning is given.
+
+    >>> interval_warning(5)[:69]
+    'only 5 algorithms: with fewer than 8, a rank correlation with the ide'
+    >>> interval_warning(14)
+    ''
+    """
+    n = check_count(n_algorithms, "n_algorithms")
+    if n >= MIN_INTERVAL_ALGORITHMS:
+        return ""
+    if n < 2:
+        return f"only {n} algorithm: there is no rank correlation to compute; add algorithms"
+    critical = spearman_critical_value(n)
+    need = (
+        f"no rho, not even 1, differs from 0 at the 5% level with {n}"
+        if np.isnan(critical)
+        else "only a perfect ordering (|rho| = 1) differs from 0 at the 5% level"
+        if critical >= 1
+        else f"only |rho| >= {critical:.3f} differs from 0 at the 5% level"
+    )
+    return (
+        f"only {n} algorithms: with fewer than {MIN_INTERVAL_ALGORITHMS}, a rank correlation with "
+        f"the ideal measure says little ({need}; bootstrap intervals over algorithms span most "
+        "of [-1, 1]); add algorithms before trusting the correlations"
+    )
