@@ -174,9 +174,9 @@ def test_a_damaged_export_is_one_error_line(exported: Path, tmp_path: Path, edit
 
 
 def _units(study_dir: Path) -> pd.DataFrame:
-    from oodeval.study.analysis import unit_measures
+    from oodeval.study.analysis import study_unit_measures
 
-    frame = unit_measures(load_study(study_dir), ["worst_plus_gap", "average"])
+    frame = study_unit_measures(load_study(study_dir), ["worst_plus_gap", "average"])
     return frame[frame["algorithm"] != "MLDG"]
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 
 from oodeval.limits import check_resamples, check_seed
 from oodeval.measures import meta
-from oodeval.study.analysis.paper import correlatable, correlation_verdicts, unit_measures
+from oodeval.study.analysis.paper import correlatable, correlation_verdicts, study_unit_measures
 
 __all__ = [
     "MIN_SELECTION_CELLS",
@@ -148,7 +148,7 @@ def study_summary(study: Any, *, n_resamples: int = 2000, seed: int = 0) -> str:
     """What `study` (a loaded `oodeval.study.Study`) shows about worst+gap against average, in
     one line: its size, then correlation and selection with their intervals, or
     `TOO_SMALL` first when no interval excludes 0 (see the module docstring)."""
-    frame = correlatable(unit_measures(study, list(SUMMARY_MEASURES)))
+    frame = correlatable(study_unit_measures(study, list(SUMMARY_MEASURES)))
     n_alg = frame["algorithm"].nunique()
     n_scen = frame["scenario"].nunique()
     n_seeds = frame["seed"].nunique()
