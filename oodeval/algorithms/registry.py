@@ -10,13 +10,16 @@ True
 from __future__ import annotations
 
 import zlib
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from oodeval.errors import OodevalError, listing
 
-_REGISTRY: dict[str, type] = {}
+if TYPE_CHECKING:
+    from oodeval.algorithms.base import Algorithm
+
+_REGISTRY: dict[str, type[Algorithm]] = {}
 
 T = TypeVar("T", bound=type)
 
@@ -53,7 +56,7 @@ def available() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_algorithm(name: str) -> type:
+def get_algorithm(name: str) -> type[Algorithm]:
     """The registered class called `name`; OodevalError listing the choices when unknown."""
     try:
         return _REGISTRY[name]
