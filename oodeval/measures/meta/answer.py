@@ -112,7 +112,11 @@ def answer_parts(
     for rows in row_groups(table["scenario"]):
         scenario = python_value(table["scenario"][rows[0]])
         n_seeds = len(np.unique(group_codes(table["seed"][rows])))
-        mine = np.flatnonzero(picked["scenario"] == scenario) if len(picked["scenario"]) else []
+        mine = (
+            np.flatnonzero(picked["scenario"] == scenario)
+            if len(picked["scenario"])
+            else np.empty(0, dtype=np.intp)
+        )
         label = str(scenario)
         algorithms = list(dict.fromkeys(str(a) for a in table["algorithm"][rows]))
         if len(algorithms) == 1:
