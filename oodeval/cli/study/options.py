@@ -4,7 +4,7 @@ or a preset, with the trainer overrides of the command line) and the help of tho
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from oodeval.errors import OodevalError
 
@@ -48,7 +48,8 @@ def study_config(
         raise OodevalError(
             "give exactly one of CONFIG.toml or --preset NAME (quick, paper-cpu, paper)"
         )
-    chosen = preset(preset_name) if preset_name is not None else load_config(config)
+    # exactly one is given: without a preset name, the config path
+    chosen = preset(preset_name) if preset_name is not None else load_config(cast(Path, config))
     trainer = dict(chosen.trainer)
     if precision is not None:
         if precision not in PRECISIONS:
