@@ -332,15 +332,13 @@ def _validated(
         _fill(cube, keys, errors, code, order)
         _check_holes(cube, split_name, algorithms, seeds, envs, name)
         cubes[split_name] = (envs, cube)
-    loo = cubes["loo"][1]
-    assert loo is not None  # a file without loo rows is refused above
     return LongResults(
         algorithms=algorithms,
         seeds=seeds,
         has_seed="seed" in rows.labels,
         given_environments=cubes["loo"][0],
         all_environments=cubes["all"][0],
-        loo=loo,
+        loo=cubes["loo"][1],  # type: ignore[arg-type]  # set: no loo rows is refused above
         full=cubes["all"][1],
         value_column=value_col,
         notes=tuple(notes),
