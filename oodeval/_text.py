@@ -25,7 +25,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from oodeval.errors import OodevalError
 from oodeval.limits import human_bytes, max_text_bytes, read_capped
@@ -213,7 +213,7 @@ def stream_bytes(
     """
     path = _existing_file(path, what)
     if str(path) == STDIN:
-        stream: BinaryIO = getattr(sys.stdin, "buffer", sys.stdin)
+        stream = cast(BinaryIO, getattr(sys.stdin, "buffer", sys.stdin))
         key: tuple[object, ...] = ("stdin", id(stream))
         if key not in _HELD:
             _hold(key, stream, _bounded(stream, path, what, save_as))

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 from oodeval.errors import OodevalError
 
@@ -211,7 +211,7 @@ class WorkerPool(ProcessPoolExecutor):
             # the pool sees its workers die, fails their futures and stops at once
             self.shutdown(wait=True, cancel_futures=True)
 
-    def __exit__(self, exc_type: object, exc: object, traceback: object) -> bool:
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> Literal[False]:
         # A broken pool (a worker died) has failed every unit in flight and is ending the other
         # workers with SIGTERM, which they ignore: waiting would wait for their units, whose
         # results are already dropped. So the pool kills them, as on an exception.

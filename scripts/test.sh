@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install oodeval into .venv (see setup.sh), lint, and run the test suite; extra arguments go to
-# pytest (`bash scripts/test.sh tests/test_docs.py -k tutorial`).
+# Install oodeval into .venv (see setup.sh), lint, type-check and run the test suite; extra
+# arguments go to pytest (`bash scripts/test.sh tests/test_docs.py -k tutorial`).
 #
 #   bash scripts/test.sh            # changes nothing outside the checkout
 #   bash scripts/test.sh --system   # also installs the system packages some tests need
@@ -63,4 +63,6 @@ else
     fi
 fi
 .venv/bin/ruff check .
+# the type checker, in mypy's default mode ([tool.mypy] in pyproject.toml); any error stops here
+.venv/bin/python -m mypy oodeval
 .venv/bin/python -m pytest -q -rs -p no:cacheprovider ${pytest_args[@]+"${pytest_args[@]}"}

@@ -8,6 +8,7 @@ between the two environments' feature distributions to the mean risk:
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import cast
 
 import torch
 
@@ -49,7 +50,7 @@ def mmd_distances(feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     flat = feats.reshape(m, e * b, d)
     sq = (flat * flat).sum(-1)
     dist = (sq[:, :, None] + sq[:, None, :] - 2 * flat @ flat.transpose(1, 2)).clamp_min(0)
-    kernel = sum(torch.exp(-g * dist) for g in MMD_GAMMAS)
+    kernel = cast(torch.Tensor, sum(torch.exp(-g * dist) for g in MMD_GAMMAS))  # never empty
     blocks = kernel.view(m, e, b, e, b).mean(dim=(2, 4))
     pairs = [
         (blocks[:, i, i] + blocks[:, j, j] - 2 * blocks[:, i, j], k) for i, j, k in env_pairs(mask)

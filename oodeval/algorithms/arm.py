@@ -18,6 +18,8 @@ statistics move). ``arm_train_context_net=True`` adds it to the optimizer, as th
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -43,6 +45,10 @@ class EnsembleBatchNorm2d(nn.Module):
     (``valid`` (M, n); all images when None) and updates its running mean and unbiased variance
     with `momentum`; in evaluation it uses the running statistics (nn.BatchNorm2d's rules).
     """
+
+    # buffers, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
 
     def __init__(
         self, num_models: int, channels: int, *, momentum: float = 0.1, eps: float = 1e-5
@@ -140,7 +146,11 @@ class ContextNet(nn.Module):
         of its maps over a group is its map of the group's mean activations: one convolution per
         group instead of one per image.
         """
-        layers = list(zip(self.convs[:2], self.norms, strict=True))
+        # the ModuleLists' items, typed (nn.ModuleList's are typed nn.Module)
+        layers = cast(
+            "list[tuple[EnsembleConv2d, EnsembleBatchNorm2d]]",
+            list(zip(self.convs[:2], self.norms, strict=True)),
+        )
         if stacked_layout(x.device) == "grouped":
             h = to_grouped(x, self.num_models)
             for conv, norm in layers:
@@ -153,13 +163,16 @@ class ContextNet(nn.Module):
             for conv, norm in layers:
                 h = F.relu(norm.forward_model(m, conv.forward_model(m, h), valid_row(valid, m)))
             h = h.reshape(groups, -1, *h.shape[1:]).mean(dim=1)
-            maps.append(self.convs[2].forward_model(m, h))
+            maps.append(cast(EnsembleConv2d, self.convs[2]).forward_model(m, h))
         return torch.stack(maps)
 
 
 @register_algorithm
 class ARM(ERM):
     """ERM on images augmented with the group-mean context map of a context network."""
+
+    # a buffer, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    support_size: torch.Tensor
 
     HPARAMS = {
         "arm_context_channels": HParam(

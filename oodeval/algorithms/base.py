@@ -157,6 +157,9 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
     #: buffers that stay on the CPU when the algorithm moves to a device: the random streams'
     #: states, read and written by CPU generators (a draw never reads a device tensor back)
     CPU_BUFFERS: ClassVar[tuple[str, ...]] = ("rng_state",)
+    # buffers, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    env_mask: torch.Tensor
+    rng_state: torch.Tensor
 
     def __init__(
         self,
@@ -201,7 +204,7 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
         space: dict[str, HParam] = {}
         for klass in reversed(cls.__mro__):
             if "HPARAMS" in vars(klass):
-                space.update(klass.HPARAMS)
+                space.update(vars(klass)["HPARAMS"])
         return space
 
     def flag(self, key: str) -> bool:

@@ -19,6 +19,8 @@ from oodeval.algorithms.registry import register_algorithm
 class GroupDRO(ERM):
     """Group distributionally robust optimisation; environment weights ``q`` of shape (M, E)."""
 
+    # a buffer, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    q: torch.Tensor
     HPARAMS = {"groupdro_eta": HParam(1e-2, log_uniform(-3, -1), "step size of the q update")}
 
     def build_extra_parts(self) -> None:

@@ -137,7 +137,7 @@ class MLDG(ERM):
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         self.warn_once()
         pairs = self.pair_draws()
-        params = dict(self.network.named_parameters())
+        params: dict[str, torch.Tensor] = dict(self.network.named_parameters())
         lr, wd = float(self.hparams["lr"]), float(self.hparams["weight_decay"])
         beta = float(self.hparams["mldg_beta"])
         first = next(iter(params.values()))

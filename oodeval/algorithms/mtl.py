@@ -37,6 +37,10 @@ from oodeval.algorithms.registry import register_algorithm
 class MTL(ERM):
     """ERM on [features, environment embedding or DomainBed's noise] (embeddings (M, E, d))."""
 
+    # buffers, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    embeddings: torch.Tensor
+    predict_seed: torch.Tensor
+
     HPARAMS = {
         "mtl_ema": HParam(0.99, choice(0.5, 0.9, 0.99, 1.0), "weight of the batch mean"),
         "mtl_feed_embedding": HParam(
@@ -123,7 +127,7 @@ class MTL(ERM):
         if self.flag("mtl_feed_embedding"):
             side = feats.mean(dim=1, keepdim=True).expand_as(feats)
         else:
-            side = self.prediction_noise(*feats.shape[1:], feats.dtype, feats.device)
+            side = self.prediction_noise(feats.shape[1], feats.shape[2], feats.dtype, feats.device)
         return self.classifier(torch.cat([feats, side], dim=-1))
 
     def prediction_noise(self, n: int, d: int, dtype: torch.dtype, device: torch.device):

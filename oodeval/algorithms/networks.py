@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -262,7 +263,7 @@ class EnsembleConv2d(nn.Module):
         low = _low(h, self.weight[m])
         if low is None:
             return F.conv2d(h, self.weight[m], self.bias[m], self.stride, self.padding)
-        out = F.conv2d(*low, stride=self.stride, padding=self.padding)
+        out = F.conv2d(low[0], low[1], stride=self.stride, padding=self.padding)
         return out.float() + self.bias[m].reshape(1, -1, 1, 1)
 
 
@@ -340,7 +341,11 @@ class ConvFeaturizer(nn.Module):
             raise ValueError(
                 f"per-model images for {x.shape[0]} models, expected {self.num_models}"
             )
-        layers = list(zip(self.convs, self.norms, strict=True))
+        # the ModuleLists' items, typed (nn.ModuleList's are typed nn.Module)
+        layers = cast(
+            "list[tuple[EnsembleConv2d, EnsembleGroupNorm]]",
+            list(zip(self.convs, self.norms, strict=True)),
+        )
         if stacked_layout(x.device) == "grouped":
             h = to_grouped(x, self.num_models)
             for conv, norm in layers:
@@ -383,7 +388,7 @@ class MNISTCNNFeaturizer(ConvFeaturizer):
     NAME = "mnist_cnn"
 
 
-FEATURIZERS: dict[str, type[nn.Module]] = {
+FEATURIZERS: dict[str, type[MLPFeaturizer | ConvFeaturizer]] = {
     "mlp": MLPFeaturizer,
     "cnn": CNNFeaturizer,
     "mnist_cnn": MNISTCNNFeaturizer,
@@ -392,7 +397,9 @@ FEATURIZERS: dict[str, type[nn.Module]] = {
 MODELS = tuple(FEATURIZERS)
 
 
-def build_featurizer(model: str, num_models: int, input_shape: tuple[int, ...]) -> nn.Module:
+def build_featurizer(
+    model: str, num_models: int, input_shape: tuple[int, ...]
+) -> MLPFeaturizer | ConvFeaturizer:
     """The featurizer called `model` (one of `MODELS`) for `num_models` stacked models.
 
     >>> build_featurizer("mnist_cnn", 3, (2, 28, 28))(torch.zeros(5, 2, 28, 28)).shape

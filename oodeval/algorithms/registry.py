@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
 from oodeval._registry import Registry
 from oodeval.errors import OodevalError, listing
 
-_REGISTRY: Registry[type] = Registry("algorithm")
+if TYPE_CHECKING:
+    from oodeval.algorithms.base import Algorithm
+
+_REGISTRY: Registry[type[Algorithm]] = Registry("algorithm")
 
 T = TypeVar("T", bound=type)
 
@@ -72,7 +75,7 @@ def available() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_algorithm(name: str) -> type:
+def get_algorithm(name: str) -> type[Algorithm]:
     """The registered class called `name`; OodevalError listing the choices when unknown."""
     try:
         return _REGISTRY[name]

@@ -55,7 +55,7 @@ def command_path() -> str:
     try:  # typer >= 0.2x vendors its own click
         from typer._click.globals import get_current_context
     except ImportError:  # pragma: no cover - older typer, with click itself
-        from click import get_current_context
+        from click import get_current_context  # type: ignore[no-redef]  # the same function
     ctx = get_current_context(silent=True)
     return ctx.command_path if ctx is not None else "this command"
 
@@ -116,14 +116,14 @@ class DefaultCommandGroup(TyperGroup):
 
     default_command = "score"
 
-    def resolve_command(
+    def resolve_command(  # type: ignore[override]  # typer always passes a typer.Context
         self, ctx: typer.Context, args: list[str]
     ) -> tuple[str | None, Any, list[str]]:
         if self._routes_to_default(args):
             args = [self.default_command, *args]
         return super().resolve_command(ctx, args)
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
         if self._routes_to_default(args):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)

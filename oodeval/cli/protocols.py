@@ -153,7 +153,10 @@ def classic_command(
     if variant is None:
         _refuse_aliases(tree, out)
     else:
-        outputs = [("--out", out), ("the split record", _record_path(out))]
+        outputs: list[tuple[str, str | Path | None]] = [
+            ("--out", out),
+            ("the split record", _record_path(out)),
+        ]
         refuse_aliases(outputs, Inputs().tree("TREE", tree))
     images = scan_tree(tree)
     train_d, test_d = classic_domains(

@@ -22,7 +22,7 @@ from oodeval.tables import heading, render_frame, render_rows
 
 def _environment_label(dataset: str, env: object) -> str:
     names = ENVIRONMENT_NAMES.get(dataset)
-    if names is not None and isinstance(env, numbers.Integral) and 0 <= env < len(names):
+    if names is not None and isinstance(env, numbers.Integral) and 0 <= int(env) < len(names):
         return names[int(env)]
     return str(env)
 

@@ -14,7 +14,7 @@ import io
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class _DType:
         if dtype.kind not in _NUMERIC_KINDS:
             raise UnsafePickleError(f"pickled dtype {self.code!r} is not a numeric type")
         if self.byteorder in ("<", ">"):
-            dtype = dtype.newbyteorder(self.byteorder)
+            dtype = dtype.newbyteorder(cast(Literal["<", ">"], self.byteorder))
         return dtype
 
 
@@ -225,7 +225,7 @@ def load_cifar10(root: str | Path, *, split: str | None = None) -> ImageSource:
         x, y = _batch_arrays(batch, path)
         images.append(x)
         labels.append(y)
-    class_names = CIFAR10_CLASSES
+    class_names: tuple[str, ...] = CIFAR10_CLASSES
     meta_path = root / META_FILE
     if meta_path.is_file():
         meta = safe_load_batch(_batch_bytes(meta_path))

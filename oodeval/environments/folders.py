@@ -115,7 +115,7 @@ def _read_images(paths: list[Path], size: int) -> np.ndarray:
     for i, path in enumerate(paths):
         try:
             with Image.open(path) as img:
-                rgb = img.convert("RGB").resize((size, size), Image.BILINEAR)
+                rgb = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
                 arr = np.asarray(rgb, dtype=np.float32)
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
             raise OodevalError(

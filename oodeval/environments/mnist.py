@@ -130,7 +130,7 @@ def bundled_mnist_dir() -> Path:
     """
     from importlib.resources import files
 
-    folder = files("oodeval").joinpath("data", "mnist")
+    folder = files("oodeval").joinpath("data").joinpath("mnist")
     names = [stem + ".gz" for stem in FILES["t10k"]]
     if not isinstance(folder, Path) or not all((folder / n).is_file() for n in names):
         raise OodevalError(

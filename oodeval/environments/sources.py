@@ -206,7 +206,9 @@ def resized(source: ImageSource, size: int) -> ImageSource:
     for i in range(n):
         for ch in range(c):
             img = Image.fromarray(source.images[i, ch], mode="F")
-            out[i, ch] = np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.float32)
+            out[i, ch] = np.asarray(
+                img.resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32
+            )
     np.clip(out, 0.0, 1.0, out=out)
     return ImageSource(
         source.name,

@@ -129,6 +129,7 @@ def ensemble_text_features(
         tokens = tokenizer([template.format(name) for name in class_names]).to(device)
         unit = F.normalize(model.encode_text(tokens).float(), dim=1)
         total = unit if total is None else total + unit
+    assert total is not None  # check_templates refuses an empty list
     return F.normalize(total, dim=1).cpu()
 
 
@@ -189,6 +190,11 @@ class PromptTextEncoder(torch.nn.Module):
     replaced by a context tensor (M, width) shared by the classes. `resized` gives the same
     encoder with another prompt length (the sub-detectors' 16).
     """
+
+    # buffers, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    tokens: torch.Tensor
+    prefix: torch.Tensor
+    suffix: torch.Tensor
 
     def __init__(
         self,

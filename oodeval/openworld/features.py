@@ -268,7 +268,9 @@ def mnist_in_digits_format(images: np.ndarray) -> np.ndarray:
         side = max(h, w)
         square = np.zeros((side, side), dtype=np.float32)
         square[(side - h) // 2 : (side - h) // 2 + h, (side - w) // 2 : (side - w) // 2 + w] = crop
-        pil = Image.fromarray((square * 255).astype(np.uint8)).resize((32, 32), Image.BILINEAR)
+        pil = Image.fromarray((square * 255).astype(np.uint8)).resize(
+            (32, 32), Image.Resampling.BILINEAR
+        )
         bitmap = np.asarray(pil, dtype=np.float32) / 255.0 > 0.5
         out[i] = bitmap.reshape(8, 4, 8, 4).mean(axis=(1, 3)).reshape(-1)
     return out

@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -174,6 +174,9 @@ def _check_features(x: np.ndarray | torch.Tensor, dim: int) -> torch.Tensor:
 
 class ContextClassifier(torch.nn.Module):
     """Shared pieces: frozen unit text features (C, d), a logit scale, base/new class ids."""
+
+    # a buffer, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    text: torch.Tensor
 
     def __init__(
         self, text_features: np.ndarray, base_classes: Sequence[int], logit_scale: float
@@ -372,7 +375,7 @@ def _training_tensors(train: FeatureSet) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fit_contexts(
-    model: torch.nn.Module, train: FeatureSet, config: GMoPConfig, weights: dict
+    model: GMoP | SingleContext, train: FeatureSet, config: GMoPConfig, weights: dict
 ) -> None:
     """Train `model`'s contexts in place: Adam on the sum of the loss terms `model.losses`
     returns, each times its weight in `weights`; full batch or seeded mini-batches."""
@@ -381,7 +384,7 @@ def fit_contexts(
 
 
 def _fit_steps(
-    model: torch.nn.Module, train: FeatureSet, config: GMoPConfig, weights: dict
+    model: GMoP | SingleContext, train: FeatureSet, config: GMoPConfig, weights: dict
 ) -> None:
     x, y = _training_tensors(train)
     device = next(model.buffers()).device  # the text features live where the model does
@@ -426,7 +429,10 @@ def training_logit_scale(train: FeatureSet, config: GMoPConfig) -> float:
     return float(config.logit_scale if config.logit_scale is not None else train.logit_scale)
 
 
-def _on(model: torch.nn.Module, device: str) -> torch.nn.Module:
+_Model = TypeVar("_Model", bound=torch.nn.Module)
+
+
+def _on(model: _Model, device: str) -> _Model:
     """`model` moved to `device` (`oodeval._torch.resolve_device`: no silent CPU), made
     deterministic there."""
     where = resolve_device(device)

@@ -207,10 +207,10 @@ class _Labels:
 
     def __call__(self, values: Sequence[object]) -> dict[str, str]:
         """{value: label as matplotlib draws it}; multi-line values are shortened line by line."""
-        values = [str(v) for v in values]
-        lines = short_labels((ln for v in values for ln in v.split("\n")), self.width)
+        texts = [str(v) for v in values]
+        lines = short_labels((ln for v in texts for ln in v.split("\n")), self.width)
         self.shortened.update({full: s for full, s in lines.items() if s != full})
-        return {v: "\n".join(plain(lines[ln]) for ln in v.split("\n")) for v in values}
+        return {v: "\n".join(plain(lines[ln]) for ln in v.split("\n")) for v in texts}
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
         return tuple((s, full) for full, s in self.shortened.items())

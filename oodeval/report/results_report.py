@@ -187,7 +187,7 @@ def _add_ideal_tables(measures: Section, results: LongResults) -> None:
 def answer_section(results: LongResults) -> Section:
     """The report's opening block: the answer line (which algorithm worst+gap and average pick,
     whether they disagree and, with the ideal measure, which picks its choice)."""
-    names = [m for m in ("worst_plus_gap", "average") if m in _defined(results)]
+    names: list[str] = [m for m in ("worst_plus_gap", "average") if m in _defined(results)]
     units = score_results(results, measures=names or None).measures
     return answer_block(units, names)
 

@@ -104,7 +104,7 @@ def summary_section(study: Study) -> Section:
     """Config, unit counts, wall time, versions and failures of a stored study."""
     cfg = study.config
     counts = study.counts()
-    versions = {}
+    versions: dict[str, object] = {}
     for v in study.units.get("versions", pd.Series(dtype=object)):
         versions.update(v or {})
     scenarios = [", ".join(f"{k}={v}" for k, v in s.items()) for s in cfg.get("scenarios", [])]

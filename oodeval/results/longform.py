@@ -338,7 +338,7 @@ def _validated(
         has_seed="seed" in rows.labels,
         given_environments=cubes["loo"][0],
         all_environments=cubes["all"][0],
-        loo=cubes["loo"][1],
+        loo=cubes["loo"][1],  # type: ignore[arg-type]  # set: no loo rows is refused above
         full=cubes["all"][1],
         value_column=value_col,
         notes=tuple(notes),

@@ -307,6 +307,9 @@ def _outputs_form(
     outputs = arrays.get(outputs_name) if outputs_name else None
     result = openworld_scores(outputs, arrays["labels"], base_classes, tie=tie, **kwargs)
     samples = openworld_scored_samples(outputs, arrays["labels"], base_classes, **kwargs)
-    metrics = {"n_base": len(samples.base_scores), "n_new": len(samples.new_scores)}
+    metrics: dict[str, float | int] = {
+        "n_base": len(samples.base_scores),
+        "n_new": len(samples.new_scores),
+    }
     metrics.update({k: v for k, v in result.items() if not np.isnan(v)})
     return metrics, tuple(samples)

@@ -106,7 +106,7 @@ def concept_shift(
         raise OodevalError(f"labels go up to {k - 1} but num_classes is {num_classes}; raise it")
     s_train, s_held = halves(len(xs), seed, SOURCE_STREAM)
     t_train, t_held = halves(len(xt), seed, TARGET_STREAM)
-    options = dict(hypothesis=hypothesis, steps=steps, batch_size=batch_size, lr=lr)
+    options: dict[str, Any] = dict(hypothesis=hypothesis, steps=steps, batch_size=batch_size, lr=lr)
     with single_threaded():
         f_tr = fit_classifier(xs[s_train], ys[s_train], num_classes, seed=seed * 4 + 1, **options)
         f_te = fit_classifier(xt[t_train], yt[t_train], num_classes, seed=seed * 4 + 3, **options)

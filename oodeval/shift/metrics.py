@@ -122,7 +122,7 @@ def shift_metrics(
             num_classes = max(int(labels_s.max()), int(labels_t.max()), 1) + 1
         except (TypeError, ValueError):
             num_classes = None  # the concept estimator reports the bad labels
-    options = dict(hypothesis=hypothesis, steps=steps, batch_size=batch_size, lr=lr)
+    options: dict[str, Any] = dict(hypothesis=hypothesis, steps=steps, batch_size=batch_size, lr=lr)
     rows = []
     for seed in seed_list:
         cpt = concept_shift(

@@ -27,7 +27,7 @@ the two sets never hold the same image.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -244,6 +244,7 @@ def _load_source_spec(spec: Spec) -> ShiftSet:
                 f"available: {listing(src.domain_names)}"
             )
         ids = [src.domain_names.index(d) for d in wanted]
+        assert src.domains is not None  # a source with domain names has domains
         rows = np.flatnonzero(np.isin(src.domains, ids))
         name = f"{base}:domain={'+'.join(wanted)}"
     return ShiftSet(
@@ -305,11 +306,11 @@ def _load_scenario_spec(spec: Spec, default_images: str) -> ShiftSet:
             str(scenario.params.get("source", source)),
             np.asarray(env.meta["indices"], dtype=np.int64),
         )
-    names = scenario.given_names if role == "given" else scenario.all_names
+    names = list(scenario.given_names if role == "given" else scenario.all_names)
     shown = listing(names, shown=5)
     where = {"given": "given environments of ", "eval": "evaluation environments of "}
     raise OodevalError(
-        f"SPEC {spec.text!r}: no environment {key}={wanted} in the {where.get(role, '')}"
+        f"SPEC {spec.text!r}: no environment {key}={wanted} in the {where.get(role or '', '')}"
         f"{scenario.name}; names look like {shown}"
     )
 
@@ -333,6 +334,10 @@ def _matching_name(names: list[str], key: str, wanted: str) -> str | None:
     return None
 
 
+@overload
+def _int_option(spec: Spec, key: str, default: int) -> int: ...
+@overload
+def _int_option(spec: Spec, key: str, default: None) -> int | None: ...
 def _int_option(spec: Spec, key: str, default: int | None) -> int | None:
     if key not in spec.params:
         return default

@@ -369,7 +369,7 @@ def _plan(read: Sequence[_Input], target: _Input | None) -> _Plan:
             if result_identity(other) != result_identity(chosen):
                 conflicts.append(f"unit {printable(key)} differs between {label} and {other_label}")
         existing = held.get(key)
-        if existing is None:
+        if existing is None or target is None:  # nothing held without a target
             plan.copy.append((label, chosen))
         elif existing.value("status") == "done":
             if chosen.value("status") == "done":

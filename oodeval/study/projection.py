@@ -65,11 +65,11 @@ class Estimate:
         lines.append(text_table(header, cells, right=[True, True, True, False]))
         if self.mix_factor != 1.0:
             n_min = int(self.per_n["n_given"].min())
-            sampled = sorted(set(self.samples.loc[self.samples["role"] == "sample", "algorithm"]))
+            timed = sorted(set(self.samples.loc[self.samples["role"] == "sample", "algorithm"]))
             lines.append(
                 safe_text(
                     f"every algorithm timed at N_given={n_min}: their mean unit costs "
-                    f"{self.mix_factor:.2f}x the sampled ({', '.join(sampled)}); every N is "
+                    f"{self.mix_factor:.2f}x the sampled ({', '.join(timed)}); every N is "
                     "scaled by it"
                 )
             )

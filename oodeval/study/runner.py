@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,7 +220,7 @@ class StudyInterrupted(KeyboardInterrupt):
 
 def _store_units(
     store: ResultStore,
-    stream: Iterator[tuple[UnitTask, UnitOutcome]],
+    stream: Generator[tuple[UnitTask, UnitOutcome], None, None],
     total: int,
     progress: bool,
     on_unit: Callable[[UnitRecord], None] | None,

@@ -20,7 +20,7 @@ import os
 import time
 import warnings
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,7 @@ class SyntheticScenario:
     all_names) and no data: the synthetic `run_unit` simulates errors from the names alone.
     """
 
-    def __init__(self, name: str, given: Sequence[float], all_values: Sequence[float], params):
+    def __init__(self, name: str, given: Sequence[float], all_values: Iterable[float], params):
         self.name = name
         self.params = dict(params)
         self.given_values = [float(v) for v in given]

@@ -9,6 +9,7 @@ parts), which never change the selection.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
@@ -40,7 +41,9 @@ class BestCheckpoints:
         if best is None:
             self.state[r] = {k: v.detach().clone() for k, v in state.items()}
         else:
-            masks = {}  # per device: the random streams' states stay on the CPU
+            masks: dict[
+                torch.device, torch.Tensor
+            ] = {}  # per device: the random streams' states stay on the CPU
             for k, v in state.items():
                 mask = masks.setdefault(v.device, improved.to(v.device))
                 best[k][mask] = v[mask]
@@ -68,7 +71,7 @@ def selected_models(
             )
             if checkpoint_selection == "training_domain":
                 selected[k], accuracy[k] = best.step[r][i], float(best.accuracy[r][i])
-    return models, selected, accuracy
+    return cast("list[Algorithm]", models), selected, accuracy  # every slot is filled above
 
 
 def accuracy_matrix(

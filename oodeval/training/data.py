@@ -40,9 +40,9 @@ class TrainingRun:
         """This run's share of a step's minibatches: shared (E, B, ...) for a single model, else
         per model (M, E, B, ...)."""
         if xb.device not in self._index:
-            index = self.envs[0] if len(self.models) == 1 else self.envs
-            whole = index.dim() == 1 and torch.equal(index, torch.arange(len(xb)))
-            self._index[xb.device] = None if whole else index.to(xb.device)
+            rows = self.envs[0] if len(self.models) == 1 else self.envs
+            whole = rows.dim() == 1 and torch.equal(rows, torch.arange(len(xb)))
+            self._index[xb.device] = None if whole else rows.to(xb.device)
         index = self._index[xb.device]
         if index is None:
             return xb, yb
@@ -90,8 +90,8 @@ def prepare_data(
     """Split each given environment (seeded holdout) and gather the parts as tensors on `device`
     (moved there once); check them."""
     parts = [env.split(options.holdout_fraction, seed) for env in given]
-    for env, (train, val) in zip(given, parts, strict=True):
-        if len(train) == 0 or (options.selection == "training_domain" and len(val) == 0):
+    for env, (train, held_out) in zip(given, parts, strict=True):
+        if len(train) == 0 or (options.selection == "training_domain" and len(held_out) == 0):
             raise OodevalError(
                 f"environment {env.name!r} ({len(env)} rows) leaves an empty training or "
                 f"validation part with holdout_fraction={options.holdout_fraction}; give it "
@@ -145,7 +145,7 @@ def on_device(images: np.ndarray, device: torch.device | str) -> torch.Tensor:
         return hit[1]
     tensor = torch.as_tensor(images, dtype=torch.float32).to(device)
     try:
-        ref = weakref.ref(images, lambda _ref, key=key: _ON_DEVICE.pop(key, None))
+        ref = weakref.ref(images, lambda _ref, key=key: _ON_DEVICE.pop(key, None))  # type: ignore[misc]  # mypy cannot type a lambda with a default
     except TypeError:  # not weak-referenceable (a subclass without slots): no caching
         return tensor
     _ON_DEVICE[key] = (ref, tensor)

@@ -8,6 +8,7 @@ its evaluation images (`Scenario.shared_evaluation`), else environment by enviro
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import torch
@@ -104,7 +105,14 @@ def _variant_predictor(
     with torch.inference_mode():
         parts = torch.stack(
             [
-                torch.cat([full.per_image(x[i : i + context]) for i in range(0, n, context)], 1)
+                torch.cat(
+                    # not None: `full` has a per-image part
+                    [
+                        cast(torch.Tensor, full.per_image(x[i : i + context]))
+                        for i in range(0, n, context)
+                    ],
+                    1,
+                )
                 for x in images
             ]
         )  # (V, M, n, ...)

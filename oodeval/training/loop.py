@@ -132,12 +132,13 @@ class DivergenceWatch:
 
     def record(self, r: int, loss: torch.Tensor, step: int) -> None:
         """Note run `r`'s per-model `loss` at `step` where no bad loss was noted yet."""
-        if self.step[r] is None:
-            self.step[r] = torch.zeros(loss.shape, dtype=torch.long, device=loss.device)
-            self.value[r] = torch.zeros_like(loss)
-        new = (self.step[r] == 0) & ~torch.isfinite(loss)
-        self.step[r] = torch.where(new, step, self.step[r])
-        self.value[r] = torch.where(new, loss, self.value[r])
+        steps, values = self.step[r], self.value[r]
+        if steps is None or values is None:  # run r's first record
+            steps = torch.zeros(loss.shape, dtype=torch.long, device=loss.device)
+            values = torch.zeros_like(loss)
+        new = (steps == 0) & ~torch.isfinite(loss)
+        self.step[r] = torch.where(new, step, steps)
+        self.value[r] = torch.where(new, loss, values)
 
     def check(self, runs: list[TrainingRun], algorithm: str, folds: list[str]) -> None:
         """Raise `TrainingDiverged` for the earliest bad loss noted (first run, first model)."""
@@ -151,7 +152,9 @@ class DivergenceWatch:
                     worst = (int(host[i]), r, i)
         if worst is not None:
             step, r, i = worst
-            value = float(self.value[r][i])
+            values = self.value[r]
+            assert values is not None  # noted with run r's steps
+            value = float(values[i])
             raise TrainingDiverged(algorithm, folds[runs[r].models[i]], step, value)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import typer
@@ -276,7 +277,8 @@ def _run(
     from oodeval.study.analysis.leaderboard import study_leaderboard
     from oodeval.study.identity import distinct_stores, file_identity
 
-    frames, rankings, stores = {}, {}, []
+    frames: dict[str, Any] = {}
+    rankings, stores = {}, []
     for directory, kind in kinds.items():
         if kind == "study":
             label, frame, units = _study_frame(directory, names)
@@ -307,9 +309,9 @@ def _run(
             {"study": t, "sentence": leaderboard_sentence(b.to_dict("list"))}
             for t, b in boards.items()
         ]
-        notes = [{"study": t, "note": NO_IDEAL_NOTE} for t in rankings]
+        no_ideal = [{"study": t, "note": NO_IDEAL_NOTE} for t in rankings]
         payload = {"leaderboard": frame_records(board), "rankings": frame_records(ranks)}
-        text = to_json({**payload, "sentences": sentences, "notes": notes})
+        text = to_json({**payload, "sentences": sentences, "notes": no_ideal})
     else:
         text = _text(boards, rankings, names, fmt.value, bootstrap)
     echo_output(text, output)

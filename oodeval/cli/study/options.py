@@ -4,7 +4,7 @@ or a preset, with the trainer overrides of the command line) and those options."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
@@ -59,7 +59,8 @@ def study_config(
         raise OodevalError(
             "give exactly one of CONFIG.toml or --preset NAME (quick, paper-cpu, paper)"
         )
-    chosen = preset(preset_name) if preset_name is not None else load_config(config)
+    # exactly one is given: without a preset name, the config path
+    chosen = preset(preset_name) if preset_name is not None else load_config(cast(Path, config))
     trainer = dict(chosen.trainer)
     if precision is not None:
         if precision not in PRECISIONS:

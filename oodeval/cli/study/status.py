@@ -80,6 +80,7 @@ def status_notes(study: Study, directory: Path) -> list[str]:
     for unit in failed.itertuples(index=False):
         lines.append(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
     health = study.health
+    assert health is not None  # a study loaded from its store has the store's health
     lines += [f"damaged: {key}: {reason}" for key, reason in health.damaged.items()]
     for key, reason in health.history_damage.items():
         lines.append(f"damaged: config history {key}: {reason} (`study run` sets it aside)")

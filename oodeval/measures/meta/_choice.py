@@ -58,7 +58,7 @@ class Choice(NamedTuple):
     """The algorithm a measure selects (argmin) and every algorithm tied with it."""
 
     name: str
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, by design
     tied: tuple[str, ...]
     """All algorithms whose score equals the minimum after rounding to TIE_DECIMALS, sorted by
     name (so ``len(tied) > 1`` means the choice was a tie broken by name)."""

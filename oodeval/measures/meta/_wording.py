@@ -118,7 +118,11 @@ def correlation_verdicts(
     check_seed(bootstrap_seed, "bootstrap_seed")
     check_count(min_algorithms, "min_algorithms", minimum=2, what="a rank correlation needs two")
     cols = {k: column_array(units, k) for k in dict.fromkeys((*UNIT_KEYS, "ideal", *names))}
-    options = {"n_resamples": n_resamples, "confidence": confidence, "seed": bootstrap_seed}
+    options: dict[str, Any] = {
+        "n_resamples": n_resamples,
+        "confidence": confidence,
+        "seed": bootstrap_seed,
+    }
     records = []
     for rows in row_groups(cols["scenario"]):
         seeds, matrices = _seed_by_algorithm(cols, rows, ["ideal", *names])
@@ -130,7 +134,7 @@ def correlation_verdicts(
             "n_seeds_left_out": int((~used).sum()),
             "n_algorithms": int(counts[used].min()) if used.any() else int(counts.max()),
         }
-        nan_ci = {"first": np.nan, "second": np.nan, "difference": np.nan}
+        nan_ci: dict[str, Any] = {"first": np.nan, "second": np.nan, "difference": np.nan}
         nan_ci.update({f"{k}_ci": (np.nan, np.nan) for k in ("first", "second", "difference")})
         reason = _undefined_reason(matrices, used, names, min_algorithms)
         out = nan_ci | {"n_valid": 0}
@@ -430,7 +434,11 @@ def answer_parts(
     for rows in row_groups(table["scenario"]):
         scenario = python_value(table["scenario"][rows[0]])
         n_seeds = len(np.unique(group_codes(table["seed"][rows])))
-        mine = np.flatnonzero(picked["scenario"] == scenario) if len(picked["scenario"]) else []
+        mine = (
+            np.flatnonzero(picked["scenario"] == scenario)
+            if len(picked["scenario"])
+            else np.empty(0, dtype=np.intp)
+        )
         label = str(scenario)
         algorithms = list(dict.fromkeys(str(a) for a in table["algorithm"][rows]))
         if len(algorithms) == 1:

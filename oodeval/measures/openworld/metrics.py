@@ -22,7 +22,7 @@ in `oodeval.measures.openworld.outputs`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -131,6 +131,24 @@ def auroc(base_scores: Any, new_scores: Any, *, tie: float = 0.5) -> float:
     return pair_fraction(greater, equal, tie, base.size * new.size)
 
 
+@overload
+def openworld_curve(
+    base_scores: Any,
+    new_scores: Any,
+    base_correct: Any,
+    new_correct: Any,
+    *,
+    return_thresholds: Literal[False] = ...,
+) -> tuple[np.ndarray, np.ndarray]: ...
+@overload
+def openworld_curve(
+    base_scores: Any,
+    new_scores: Any,
+    base_correct: Any,
+    new_correct: Any,
+    *,
+    return_thresholds: Literal[True],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 def openworld_curve(
     base_scores: Any,
     new_scores: Any,

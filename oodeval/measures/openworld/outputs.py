@@ -230,6 +230,7 @@ def _from_outputs(
         g = _predictions(base_predictions, "base_predictions", n, is_base, base_ids, base=True)
     if new_predictions is not None:
         h = _new_predictions(new_predictions, n, is_base, base_ids, n_columns)
+    assert scores is not None  # given, or computed from the outputs (checked above)
     samples = ScoredSamples(
         base_scores=scores[is_base],
         new_scores=scores[~is_base],

@@ -476,7 +476,7 @@ def _scale(value: object) -> object:
     if isinstance(value, bool) or value is None:
         return pd.NA
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)  # type: ignore[call-overload]  # any value; a bad one is caught below
     except (TypeError, ValueError):
         return pd.NA
 

@@ -19,6 +19,8 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from oodeval.measures import meta
@@ -107,7 +109,7 @@ def table5_vs_paper(table5: pd.DataFrame) -> pd.DataFrame:
             kept = kept[kept["ratio"] == ratio]
         if kept.empty:
             continue
-        row = {"dataset": dataset, "family": family, "aggregation": label}
+        row: dict[str, Any] = {"dataset": dataset, "family": family, "aggregation": label}
         row["n_scenarios"] = int(len(kept))
         row.update(_table5_values(dataset, {c: float(kept[c].mean()) for c in _value_columns()}))
         records.append(row)

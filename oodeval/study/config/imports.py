@@ -121,7 +121,7 @@ def import_module_or_file(entry: str) -> ModuleType:
                 f"{path.name} would be imported as {name!r}, the name of the module {where or ''}"
                 " already imported; rename the file"
             )
-        if Path(where) == path and _LOADED_FILES.get(path) == digest:
+        if where is not None and Path(where) == path and _LOADED_FILES.get(path) == digest:
             return loaded
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

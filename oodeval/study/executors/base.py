@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -27,8 +27,9 @@ if TYPE_CHECKING:  # executors import the study stack when they run, not when th
     from oodeval.study.config import StudyConfig
     from oodeval.study.worker import UnitOutcome, UnitTask, WorkerSettings
 
-#: What an executor yields: each finished unit's task and outcome.
-UnitStream = Iterator[tuple["UnitTask", "UnitOutcome"]]
+#: What an executor yields: each finished unit's task and outcome (a generator: the driver may
+#: close it).
+UnitStream = Generator[tuple["UnitTask", "UnitOutcome"], None, None]
 
 
 @dataclass(frozen=True)

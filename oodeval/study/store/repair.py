@@ -86,21 +86,21 @@ def set_damaged_aside(db: StoreFile, earlier: int) -> SetAside:
     contents = read_contents(db)
     if contents.health.problems:
         raise StoreDamagedError(f"{db.path}: {contents.health.problems[0]}; {RESTORE_HINT}")
-    damaged = [u for u in contents.units if u.damage is not None]
+    damaged = [(u, u.damage) for u in contents.units if u.damage is not None]
     with db.guard("moving damaged units aside"):
         history, bad_rows = read_history(db)
         stray = _stray_rows(db, {u.key for u in contents.units})
         if not damaged and not stray and not bad_rows:
             return SetAside(history_rows=earlier)
         with db.transaction():
-            for unit in damaged:
-                quarantine(db, unit.key, unit.damage, unit.as_json(db.unit_columns()))
+            for unit, damage in damaged:
+                quarantine(db, unit.key, damage, unit.as_json(db.unit_columns()))
                 delete_unit(db, unit.key, unit.rowid)
             for key, data in stray.items():
                 quarantine(db, key, "rows of no stored unit", data)
                 delete_unit(db, key)
             set_history_aside(db, bad_rows, history, contents.config)
-    units = {printable(u.key): u.damage for u in damaged}
+    units = {printable(u.key): damage for u, damage in damaged}
     return SetAside(units, len(stray), history_rows=earlier + len(bad_rows))
 
 

@@ -141,7 +141,7 @@ def write_unit(db: StoreFile, record: UnitRecord, rows: Iterable[Sequence[Any]])
         (str(f), int(s), float(v) + 0.0, float(t) + 0.0, float(o) + 0.0)
         for f, s, v, t, o in record.checkpoints
     ]
-    _refuse_duplicates(record.key, [r[:2] for r in rows], "(fold, environment)")
+    _refuse_duplicates(record.key, [tuple(r[:2]) for r in rows], "(fold, environment)")
     _refuse_duplicates(record.key, [c[:2] for c in checkpoints], "(fold, step)")
     key = record.key
     with db.guard(f"recording unit {key}"), db.transaction():
