@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from oodeval.study.read_model import load_study
 from oodeval.study.store import (
     SCHEMA_SQL,
     UNIT_COLUMNS,
     ResultStore,
     UnitRecord,
+    load_study,
     unit_values,
     verify_store,
 )

@@ -20,8 +20,7 @@ from oodeval.study.analysis import (
     unit_measures,
     write_analysis,
 )
-from oodeval.study.read_model import load_study
-from oodeval.study.store import ResultStore, UnitRecord
+from oodeval.study.store import ResultStore, UnitRecord, load_study
 from oodeval.tables import render_frame
 
 ALGOS = ["A", "B", "C", "ERM"]

@@ -24,13 +24,13 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.study import load_study
 from oodeval.study.config import scenario_key
-from oodeval.study.integrity import unit_checksum
 from oodeval.study.store import (
     INTEGRITY_COLUMNS,
     STORE_NAME,
     UNIT_COLUMNS,
     ResultStore,
     UnitRecord,
+    unit_checksum,
     verify_store,
 )
 from tests.helpers.interrupts import STOPS, Stop, default_ctrl_c

@@ -19,8 +19,6 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.study.integrity import unit_checksum
-from oodeval.study.read_model import load_study
 from oodeval.study.store import (
     UNIT_COLUMNS,
     ResultStore,
@@ -28,6 +26,8 @@ from oodeval.study.store import (
     StoreDamagedError,
     StoreIntegrityWarning,
     UnitRecord,
+    load_study,
+    unit_checksum,
     unit_key,
     verify_store,
 )

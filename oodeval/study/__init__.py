@@ -28,8 +28,8 @@ _LAZY = {
     "StudyInterrupted": "oodeval.study.runner",
     "run_study": "oodeval.study.runner",
     "ResultStore": "oodeval.study.store",
-    "Study": "oodeval.study.read_model",
-    "load_study": "oodeval.study.read_model",
+    "Study": "oodeval.study.store",
+    "load_study": "oodeval.study.store",
     "unit_key": "oodeval.study.store",
 }
 

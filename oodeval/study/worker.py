@@ -344,7 +344,7 @@ def import_versions(config: StudyConfig) -> dict[str, str]:
     imported it: a ``.py`` file (name: its stem), or a module's file (a package: its folder).
 
     Stored in every unit's ``versions``, so units of one algorithm computed with different code
-    of a user's module are flagged by the analyses (`oodeval.study.read_model.Study.code_notes`).
+    of a user's module are flagged by the analyses (`oodeval.study.store.Study.code_notes`).
     """
     out = {}
     for entry in config.imports:

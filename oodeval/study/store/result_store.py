@@ -22,7 +22,7 @@ import pandas as pd
 from oodeval._files import make_folder, refuse_links
 from oodeval.errors import OodevalError
 from oodeval.study.config import ConfigChanges
-from oodeval.study.lock import LOCK_NAME, StudyLock
+from oodeval.study.store._lock import LOCK_NAME, StudyLock
 from oodeval.study.store.database import StoreFile, create_store, writer_files
 from oodeval.study.store.history import (
     append_config,
@@ -214,7 +214,7 @@ class ResultStore(StoreFile):
         """The ``checkpoints`` table of ``done`` units (verified) joined with their scenario,
         algorithm, seed and hparams (JSON text), sorted by (unit_key, fold, step); empty when
         the store has none (or predates the table). Of the current config's units only:
-        `oodeval.study.read_model.current_checkpoints`."""
+        `oodeval.study.store.current_checkpoints`."""
         return self.verified_contents().checkpoints_frame()
 
     # -- repairs (writer) -------------------------------------------------------------------

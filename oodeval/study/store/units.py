@@ -2,7 +2,7 @@
 checked), and writing one unit, its rows, checkpoints and checksum in one transaction.
 
 A unit's ``units`` row, its ``results`` rows, its ``checkpoints`` rows and its integrity
-record (`oodeval.study.integrity.unit_checksum`) are written together or not at all
+record (`oodeval.study.store.unit_checksum`) are written together or not at all
 (`write_unit`, `copy_unit`); a ``done`` unit is never rewritten. `read_contents` reads every
 unit, says per unit whether it verifies, and sums it up in a health verdict. Everything here
 works on a `oodeval.study.store.database.StoreFile`;
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from oodeval.errors import OodevalError
-from oodeval.study.integrity import StoreHealth, printable, unit_checksum, unit_damage
+from oodeval.study.store._integrity import StoreHealth, printable, unit_checksum, unit_damage
 from oodeval.study.store.database import StoreFile, key_match, or_default
 from oodeval.study.store.history import read_config, read_history
 from oodeval.study.store.records import (

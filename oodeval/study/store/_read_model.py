@@ -19,15 +19,15 @@ import pandas as pd
 
 from oodeval.errors import OodevalError, option
 from oodeval.study.config import IMPORT_VERSION_PREFIX, scenario_key
-from oodeval.study.integrity import NAMED_IN_LINE, StoreHealth, printable
-from oodeval.study.store import (
-    UNIT_COLUMNS,
+from oodeval.study.store._integrity import NAMED_IN_LINE, StoreHealth, printable
+from oodeval.study.store.records import (
     ConfigRecord,
-    ResultStore,
     StoreContents,
     StoreDamagedError,
     unit_key,
 )
+from oodeval.study.store.result_store import ResultStore
+from oodeval.study.store.schema import UNIT_COLUMNS
 
 
 @dataclass(frozen=True)
