@@ -359,8 +359,9 @@ def large_store(
                         scenario, "synthetic", {"scale": spec["scale"]}, algorithm, seed,
                         {"lr": 0.001}, 5, "mlp", "done",
                         checkpoints=[("e=1", step, 0.5, 0.6, 0.7) for step in (1, 2)],
+                        rows=rows,
                     )  # fmt: skip
-                    store.record_unit(record, rows)
+                    store.record_unit(record)
 
 
 @pytest.fixture(scope="module")

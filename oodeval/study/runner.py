@@ -38,7 +38,7 @@ from oodeval.study.config import (
 )
 from oodeval.study.executors import Executor, make_executor
 from oodeval.study.store import ResultStore, UnitRecord, unit_key
-from oodeval.study.worker import UnitOutcome, UnitTask
+from oodeval.study.worker import UnitTask
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class StudyInterrupted(KeyboardInterrupt):
 
 def _store_units(
     store: ResultStore,
-    stream: Iterator[tuple[UnitTask, UnitOutcome]],
+    stream: Iterator[UnitRecord],
     total: int,
     progress: bool,
     on_unit: Callable[[UnitRecord], None] | None,
@@ -233,15 +233,14 @@ def _store_units(
     done = failed = 0
     warned: set[str] = set()
     with progress_bar(total, enabled=progress) as bar, contextlib.closing(stream):
-        for task, outcome in stream:
-            record = _record(task, outcome)
-            store.record_unit(record, outcome.rows)
+        for record in stream:
+            store.record_unit(record)
             done += record.status == "done"
             failed += record.status == "failed"
-            unit = f"{task.scenario} {task.algorithm} seed {task.seed}"
+            unit = f"{record.scenario} {record.algorithm} seed {record.seed}"
             if record.status == "failed":
                 bar.write(safe_text(f"failed: {unit}: {record.failure}"), file=sys.stderr)
-            for message in outcome.warnings:
+            for message in record.warnings:
                 if message not in warned:
                     warned.add(message)
                     bar.write(
@@ -271,23 +270,3 @@ def progress_bar(total: int, *, enabled: bool, desc: str = "study") -> Any:
 
 def _key(task: UnitTask) -> str:
     return unit_key(task.scenario, task.algorithm, task.seed)
-
-
-def _record(task: UnitTask, outcome: UnitOutcome) -> UnitRecord:
-    return UnitRecord(
-        scenario=task.scenario,
-        family=task.family,
-        params=task.params,
-        algorithm=task.algorithm,
-        seed=task.seed,
-        hparams=outcome.hparams,
-        steps=task.steps,
-        model=task.model,
-        status=outcome.status,
-        failure=outcome.failure,
-        timings=outcome.timings,
-        versions=outcome.versions,
-        started=outcome.started,
-        finished=outcome.finished,
-        checkpoints=tuple(tuple(c) for c in outcome.checkpoints),
-    )

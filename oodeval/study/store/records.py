@@ -47,7 +47,14 @@ def unit_key(scenario: str, algorithm: str, seed: int) -> str:
 
 @dataclass(frozen=True)
 class UnitRecord:
-    """Everything the ``units`` table keeps about one unit (JSON fields as Python objects)."""
+    """One unit as a worker reports it and the store writes it (`ResultStore.record_unit`): its
+    ``units`` row (JSON fields as Python objects), its result rows and its checkpoints.
+
+    A worker returns one (`oodeval.study.worker.run_task`): ``done`` with its `rows`, or
+    ``failed`` with the reason; the driver writes it as it is. `warnings` are the distinct
+    warnings the unit raised (``"Category: message"``), which the driver prints once per run;
+    they are not stored.
+    """
 
     scenario: str
     family: str
@@ -66,6 +73,10 @@ class UnitRecord:
     #: (fold, step, train_val_acc, test_acc, oracle_val_acc) per checkpoint of each LOO model;
     #: written to the ``checkpoints`` table with the unit, not a column of ``units``
     checkpoints: Sequence[Sequence[Any]] = field(default=(), repr=False, compare=False)
+    #: (fold, environment, error, count) of each evaluated environment: the ``results`` rows
+    rows: Sequence[Sequence[Any]] = field(default=(), repr=False, compare=False)
+    #: what the unit warned about, for the driver to print (not stored)
+    warnings: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def key(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -154,16 +154,17 @@ class ResultStore(StoreFile):
         with self.guard("reading unit statuses"):
             return dict(self.execute("SELECT unit_key, status FROM units").fetchall())
 
-    def record_unit(self, record: UnitRecord, rows: Iterable[Sequence[Any]] = ()) -> None:
-        """Write a unit's status, its result rows (fold, environment, error, count), its
-        checkpoint records (``record.checkpoints``) and its checksum atomically.
+    def record_unit(self, record: UnitRecord) -> None:
+        """Write a unit as it is: its status, its result rows (``record.rows``: fold,
+        environment, error, count), its checkpoint records (``record.checkpoints``) and its
+        checksum, atomically.
 
         A unit already ``done`` is never rewritten (its rows stay as they are); a ``failed`` unit
         is replaced, with its attempt count increased. Two rows with the same (fold, environment)
         or (fold, step) are refused (OodevalError) and nothing of the unit is written.
         """
         self.require_writable()
-        write_unit(self, record, rows)
+        write_unit(self, record)
 
     def adopt_unit(self, unit: StoredUnit) -> bool:
         """Copy a verified unit read from another store, its rows exactly as stored (checksum,

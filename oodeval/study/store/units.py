@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from oodeval.errors import OodevalError
@@ -128,7 +128,7 @@ def _read_unit(db: StoreFile, row: tuple, *, legacy: bool) -> StoredUnit:
     return unit
 
 
-def write_unit(db: StoreFile, record: UnitRecord, rows: Iterable[Sequence[Any]]) -> None:
+def write_unit(db: StoreFile, record: UnitRecord) -> None:
     """Write a unit's ``units`` row, result rows, checkpoints and checksum in one transaction.
 
     A unit already ``done`` is left as it is; a ``failed`` one is replaced, its attempt count
@@ -136,7 +136,7 @@ def write_unit(db: StoreFile, record: UnitRecord, rows: Iterable[Sequence[Any]])
     (OodevalError) and nothing of the unit is written.
     """
     # +0.0 stores -0.0 as 0.0, which is what SQLite returns for it (the checksum is exact)
-    rows = [(str(f), str(e), float(err) + 0.0, int(c)) for f, e, err, c in rows]
+    rows = [(str(f), str(e), float(err) + 0.0, int(c)) for f, e, err, c in record.rows]
     checkpoints = [
         (str(f), int(s), float(v) + 0.0, float(t) + 0.0, float(o) + 0.0)
         for f, s, v, t, o in record.checkpoints
