@@ -81,6 +81,7 @@ from oodeval.pool import WorkerPool
 from oodeval.study.config import (
     DEFAULT_BACKEND,
     StudyConfig,
+    ValidatedConfig,
     build,
     import_backend,
     validate_config,
@@ -232,7 +233,7 @@ def estimate_study(
     if device != "cpu":
         workers = len(local_devices(device, None, gpu_count(device)))
     validated = validate_config(config, import_backend(config))
-    n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    n_by_scenario = validated.n_given()
     sample, mix = _sample_configs(config, n_by_scenario, algorithms, steps_fraction)
     if progress:  # what is timed, before the minutes it takes (after every check of the input)
         line = sampling_line(
@@ -241,7 +242,7 @@ def estimate_study(
         print(safe_text(line), file=sys.stderr)  # algorithm names are the user's
     pool = None if device != "cpu" else workers
     units, wall = _sampled_units(sample, mix, directory, workers=pool, progress=progress)
-    name_to_n = {name: len(given) for _spec, name, given, _params in validated["scenarios"]}
+    name_to_n = {built.name: len(built.given) for built in validated.scenarios}
     samples = _sample_times(units, name_to_n, steps_fraction)
     mix_factor = _mix_factor(samples, int(min(n_by_scenario)))
     per_n = _per_n(samples, n_by_scenario, len(config.algorithms) * len(config.seeds), mix_factor)
@@ -460,7 +461,7 @@ def estimate_steps(
     workers = int(workers or os.cpu_count() or 1)
     backend = import_backend(config)
     validated = validate_config(config, backend)
-    n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    n_by_scenario = validated.n_given()
     distinct = sorted(set(n_by_scenario))
     sampled = sorted({distinct[0], distinct[len(distinct) // 2]})
     steps = min(sample_steps, config.steps)
@@ -490,14 +491,14 @@ def estimate_steps(
 
 
 def _row_counts(
-    backend: Any, config: StudyConfig, validated: dict[str, Any]
+    backend: Any, config: StudyConfig, validated: ValidatedConfig
 ) -> list[dict[bool, tuple[float, float]]]:
     """Each scenario's predicted rows (`_rows`) for algorithms that do not and that do depend on
     the batch; the scenarios are built one at a time, so memory stays bounded."""
     holdout = float(config.trainer.get("holdout_fraction", 0.2))
     counts = []
-    for spec, *_ in validated["scenarios"]:
-        scenario = build(backend, config, spec)
+    for built in validated.scenarios:
+        scenario = build(backend, config, built.spec)
         counts.append({d: _rows(scenario, holdout, d) for d in (False, True)})
         del scenario
     return counts
@@ -505,7 +506,7 @@ def _row_counts(
 
 def _sample_rows(
     config: StudyConfig,
-    validated: dict[str, Any],
+    validated: ValidatedConfig,
     sampled: list[int],
     steps: int,
     device: str,
@@ -513,7 +514,7 @@ def _sample_rows(
 ) -> list[dict[str, Any]]:
     """The timed rows of every algorithm at the smallest sampled N and of ERM at the others,
     timed one after another in one worker process set up for `config` on `device`."""
-    n_by_scenario = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    n_by_scenario = validated.n_given()
     seed = config.seeds[0]
     threads = 1 if device == "cpu" else os.cpu_count() or 1
     settings = WorkerSettings(threads=threads, device=device)
@@ -521,13 +522,13 @@ def _sample_rows(
     with WorkerPool(1, initializer=setup_worker, initargs=(config.to_json(), settings)) as pool:
 
         def timed(index: int, algorithm: str, steps: int, evaluate: bool) -> dict[str, Any]:
-            hparams = validated["hparams"].get((algorithm, seed))
+            hparams = validated.hparams.get((algorithm, seed))
             job = (index, algorithm, seed, hparams, steps, evaluate)
             return pool.submit(sample_timings, *job).result()
 
         for n in sampled:
             index = n_by_scenario.index(n)
-            name = validated["scenarios"][index][1]
+            name = validated.scenarios[index].name
             # one untimed step first: the kernels' one-time set-up for these shapes is not a step
             timed(index, REFERENCE, 1, False)
             names = list(dict.fromkeys([REFERENCE, *config.algorithms])) if n == sampled[0] else []

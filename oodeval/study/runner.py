@@ -30,6 +30,7 @@ from oodeval.study.config import (
     ConfigChanges,
     ScenarioSpec,
     StudyConfig,
+    ValidatedConfig,
     build,
     data_note,
     import_backend,
@@ -58,25 +59,25 @@ class RunSummary:
     data_note: str | None = None
 
 
-def plan_units(config: StudyConfig, validated: dict[str, Any] | None = None) -> list[UnitTask]:
+def plan_units(config: StudyConfig, validated: ValidatedConfig | None = None) -> list[UnitTask]:
     """All units of `config`, scenario-major (so workers reuse a built scenario), then seed.
 
     `validated` is `validate_config`'s answer; it is computed when not given.
     """
     validated = validate_config(config) if validated is None else validated
     tasks = []
-    for index, (spec, name, _given, params) in enumerate(validated["scenarios"]):
+    for index, built in enumerate(validated.scenarios):
         for seed in config.seeds:
             for algorithm in config.algorithms:
                 tasks.append(
                     UnitTask(
                         scenario_index=index,
-                        scenario=name,
-                        family=spec.family,
-                        params=dict(params),
+                        scenario=built.name,
+                        family=built.spec.family,
+                        params=dict(built.params),
                         algorithm=algorithm,
                         seed=seed,
-                        hparams=validated["hparams"][(algorithm, seed)],
+                        hparams=validated.hparams[(algorithm, seed)],
                         steps=config.steps,
                         model=config.model,
                     )
@@ -144,7 +145,7 @@ def run_study(
     backend = import_backend(config)
     validated = validate_config(config, backend, device_here=not elsewhere)
     tasks = plan_units(config, validated)
-    names = {scenario_key(spec): name for spec, name, _given, _params in validated["scenarios"]}
+    names = {scenario_key(built.spec): built.name for built in validated.scenarios}
     refuse_links(*units_executor.folders_in(Path(directory)))  # the store checks its own files
     with ResultStore(directory, create=True) as store:  # the writer: holds DIR/study.lock
         names.update(_stored_scenario_names(store, config, backend, names))
