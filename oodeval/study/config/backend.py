@@ -28,6 +28,7 @@ import ast
 import dataclasses
 import importlib
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
@@ -308,6 +309,21 @@ class ValidatedConfig:
     def n_given(self) -> list[int]:
         """The number of given environments of each scenario, in order."""
         return [len(s.given) for s in self.scenarios]
+
+    def __getitem__(self, key: str) -> Any:
+        """The dict `validate_config` returned before (``["scenarios"]``: (spec, name, given,
+        params) tuples; ``["hparams"]``), with a FutureWarning: read the attributes instead."""
+        warnings.warn(
+            f"validate_config(...)[{key!r}] is deprecated; validate_config returns a "
+            f"ValidatedConfig: read .{key}",
+            FutureWarning,
+            stacklevel=2,
+        )
+        if key == "scenarios":
+            return [(s.spec, s.name, list(s.given), dict(s.params)) for s in self.scenarios]
+        if key == "hparams":
+            return dict(self.hparams)
+        raise KeyError(key)
 
 
 def validate_config(

@@ -11,9 +11,10 @@ The work is done by the modules beside it: `history` (configs), `units` (unit ro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,16 +155,24 @@ class ResultStore(StoreFile):
         with self.guard("reading unit statuses"):
             return dict(self.execute("SELECT unit_key, status FROM units").fetchall())
 
-    def record_unit(self, record: UnitRecord) -> None:
+    def record_unit(self, record: UnitRecord, rows: Iterable[Sequence[Any]] | None = None) -> None:
         """Write a unit as it is: its status, its result rows (``record.rows``: fold,
         environment, error, count), its checkpoint records (``record.checkpoints``) and its
-        checksum, atomically.
+        checksum, atomically. Passing the rows apart (`rows`) is deprecated (FutureWarning).
 
         A unit already ``done`` is never rewritten (its rows stay as they are); a ``failed`` unit
         is replaced, with its attempt count increased. Two rows with the same (fold, environment)
         or (fold, step) are refused (OodevalError) and nothing of the unit is written.
         """
         self.require_writable()
+        if rows is not None:
+            warnings.warn(
+                "record_unit(record, rows) is deprecated; put the rows in the record: "
+                "UnitRecord(..., rows=rows)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            record = dataclasses.replace(record, rows=list(rows))
         write_unit(self, record)
 
     def adopt_unit(self, unit: StoredUnit) -> bool:
