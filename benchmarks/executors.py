@@ -108,8 +108,9 @@ def store_write_seconds(directory: Path, units: int = 504, rows: int = 125) -> f
             record = UnitRecord(
                 scenario=f"s{i // 42}", family="synthetic", params={}, algorithm=f"A{i % 14}",
                 seed=i % 3, hparams={"lr": 1e-3}, steps=1, model="mlp", status="done",
+                rows=[("all", f"e={k}", 0.25, 200) for k in range(rows)],
             )  # fmt: skip
-            store.record_unit(record, [("all", f"e={k}", 0.25, 200) for k in range(rows)])
+            store.record_unit(record)
         return (time.perf_counter() - start) / units
 
 

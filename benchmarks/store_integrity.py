@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from oodeval.study.read_model import load_study
 from oodeval.study.store import (
     SCHEMA_SQL,
     UNIT_COLUMNS,
     ResultStore,
     UnitRecord,
+    load_study,
     unit_values,
     verify_store,
 )
@@ -56,7 +56,7 @@ def unit(i: int, checkpoints: int) -> tuple[UnitRecord, list[tuple]]:
     record = UnitRecord(
         scenario=f"s{i // 42}", family="synthetic", params={"scale": 1}, algorithm=f"A{i % 14}",
         seed=i % 3, hparams={"lr": 1e-3}, steps=5000, model="mlp", status="done",
-        timings={"wall": 1.0}, versions={"oodeval": "0"}, checkpoints=ckpts,
+        timings={"wall": 1.0}, versions={"oodeval": "0"}, checkpoints=ckpts, rows=rows,
     )  # fmt: skip
     return record, rows
 
@@ -65,8 +65,8 @@ def write_verified(directory: Path, units: list) -> float:
     with ResultStore(directory, create=True) as store:
         store.bind_config({"name": "bench", "algorithms": [], "seeds": [], "scenarios": []})
         start = time.perf_counter()
-        for record, rows in units:
-            store.record_unit(record, rows)
+        for record, _rows in units:
+            store.record_unit(record)
         return time.perf_counter() - start
 
 

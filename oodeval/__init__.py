@@ -38,7 +38,7 @@ _LAZY = {
     "score": "oodeval.results.scoring",
     "Scores": "oodeval.results.scoring",
     "read_domainbed": "oodeval.results.domainbed",
-    "load_study": "oodeval.study.read_model",
+    "load_study": "oodeval.study.store",
     "analyze": "oodeval.study.analysis",
     "register_measure": "oodeval.measures.registry",
     "get_measure": "oodeval.measures.registry",
@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools; never run
     from oodeval.results.domainbed import read_domainbed
     from oodeval.results.scoring import Scores, score
     from oodeval.study.analysis import analyze
-    from oodeval.study.read_model import load_study
+    from oodeval.study.store import load_study
 
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY, __all__, _SUBMODULES)

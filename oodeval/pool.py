@@ -3,7 +3,7 @@
 `WorkerPool` is the one place oodeval starts worker processes, and `oodeval.study.worker` the
 one runner of units in them: a study's local executor (`oodeval.study.executors.LocalExecutor`),
 `oodeval.study.worker.run_units` on a `worker_pool` and a step-timing estimate
-(`oodeval.study.estimate_steps`) all train units through it. Every worker
+(`oodeval.study.estimate.estimate_steps`) all train units through it. Every worker
 
 - runs ``threads`` BLAS/OpenMP/torch threads (one by default), so one worker per core keeps every
   core busy without oversubscription (`set_threads`);

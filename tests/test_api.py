@@ -49,7 +49,7 @@ def test_public_names_resolve_lazily_to_the_one_implementation():
     from oodeval.results.domainbed import read_domainbed
     from oodeval.results.scoring import Scores, score
     from oodeval.study.analysis import analyze
-    from oodeval.study.read_model import load_study
+    from oodeval.study.store import load_study
 
     assert sorted(oodeval.__all__) == sorted(PUBLIC) == dir(oodeval)
     assert oodeval.score is score and oodeval.Scores is Scores

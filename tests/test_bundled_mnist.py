@@ -129,7 +129,7 @@ def test_digits_only_when_asked(bare_install):
     assert config.source == "digits" and config.source_identity["kind"] == "digits"
     scenario = build_scenario("sr-cmnist", source="digits", ratio="3:1", scale=1)
     assert scenario.input_shape == (2, 8, 8) and data_note(config) is None
-    assert len(validate_config(config)["scenarios"]) == 1
+    assert len(validate_config(config).scenarios) == 1
 
 
 # -- the presets on a bare install -----------------------------------------------------------------
@@ -138,8 +138,8 @@ def test_every_preset_builds_from_the_bundled_set_on_a_bare_install(name, bare_i
     config = prepare_config(preset(name))
     assert config.source == f"mnist:{PACKAGE_DIR}"
     validated = validate_config(config)  # was: "source digits has too few images" for quick
-    assert len(validated["scenarios"]) == len(config.scenarios)
-    assert all(params["source"] == config.source for *_rest, params in validated["scenarios"])
+    assert len(validated.scenarios) == len(config.scenarios)
+    assert all(built.params["source"] == config.source for built in validated.scenarios)
     assert data_note(config) is not None and data_note(config).startswith(NOTE)
 
 

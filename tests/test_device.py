@@ -351,8 +351,7 @@ def predicted_rows(scenario) -> tuple[float, int, int]:
 
 
 def test_estimate_extrapolates_a_few_steps_per_algorithm():
-    from oodeval.study.estimate import estimate_study
-    from oodeval.study.projection import unit_checkpoints
+    from oodeval.study.estimate import estimate_study, unit_checkpoints
 
     config = small_trainer_config()
     assert unit_checkpoints(config) == 6  # steps 50, 100, ..., 300

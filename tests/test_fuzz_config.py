@@ -48,7 +48,7 @@ def test_valid_configs_load_as_written(config, data) -> None:
     for key, value in config.get("trainer", {}).items():
         assert loaded.trainer.get(key, value) == value, key  # a default value is not stored
     assert config_from_dict(loaded.to_dict()) == loaded
-    built = validate_config(loaded)["scenarios"]
+    built = validate_config(loaded).scenarios
     assert len(built) == len(config["scenarios"])
 
 

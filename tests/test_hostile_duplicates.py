@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from oodeval._json import MAX_DEPTH, load_json
 from oodeval.errors import OodevalError
-from oodeval.study.lock import LOCK_NAME, read_holder
+from oodeval.study.store import LOCK_NAME, read_holder
 from tests.helpers.cli import assert_refused, invoke
 from tests.helpers.fuzz import fuzz_settings, lookalikes, names
 

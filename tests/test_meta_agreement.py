@@ -68,10 +68,11 @@ def both(tmp_path_factory):
         for (algorithm, seed), (loo, full) in data.items():
             stored = [(e, e, float(v), 100) for e, v in zip(GIVEN, loo, strict=True)]
             stored += [("all", e, float(v), 100) for e, v in zip(ALL_ENVS, full, strict=True)]
+            params = {"ratio": "3:1", "scale": 1}
             record = UnitRecord(
-                SCENARIO, "toy", {"ratio": "3:1", "scale": 1}, algorithm, seed, {}, 1, "mlp", "done"
+                SCENARIO, "toy", params, algorithm, seed, {}, 1, "mlp", "done", rows=stored
             )
-            store.record_unit(record, stored)
+            store.record_unit(record)
     runner = CliRunner()
     scored = runner.invoke(app, ["measures", str(csv), "--format", "json"])
     assert scored.exit_code == 0, scored.output

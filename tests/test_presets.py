@@ -165,11 +165,11 @@ def test_paper_trains_with_domainbed_default_hyperparameters(with_mnist):
 
 def test_paper_grid_builds_on_28x28_mnist(with_mnist):
     validated = validate_config(preset("paper"))
-    names = [name for _spec, name, _given, _params in validated["scenarios"]]
+    names = [built.name for built in validated.scenarios]
     assert names == [f"sr-cmnist/ratio={r}/scale={s}/size=28" for r, s in GRID]
-    n_given = [len(given) for _spec, _name, given, _params in validated["scenarios"]]
+    n_given = validated.n_given()
     assert n_given == [(int(r[0]) + 1) * s for r, s in GRID]  # (N_major + N_minor) * Scale
-    assert all(params["size"] == 28 for *_rest, params in validated["scenarios"])
+    assert all(built.params["size"] == 28 for built in validated.scenarios)
 
 
 def test_paper_cpu_is_the_former_paper_preset():
@@ -185,7 +185,7 @@ def test_every_preset_passes_validation(name, with_mnist):
     config = prepare_config(preset(name))
     assert config.source.startswith("mnist:")
     validated = validate_config(config)
-    assert len(validated["scenarios"]) == len(config.scenarios)
+    assert len(validated.scenarios) == len(config.scenarios)
 
 
 def test_paper_without_mnist_trains_on_the_bundled_test_set_and_says_so(bare_install):

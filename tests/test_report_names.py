@@ -20,8 +20,8 @@ from oodeval.report.figures import bump_chart, bump_chart_figure
 from oodeval.report.names import ELLIPSIS, NAME_WIDTH, short_labels, shorten
 from oodeval.study.analysis import errors_table
 from oodeval.study.config import config_from_dict
-from oodeval.study.read_model import load_study
 from oodeval.study.runner import run_study
+from oodeval.study.store import load_study
 from tests.report_backend import LENGTHS, name
 
 # ----------------------------------------------------------------------------- shortening

@@ -12,8 +12,8 @@ from oodeval.errors import OodevalError
 from oodeval.report.build import build_report
 from oodeval.report.study_report import study_sections, table6_view
 from oodeval.study.analysis import analyze
-from oodeval.study.read_model import load_study
 from oodeval.study.runner import run_study
+from oodeval.study.store import load_study
 from tests.helpers.studies import ALGOS, synthetic_config
 
 #: Two Ratio 3:1 scenarios (Scales 1 and 2) of the synthetic backend.

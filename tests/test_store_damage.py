@@ -32,8 +32,7 @@ import pytest
 from typer.testing import CliRunner
 
 from oodeval.cli.main import app
-from oodeval.study.read_model import load_study
-from oodeval.study.store import STORE_NAME
+from oodeval.study.store import STORE_NAME, load_study
 from tests.helpers.studies import finished_study
 
 REPO = Path(__file__).resolve().parents[1]

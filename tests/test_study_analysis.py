@@ -20,8 +20,7 @@ from oodeval.study.analysis import (
     study_unit_measures,
     write_analysis,
 )
-from oodeval.study.read_model import load_study
-from oodeval.study.store import ResultStore, UnitRecord
+from oodeval.study.store import ResultStore, UnitRecord, load_study
 from oodeval.tables import render_frame
 
 ALGOS = ["A", "B", "C", "ERM"]
@@ -68,8 +67,10 @@ def stored(tmp_path_factory):
             params, given = SCENARIOS[scenario]
             rows = [(g, g, e, 50) for g, e in zip(given, loo, strict=True)]
             rows += [("all", env, e, 50) for env, e in zip(ALL_ENVS, full, strict=True)]
-            record = UnitRecord(scenario, "toy", params, algorithm, seed, {}, 1, "mlp", "done")
-            store.record_unit(record, rows)
+            record = UnitRecord(
+                scenario, "toy", params, algorithm, seed, {}, 1, "mlp", "done", rows=rows
+            )
+            store.record_unit(record)
         # a failed unit must be ignored by every analysis
         store.record_unit(
             UnitRecord(
@@ -127,7 +128,7 @@ def test_unit_measures_by_hand_example(tmp_path):
             ("all", "e2", 0.5, 5),
             ("all", "e3", 0.4, 5),
         ]
-        store.record_unit(UnitRecord("s", "f", {}, "ERM", 0, {}, 1, "mlp", "done"), rows)
+        store.record_unit(UnitRecord("s", "f", {}, "ERM", 0, {}, 1, "mlp", "done", rows=rows))
     frame = study_unit_measures(load_study(tmp_path))
     row = frame.iloc[0]
     # worst 0.3, best 0.1, N = 3: worst+gap = 0.3 + 0.2 / 1 = 0.5; average 0.2; ideal 0.5
@@ -328,8 +329,9 @@ def test_markdown_warns_when_units_come_from_different_sources(tmp_path):
                 "mlp",
                 "done",
                 versions={"oodeval_source": digest},
+                rows=rows,
             )
-            store.record_unit(record, rows)
+            store.record_unit(record)
     text = write_analysis(tmp_path)["markdown"].read_text(encoding="utf-8")
     assert "computed by 2 different versions of the oodeval sources" in text
 

@@ -155,7 +155,7 @@ def test_a_good_config_has_no_problems_and_keeps_its_values():
         }
     )
     validated = validate_config(cfg)
-    assert validated["hparams"][("ERM", 0)]["lr"] == 1.0
+    assert validated.hparams[("ERM", 0)]["lr"] == 1.0
     assert cfg.trainer["holdout_fraction"] == 0 and cfg.steps == STEPS_LIMIT
 
 

@@ -19,7 +19,7 @@ from scipy import stats
 from oodeval.study import load_study
 from oodeval.study.analysis import analyze
 from oodeval.study.analysis.summary import TOO_SMALL, degradation_difference, study_summary
-from oodeval.study.exported import EXPORT_MAGIC
+from oodeval.study.store import EXPORT_MAGIC
 from tests.helpers.cli import assert_refused, invoke
 from tests.helpers.studies import finished_study
 

@@ -21,8 +21,7 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.results.variance import study_checkpoints
 from oodeval.study import load_study, preset
-from oodeval.study.integrity import text_checksum
-from oodeval.study.store import SCHEMA_VERSION, STORE_NAME, verify_store
+from oodeval.study.store import SCHEMA_VERSION, STORE_NAME, text_checksum, verify_store
 from tests.helpers.mnist import fake_mnist
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

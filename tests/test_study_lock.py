@@ -23,16 +23,21 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.study.lock import LOCK_NAME, StudyLock, StudyLockedError, read_holder
-from oodeval.study.read_model import load_study
-from oodeval.study.store import ResultStore
+from oodeval.study.store import (
+    LOCK_NAME,
+    ResultStore,
+    StudyLock,
+    StudyLockedError,
+    load_study,
+    read_holder,
+)
 from tests.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
 HOLD = """
 import sys
-from oodeval.study.lock import study_lock
+from oodeval.study.store import study_lock
 lock = study_lock(sys.argv[1])
 print("locked", flush=True)
 sys.stdin.read()

@@ -24,13 +24,13 @@ from typer.testing import CliRunner
 from oodeval.cli.main import app
 from oodeval.study import load_study
 from oodeval.study.config import scenario_key
-from oodeval.study.integrity import unit_checksum
 from oodeval.study.store import (
     INTEGRITY_COLUMNS,
     STORE_NAME,
     UNIT_COLUMNS,
     ResultStore,
     UnitRecord,
+    unit_checksum,
     verify_store,
 )
 from tests.helpers.interrupts import STOPS, Stop, default_ctrl_c
@@ -359,8 +359,9 @@ def large_store(
                         scenario, "synthetic", {"scale": spec["scale"]}, algorithm, seed,
                         {"lr": 0.001}, 5, "mlp", "done",
                         checkpoints=[("e=1", step, 0.5, 0.6, 0.7) for step in (1, 2)],
+                        rows=rows,
                     )  # fmt: skip
-                    store.record_unit(record, rows)
+                    store.record_unit(record)
 
 
 @pytest.fixture(scope="module")

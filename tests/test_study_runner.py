@@ -234,7 +234,7 @@ def test_two_environment_scenario_is_fine_without_worst_plus_gap():
         scenarios=[{"family": "synthetic", "given": [0.1, 0.9]}], measures=["average"]
     )
     validated = validate_config(cfg)
-    assert validated["scenarios"][0][2] == ["e=0.100", "e=0.900"]
+    assert validated.scenarios[0].given == ("e=0.100", "e=0.900")
 
 
 def test_real_backend_rejects_a_two_environment_scenario():

@@ -19,8 +19,6 @@ from typer.testing import CliRunner
 
 from oodeval.cli.main import app
 from oodeval.errors import OodevalError
-from oodeval.study.integrity import unit_checksum
-from oodeval.study.read_model import load_study
 from oodeval.study.store import (
     UNIT_COLUMNS,
     ResultStore,
@@ -28,6 +26,8 @@ from oodeval.study.store import (
     StoreDamagedError,
     StoreIntegrityWarning,
     UnitRecord,
+    load_study,
+    unit_checksum,
     unit_key,
     verify_store,
 )
@@ -35,7 +35,7 @@ from oodeval.study.store import (
 CONFIG = {"name": "s", "algorithms": ["ERM"], "seeds": [0], "scenarios": [{"family": "x"}]}
 
 
-def record(algorithm="ERM", seed=0, status="done", failure=None):
+def record(algorithm="ERM", seed=0, status="done", failure=None, rows=()):
     return UnitRecord(
         scenario="scen",
         family="x",
@@ -49,6 +49,7 @@ def record(algorithm="ERM", seed=0, status="done", failure=None):
         failure=failure,
         timings={"wall": 1.5},
         versions={"oodeval": "0"},
+        rows=rows,
     )
 
 
@@ -58,7 +59,7 @@ ROWS = [("e=0.1", "e=0.1", 0.25, 10), ("all", "e=0.1", 0.2, 10), ("all", "e=0.9"
 def test_unit_rows_and_metadata_round_trip(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
         store.bind_config(CONFIG)
-        store.record_unit(record(), ROWS)
+        store.record_unit(record(rows=ROWS))
     study = load_study(tmp_path)
     assert study.config == CONFIG
     unit = study.units.iloc[0]
@@ -72,8 +73,8 @@ def test_unit_rows_and_metadata_round_trip(tmp_path):
 
 def test_done_unit_is_never_rewritten(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
-        store.record_unit(record(), ROWS)
-        store.record_unit(record(), [("all", "e=0.1", 0.99, 1)])
+        store.record_unit(record(rows=ROWS))
+        store.record_unit(record(rows=[("all", "e=0.1", 0.99, 1)]))
         frame = store.results_frame()
         units = store.units_frame()
     assert sorted(frame["error"]) == sorted(r[2] for r in ROWS)
@@ -84,7 +85,7 @@ def test_failed_unit_is_replaced_and_attempts_counted(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
         store.record_unit(record(status="failed", failure="ValueError: boom"))
         assert store.statuses() == {"scen|ERM|seed=0": "failed"}
-        store.record_unit(record(), ROWS)
+        store.record_unit(record(rows=ROWS))
         units = store.units_frame()
     assert units["status"].tolist() == ["done"] and units["attempts"].tolist() == [2]
     assert units["failure"].isna().all()
@@ -93,7 +94,7 @@ def test_failed_unit_is_replaced_and_attempts_counted(tmp_path):
 def test_a_duplicate_row_rolls_back_the_whole_unit(tmp_path):
     with ResultStore(tmp_path, create=True) as store:
         with pytest.raises(OodevalError, match=r"two rows share the \(fold, environment\)"):
-            store.record_unit(record(), [*ROWS, ROWS[0]])
+            store.record_unit(record(rows=[*ROWS, ROWS[0]]))
         assert store.statuses() == {}
         assert store.results_frame().empty
 
@@ -132,8 +133,7 @@ def two_units(directory):
     with ResultStore(directory, create=True) as store:
         store.bind_config(CONFIG2)
         for algorithm in ("ERM", "IRM"):
-            unit = dataclasses.replace(record(algorithm), checkpoints=CKPTS)
-            store.record_unit(unit, ROWS)
+            store.record_unit(dataclasses.replace(record(algorithm, rows=ROWS), checkpoints=CKPTS))
     return directory / "results.sqlite"
 
 
@@ -366,7 +366,7 @@ def test_readers_and_verify_never_change_the_store(tmp_path):
     before = path.read_bytes()
     with ResultStore(tmp_path) as store:
         with pytest.raises(OodevalError, match="read-only"):
-            store.record_unit(record("IRM"), ROWS)
+            store.record_unit(record("IRM", rows=ROWS))
         with pytest.raises(OodevalError, match="read-only"):
             store.move_damaged_aside()
     load_study(tmp_path, exclude_damaged=True)

@@ -170,7 +170,7 @@ def test_a_study_without_checkpoint_records_is_one_clear_error(tmp_path):
         assert set(store.statuses().values()) == {"done"}
 
 
-def _record(seed: int, checkpoints) -> UnitRecord:
+def _record(seed: int, checkpoints, rows=()) -> UnitRecord:
     return UnitRecord(
         scenario="s",
         family="synthetic",
@@ -182,16 +182,17 @@ def _record(seed: int, checkpoints) -> UnitRecord:
         model="mlp",
         status="done",
         checkpoints=checkpoints,
+        rows=rows,
     )
 
 
 def test_checkpoints_are_written_in_the_units_transaction(tmp_path):
     rows = [("a", "a", 0.25, 8), ("all", "a", 0.5, 8)]
     with ResultStore(tmp_path, create=True) as store:
-        store.record_unit(_record(0, [("a", 2, 0.5, 0.75, 1.0), ("a", 4, 0.5, 0.5, 0.25)]), rows)
+        store.record_unit(_record(0, [("a", 2, 0.5, 0.75, 1.0), ("a", 4, 0.5, 0.5, 0.25)], rows))
         # a duplicate (fold, step) fails inside the transaction: nothing of unit 1 is kept
         with pytest.raises(OodevalError, match=r"two rows share the \(fold, step\)"):
-            store.record_unit(_record(1, [("a", 2, 0.5, 0.5, 0.5), ("a", 2, 0.5, 0.5, 0.5)]), rows)
+            store.record_unit(_record(1, [("a", 2, 0.5, 0.5, 0.5), ("a", 2, 0.5, 0.5, 0.5)], rows))
         assert list(store.statuses()) == ["s|ERM|seed=0"]
         assert len(store.results_frame()) == 2
         frame = store.checkpoints_frame()

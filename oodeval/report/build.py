@@ -12,7 +12,7 @@ from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import STDIN, input_name, read_text, stream_bytes
 from oodeval.errors import OodevalError, option
 from oodeval.report.page import Section, render_page
-from oodeval.study.exported import is_export
+from oodeval.study.store import is_export
 
 
 def input_kind(path: Path) -> str:

@@ -34,9 +34,7 @@ from oodeval.study.analysis import (
     verdict_warning,
 )
 from oodeval.study.analysis.leaderboard import leaderboard_footnote, leaderboard_view
-from oodeval.study.exported import is_export
-from oodeval.study.read_model import Study, load_study
-from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning
+from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, is_export, load_study
 from oodeval.tables import Table, plus_minus
 
 MAX_CURVE_PANELS = 12

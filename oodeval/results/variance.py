@@ -248,7 +248,7 @@ def study_checkpoints(directory: str | Path) -> pd.DataFrame:
     accuracies of `oodeval.training.CheckpointRow`. Raises OodevalError when the study holds no
     checkpoint records (run before they were stored, or by a backend that does not record them).
     """
-    from oodeval.study.read_model import current_checkpoints
+    from oodeval.study.store import current_checkpoints
 
     stored = current_checkpoints(directory)  # the current config's units
     if stored.empty:

@@ -28,8 +28,8 @@ _LAZY = {
     "StudyInterrupted": "oodeval.study.runner",
     "run_study": "oodeval.study.runner",
     "ResultStore": "oodeval.study.store",
-    "Study": "oodeval.study.read_model",
-    "load_study": "oodeval.study.read_model",
+    "Study": "oodeval.study.store",
+    "load_study": "oodeval.study.store",
     "unit_key": "oodeval.study.store",
 }
 
@@ -52,9 +52,8 @@ __all__ = [
 if TYPE_CHECKING:  # for type checkers and documentation tools; never run
     from oodeval.study.config import StudyConfig, config_from_dict, load_config, validate_config
     from oodeval.study.presets import preset, preset_names
-    from oodeval.study.read_model import Study, load_study
     from oodeval.study.runner import RunSummary, StudyInterrupted, run_study
-    from oodeval.study.store import ResultStore, unit_key
+    from oodeval.study.store import ResultStore, Study, load_study, unit_key
 
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY, __all__)

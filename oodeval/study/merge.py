@@ -40,8 +40,6 @@ from oodeval.study.config import (
     stored_meaning,
 )
 from oodeval.study.identity import distinct_stores, file_identity, same_store
-from oodeval.study.integrity import printable, unit_checksum
-from oodeval.study.read_model import current_contents
 from oodeval.study.runner import StudyInterrupted, progress_bar
 from oodeval.study.store import (
     STORE_NAME,
@@ -49,6 +47,9 @@ from oodeval.study.store import (
     StoreContents,
     StoreDamagedError,
     StoredUnit,
+    current_contents,
+    printable,
+    unit_checksum,
 )
 
 #: Keys that name a value of a growing axis: the merged config lists the union of the inputs'.

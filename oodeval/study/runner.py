@@ -30,6 +30,7 @@ from oodeval.study.config import (
     ConfigChanges,
     ScenarioSpec,
     StudyConfig,
+    ValidatedConfig,
     build,
     data_note,
     import_backend,
@@ -38,7 +39,7 @@ from oodeval.study.config import (
 )
 from oodeval.study.executors import Executor, make_executor
 from oodeval.study.store import ResultStore, UnitRecord, unit_key
-from oodeval.study.worker import UnitOutcome, UnitTask
+from oodeval.study.worker import UnitTask
 
 
 @dataclass(frozen=True)
@@ -58,25 +59,25 @@ class RunSummary:
     data_note: str | None = None
 
 
-def plan_units(config: StudyConfig, validated: dict[str, Any] | None = None) -> list[UnitTask]:
+def plan_units(config: StudyConfig, validated: ValidatedConfig | None = None) -> list[UnitTask]:
     """All units of `config`, scenario-major (so workers reuse a built scenario), then seed.
 
     `validated` is `validate_config`'s answer; it is computed when not given.
     """
     validated = validate_config(config) if validated is None else validated
     tasks = []
-    for index, (spec, name, _given, params) in enumerate(validated["scenarios"]):
+    for index, built in enumerate(validated.scenarios):
         for seed in config.seeds:
             for algorithm in config.algorithms:
                 tasks.append(
                     UnitTask(
                         scenario_index=index,
-                        scenario=name,
-                        family=spec.family,
-                        params=dict(params),
+                        scenario=built.name,
+                        family=built.spec.family,
+                        params=dict(built.params),
                         algorithm=algorithm,
                         seed=seed,
-                        hparams=validated["hparams"][(algorithm, seed)],
+                        hparams=validated.hparams[(algorithm, seed)],
                         steps=config.steps,
                         model=config.model,
                     )
@@ -144,7 +145,7 @@ def run_study(
     backend = import_backend(config)
     validated = validate_config(config, backend, device_here=not elsewhere)
     tasks = plan_units(config, validated)
-    names = {scenario_key(spec): name for spec, name, _given, _params in validated["scenarios"]}
+    names = {scenario_key(built.spec): built.name for built in validated.scenarios}
     refuse_links(*units_executor.folders_in(Path(directory)))  # the store checks its own files
     with ResultStore(directory, create=True) as store:  # the writer: holds DIR/study.lock
         names.update(_stored_scenario_names(store, config, backend, names))
@@ -220,7 +221,7 @@ class StudyInterrupted(KeyboardInterrupt):
 
 def _store_units(
     store: ResultStore,
-    stream: Generator[tuple[UnitTask, UnitOutcome], None, None],
+    stream: Generator[UnitRecord, None, None],
     total: int,
     progress: bool,
     on_unit: Callable[[UnitRecord], None] | None,
@@ -233,15 +234,14 @@ def _store_units(
     done = failed = 0
     warned: set[str] = set()
     with progress_bar(total, enabled=progress) as bar, contextlib.closing(stream):
-        for task, outcome in stream:
-            record = _record(task, outcome)
-            store.record_unit(record, outcome.rows)
+        for record in stream:
+            store.record_unit(record)
             done += record.status == "done"
             failed += record.status == "failed"
-            unit = f"{task.scenario} {task.algorithm} seed {task.seed}"
+            unit = f"{record.scenario} {record.algorithm} seed {record.seed}"
             if record.status == "failed":
                 bar.write(safe_text(f"failed: {unit}: {record.failure}"), file=sys.stderr)
-            for message in outcome.warnings:
+            for message in record.warnings:
                 if message not in warned:
                     warned.add(message)
                     bar.write(
@@ -271,23 +271,3 @@ def progress_bar(total: int, *, enabled: bool, desc: str = "study") -> Any:
 
 def _key(task: UnitTask) -> str:
     return unit_key(task.scenario, task.algorithm, task.seed)
-
-
-def _record(task: UnitTask, outcome: UnitOutcome) -> UnitRecord:
-    return UnitRecord(
-        scenario=task.scenario,
-        family=task.family,
-        params=task.params,
-        algorithm=task.algorithm,
-        seed=task.seed,
-        hparams=outcome.hparams,
-        steps=task.steps,
-        model=task.model,
-        status=outcome.status,
-        failure=outcome.failure,
-        timings=outcome.timings,
-        versions=outcome.versions,
-        started=outcome.started,
-        finished=outcome.finished,
-        checkpoints=tuple(tuple(c) for c in outcome.checkpoints),
-    )

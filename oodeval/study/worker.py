@@ -1,27 +1,27 @@
 """The one runner of units: set a process up for a config, train a `UnitTask`, report it.
 
-A unit passes through four types: a `UnitTask` (what to train, sent to a worker), the backend's
-`UnitResult` (what training returns, `oodeval.training.UnitResult` for the oodeval trainer), a
-`UnitOutcome` (how one attempt ended: the result's rows or a failure, with timings and versions)
-and a `UnitRecord` (the unit as stored, `oodeval.study.store`).
+A unit passes through three types: a `UnitTask` (what to train, sent to a worker), the backend's
+`UnitResult` (what training returns, `oodeval.training.UnitResult` for the oodeval trainer) and
+a `UnitRecord` (how one attempt ended, `oodeval.study.store`: the result's rows or a failure,
+with timings and versions), which the driver writes to the store as it is.
 
 Every executor (`oodeval.study.executors`) runs units through these functions in its own
 processes: the local executor's pool workers call `setup_worker` once and `run_task` per unit; Ray
 tasks and Slurm jobs call `run_tasks`, which sets their process up on its first call. A worker
-returns a `UnitOutcome` and writes nothing; the driver (`oodeval.study.runner`) turns outcomes into
-store records. Outside a study, `run_units` trains tasks that carry their own scenario
+returns a `UnitRecord` and writes nothing; the driver (`oodeval.study.runner`) stores each record
+it receives. Outside a study, `run_units` trains tasks that carry their own scenario
 (`UnitTask.for_scenario`) on a `worker_pool` and yields their results; both paths train a task
 with `unit_result`, in processes of `oodeval.pool.WorkerPool`.
 
-A unit that raises is a ``failed`` outcome with a one-line reason (`failure_reason`); a unit whose
+A unit that raises is a ``failed`` record with a one-line reason (`failure_reason`); a unit whose
 process dies is recorded by the executor as ``failed`` with `WORKER_DIED` (or the cluster's own
-reason). Warnings a unit raises (say an algorithm's `UserWarning`) come back in the outcome, so
+reason, `failed_record`). Warnings a unit raises (say an algorithm's `UserWarning`) come back in
+the record (`UnitRecord.warnings`, not stored), so
 the driver can print each distinct one once per run instead of once per worker.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import json
@@ -52,6 +52,7 @@ from oodeval.study.config import (
     import_backend,
     is_path_import,
 )
+from oodeval.study.store import UnitRecord
 from oodeval.training.options import TF32_MODES
 
 #: The failure reason of a unit whose worker process died under it.
@@ -126,30 +127,25 @@ class WorkerSettings:
     device: str | None = None
 
 
-@dataclass(frozen=True)
-class UnitOutcome:
-    """What running a unit gave: ``done`` with its rows, or ``failed`` with the reason.
-
-    `rows` are (fold, environment, error, count); `checkpoints` (fold, step, train_val_acc,
-    test_acc, oracle_val_acc) for backends that record them; `warnings` the distinct warnings the
-    unit raised, as ``"Category: message"``.
-    """
-
-    status: str
-    hparams: dict
-    rows: list[tuple[str, str, float, int]] = field(default_factory=list)
-    checkpoints: list[tuple[str, int, float, float, float]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    failure: str | None = None
-    started: str | None = None
-    finished: str = field(default_factory=now)
-    versions: dict[str, str] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
+def failed_record(task: UnitTask, reason: str) -> UnitRecord:
+    """A ``failed`` record of `task`, made where the unit could not run (e.g. its worker died)."""
+    return _record(task, status="failed", failure=reason, finished=now())
 
 
-def failed_outcome(task: UnitTask, reason: str) -> UnitOutcome:
-    """A ``failed`` outcome for `task`, made where the unit could not run (e.g. its worker died)."""
-    return UnitOutcome(status="failed", hparams=task.hparams, failure=reason)
+def _record(task: UnitTask, **fields: Any) -> UnitRecord:
+    """The record of `task` (its scenario, algorithm, seed, hyperparameters, steps and model)
+    with `fields` (its status and what the attempt gave; ``hparams`` may replace the task's)."""
+    unit = {
+        "scenario": task.scenario,
+        "family": task.family,
+        "params": task.params,
+        "algorithm": task.algorithm,
+        "seed": task.seed,
+        "hparams": task.hparams,
+        "steps": task.steps,
+        "model": task.model,
+    }
+    return UnitRecord(**{**unit, **fields})
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -201,7 +197,7 @@ def setup_worker(config_json: str, settings: WorkerSettings | None = None) -> No
 
 def run_tasks(
     config_json: str, settings: WorkerSettings, tasks: Sequence[UnitTask]
-) -> list[UnitOutcome]:
+) -> list[UnitRecord]:
     """Set this process up for the config (`setup_worker`), then run `tasks` one after another."""
     setup_worker(config_json, settings)
     return [run_task(task) for task in tasks]
@@ -234,22 +230,22 @@ def unit_result(task: UnitTask) -> Any:
     )
 
 
-def run_task(task: UnitTask) -> UnitOutcome:
+def run_task(task: UnitTask) -> UnitRecord:
     """Run one unit in a process set up by `setup_worker`; an exception fails this unit only."""
     started = now()
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         try:
-            outcome = _done(task, unit_result(task), t0)
+            fields = _done(task, unit_result(task), t0)
         except Exception as exc:  # failure isolation: any error fails this unit only
-            outcome = UnitOutcome(
-                status="failed",
-                hparams=task.hparams,
-                failure=failure_reason(exc),
-                timings={"wall": time.perf_counter() - t0},
-            )
-    return dataclasses.replace(
-        outcome,
+            fields = {
+                "status": "failed",
+                "failure": failure_reason(exc),
+                "timings": {"wall": time.perf_counter() - t0},
+            }
+    return _record(
+        task,
+        **fields,
         started=started,
         finished=now(),
         versions={**versions(), **_STATE.get("import_versions", {}), **run_settings()},
@@ -280,8 +276,8 @@ def trainer_options() -> dict[str, Any]:
     return dict(_STATE["trainer"])
 
 
-def _done(task: UnitTask, result: Any, t0: float) -> UnitOutcome:
-    """The ``done`` outcome of a backend's `run_unit` result."""
+def _done(task: UnitTask, result: Any, t0: float) -> dict[str, Any]:
+    """The fields of the ``done`` record of a backend's `run_unit` result."""
     rows = [(r.fold, r.environment, float(r.error), int(r.count)) for r in result.rows]
     # per-checkpoint records of the LOO models; backends without them (synthetic) give none
     checkpoints = [
@@ -291,13 +287,13 @@ def _done(task: UnitTask, result: Any, t0: float) -> UnitOutcome:
     ]  # fmt: skip
     timings = {k: float(v) for k, v in dict(getattr(result, "timings", {}) or {}).items()}
     timings["wall"] = time.perf_counter() - t0
-    return UnitOutcome(
-        status="done",
-        hparams=dict(getattr(result, "hparams", None) or task.hparams),
-        rows=rows,
-        checkpoints=checkpoints,
-        timings=timings,
-    )
+    return {
+        "status": "done",
+        "hparams": dict(getattr(result, "hparams", None) or task.hparams),
+        "rows": rows,
+        "checkpoints": checkpoints,
+        "timings": timings,
+    }
 
 
 def versions() -> dict[str, str]:
@@ -344,7 +340,7 @@ def import_versions(config: StudyConfig) -> dict[str, str]:
     imported it: a ``.py`` file (name: its stem), or a module's file (a package: its folder).
 
     Stored in every unit's ``versions``, so units of one algorithm computed with different code
-    of a user's module are flagged by the analyses (`oodeval.study.read_model.Study.code_notes`).
+    of a user's module are flagged by the analyses (`oodeval.study.store.Study.code_notes`).
     """
     out = {}
     for entry in config.imports:

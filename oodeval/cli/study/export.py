@@ -27,7 +27,7 @@ def export_command(
     verified as it is read and is only read.
     """
     from oodeval.study import load_study
-    from oodeval.study.exported import export_text
+    from oodeval.study.store import export_text
 
     target = None if out == "-" else out
     check_output_path(target)

@@ -31,7 +31,7 @@ from oodeval.measures.meta import (
 )
 from oodeval.measures.registry import check_measures, measure_label, measure_names
 from oodeval.study.config.keys import SEED_LIMIT
-from oodeval.study.exported import is_export
+from oodeval.study.store import is_export
 from oodeval.tables import heading, render_frame, to_json
 
 #: The measures ranked without --measures: every registered plain measure, and one member of

@@ -72,7 +72,7 @@ def register(group: typer.Typer) -> None:
 
 def status_notes(study: Study, directory: Path) -> list[str]:
     """The lines `study status` prints under the coverage table: notes, failures, damage, store."""
-    from oodeval.study.integrity import printable
+    from oodeval.study.store import printable
 
     notes = [study.data_note(), study.outside_note(), *study.code_notes()]
     lines = [f"note: {n}" for n in filter(None, notes)]

@@ -23,7 +23,7 @@ from oodeval.study.analysis.paper import (
     analyze,
 )
 from oodeval.study.analysis.versions import measure_version_notes
-from oodeval.study.read_model import Study, load_study
+from oodeval.study.store import Study, load_study
 from oodeval.tables import csv_text, plus_minus, render_frame
 
 __all__ = [

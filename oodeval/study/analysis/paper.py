@@ -51,8 +51,7 @@ from oodeval.study.analysis.paper_values import (
 )
 from oodeval.study.analysis.versions import measure_digests
 from oodeval.study.config import DEFAULT_MEASURES as DEFAULTS
-from oodeval.study.read_model import Study, load_study
-from oodeval.study.store import ALL_FOLD
+from oodeval.study.store import ALL_FOLD, Study, load_study
 
 #: The measures Table 1 compares, the ablation of Table 5, and the selections of Table 6.
 CORRELATION_MEASURES = ("worst_plus_gap", "average")

@@ -16,7 +16,7 @@ import pandas as pd
 
 from oodeval.measures import get_measure, measure_code_digest
 from oodeval.study.config import IMPORT_VERSION_PREFIX, code_digest
-from oodeval.study.read_model import Study
+from oodeval.study.store import Study
 
 __all__ = ["measure_digests", "measure_version_notes"]
 

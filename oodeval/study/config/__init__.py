@@ -35,7 +35,9 @@ Every public name is importable from ``oodeval.study.config`` itself.
 
 from oodeval.study.config.backend import (
     BACKEND_FUNCTIONS,
+    BuiltScenario,
     TrainerBackend,
+    ValidatedConfig,
     available_models,
     build,
     import_backend,
@@ -78,6 +80,7 @@ from oodeval.study.config.schema import StudyConfig, config_from_dict, data_note
 
 __all__ = [
     "BACKEND_FUNCTIONS",
+    "BuiltScenario",
     "BATCH_SIZE_LIMIT",
     "CHECKPOINT_SELECTIONS",
     "DEFAULT_BACKEND",
@@ -95,6 +98,7 @@ __all__ = [
     "ScenarioSpec",
     "StudyConfig",
     "TrainerBackend",
+    "ValidatedConfig",
     "TrainerOption",
     "available_models",
     "build",

@@ -28,7 +28,9 @@ import ast
 import dataclasses
 import importlib
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -285,21 +287,66 @@ def _same_kind(default: Any, value: Any) -> bool:
     return isinstance(value, type(default))
 
 
+@dataclass(frozen=True)
+class BuiltScenario:
+    """One scenario of a validated config: its `spec`, the `name` and `given` environment names
+    of the scenario it builds, and the scenario's own parameters (`params`, defaults included)."""
+
+    spec: ScenarioSpec
+    name: str
+    given: tuple[str, ...]
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ValidatedConfig:
+    """What `validate_config` found good: the built `scenarios` (`BuiltScenario`, in the config's
+    order) and the `hparams` each unit trains with, by (algorithm, seed)."""
+
+    scenarios: tuple[BuiltScenario, ...]
+    hparams: Mapping[tuple[str, int], dict]
+
+    def n_given(self) -> list[int]:
+        """The number of given environments of each scenario, in order."""
+        return [len(s.given) for s in self.scenarios]
+
+    def __getitem__(self, key: str) -> Any:
+        """The dict `validate_config` returned before (``["scenarios"]``: (spec, name, given,
+        params) tuples; ``["hparams"]``), with a FutureWarning: read the attributes instead."""
+        warnings.warn(
+            f"validate_config(...)[{key!r}] is deprecated; validate_config returns a "
+            f"ValidatedConfig: read .{key}",
+            FutureWarning,
+            stacklevel=2,
+        )
+        if key == "scenarios":
+            return [(s.spec, s.name, list(s.given), dict(s.params)) for s in self.scenarios]
+        if key == "hparams":
+            return dict(self.hparams)
+        raise KeyError(key)
+
+
 def validate_config(
     config: StudyConfig, backend: TrainerBackend | None = None, *, device_here: bool = True
-) -> dict[str, Any]:
-    """Check the whole grid before any training; return the built scenario names per spec.
+) -> ValidatedConfig:
+    """Check the whole grid before any training; return the built scenarios and hyperparameters.
 
     Asks the backend about every algorithm (known?), the model (`available_models`), every
     hyperparameter override (name, type), every scenario (family, parameters, at least two given
     environments, three when a measure needs them: worst+gap, Eq. 6) and raises one
     `ConfigError` listing all problems.
 
-    Returns a dict with ``"scenarios"``: a list of (spec, scenario name, given names, the
-    scenario's own parameters) and
-    ``"hparams"``: {(algorithm, seed): hparams}. With ``device_here=False`` (units train on
-    other machines: a Ray cluster, Slurm nodes) the device's spelling is checked but not whether
-    this machine has it; the workers check that.
+    Returns a `ValidatedConfig`: each scenario built (`BuiltScenario`) and the hyperparameters
+    of every (algorithm, seed). With ``device_here=False`` (units train on other machines: a Ray
+    cluster, Slurm nodes) the device's spelling is checked but not whether this machine has it;
+    the workers check that.
+
+    >>> from oodeval.study.config import config_from_dict
+    >>> toy = {"name": "toy", "backend": "oodeval.study.synthetic", "algorithms": ["ERM"],
+    ...        "seeds": [0], "steps": 5, "scenarios": ["synthetic"]}
+    >>> validated = validate_config(config_from_dict(toy))
+    >>> validated.scenarios[0].name, validated.n_given(), validated.hparams[("ERM", 0)]["lr"]
+    ('synthetic/ratio=3:1/scale=1', [4], 0.001)
     """
     backend = import_backend(config) if backend is None else backend
     skip = frozenset() if device_here else frozenset({"device"})
@@ -333,7 +380,7 @@ def grid_problems_of_partial(partial: StudyConfig, bad: set[str]) -> list[str]:
 
 def _grid_problems(
     config: StudyConfig, backend: TrainerBackend, *, skip: frozenset[str] = frozenset()
-) -> tuple[list[str], dict[str, Any]]:
+) -> tuple[list[str], ValidatedConfig]:
     """Every problem the backend finds in `config` (except the `skip` parts: "model",
     "scenarios", "device"), and `validate_config`'s answer for the good parts."""
     problems: list[str] = [] if "device" in skip else _device_problems(config)
@@ -359,8 +406,8 @@ def _grid_problems(
             if found:
                 clean.remove(algorithm)
     hparams = {(a, s): resolved_hparams(config, backend, a, s) for a in clean for s in config.seeds}
-    built = [] if "scenarios" in skip else _scenario_problems(config, backend, problems)
-    return problems, {"scenarios": built, "hparams": hparams}
+    built = () if "scenarios" in skip else _scenario_problems(config, backend, problems)
+    return problems, ValidatedConfig(scenarios=built, hparams=hparams)
 
 
 def _device_problems(config: StudyConfig) -> list[str]:
@@ -377,7 +424,9 @@ def _device_problems(config: StudyConfig) -> list[str]:
     return []
 
 
-def _scenario_problems(config: StudyConfig, backend: TrainerBackend, problems: list[str]) -> list:
+def _scenario_problems(
+    config: StudyConfig, backend: TrainerBackend, problems: list[str]
+) -> tuple[BuiltScenario, ...]:
     """Build every scenario, adding what is wrong to `problems`; the built ones' descriptions."""
     built = []
     names: set[str] = set()
@@ -406,8 +455,8 @@ def _scenario_problems(config: StudyConfig, backend: TrainerBackend, problems: l
             problems.append(f"scenario {scenario.name} is listed twice; remove the duplicate")
         names.add(scenario.name)
         params = dict(getattr(scenario, "params", None) or spec.params)
-        built.append((spec, scenario.name, given, params))
-    return built
+        built.append(BuiltScenario(spec, scenario.name, tuple(given), params))
+    return tuple(built)
 
 
 def build(backend: TrainerBackend, config: StudyConfig, spec: ScenarioSpec) -> Any:

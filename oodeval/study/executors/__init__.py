@@ -1,7 +1,7 @@
 """Where a study's units run: local worker processes, a Ray cluster, or Slurm jobs via submitit.
 
-Every executor turns the units still to do into a stream of ``(UnitTask, UnitOutcome)`` pairs in
-the order the units finish. The driver (`oodeval.study.run_study`) alone writes that stream to
+Every executor turns the units still to do into a stream of `UnitRecord` objects in the order
+the units finish. The driver (`oodeval.study.run_study`) alone writes that stream to
 the SQLite store, one transaction per unit, whichever executor computed it; units are
 independent, so the store is the only shared state. Resume and crash-safety therefore hold
 exactly as locally: a driver killed at any moment leaves whole units in the store, and running

@@ -25,11 +25,12 @@ from oodeval.errors import OodevalError, listing
 
 if TYPE_CHECKING:  # executors import the study stack when they run, not when they register
     from oodeval.study.config import StudyConfig
-    from oodeval.study.worker import UnitOutcome, UnitTask, WorkerSettings
+    from oodeval.study.store import UnitRecord
+    from oodeval.study.worker import UnitTask, WorkerSettings
 
-#: What an executor yields: each finished unit's task and outcome (a generator: the driver may
-#: close it).
-UnitStream = Generator[tuple["UnitTask", "UnitOutcome"], None, None]
+#: What an executor yields: each finished unit's record, for the driver to store as it is (a
+#: generator: the driver may close it).
+UnitStream = Generator["UnitRecord", None, None]
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class Executor(ABC):
 
     @abstractmethod
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
-        """Yield ``(task, outcome)`` for every task, in completion order.
+        """Yield the `UnitRecord` of every task, in completion order.
 
         The driver may stop reading at any moment (Ctrl-C, an error while it stores a unit): it
         then closes the stream, and the executor stops what it started for the units still

@@ -22,7 +22,8 @@ from oodeval.study.executors.base import (
 if TYPE_CHECKING:  # imported when units run (registering the class stays light)
     from oodeval.pool import WorkerPool
     from oodeval.study.config import StudyConfig
-    from oodeval.study.worker import UnitOutcome, UnitTask
+    from oodeval.study.store import UnitRecord
+    from oodeval.study.worker import UnitTask
 
 
 def local_devices(device: str, workers: int | None, gpus: int) -> list[str | None]:
@@ -85,7 +86,7 @@ class LocalExecutor(Executor):
         while pending or suspects:
             if suspects:
                 task = suspects.popleft()
-                yield task, self._run_alone(config_json, task, devices[0])
+                yield self._run_alone(config_json, task, devices[0])
                 continue
             with _pool(config_json, devices[: min(workers, len(pending))]) as pool:
                 yield from self._stream(pool, pending, suspects, window=2 * workers)
@@ -117,22 +118,22 @@ class LocalExecutor(Executor):
             for future in finished:
                 task = inflight.pop(future)
                 try:
-                    outcome = future.result()
+                    record = future.result()
                 except BrokenProcessPool:
                     broken = True
                     suspects.append(task)
                     continue
-                yield task, outcome
+                yield record
 
     @staticmethod
-    def _run_alone(config_json: str, task: UnitTask, device: str | None) -> UnitOutcome:
-        from oodeval.study.worker import WORKER_DIED, failed_outcome, run_task
+    def _run_alone(config_json: str, task: UnitTask, device: str | None) -> UnitRecord:
+        from oodeval.study.worker import WORKER_DIED, failed_record, run_task
 
         with _pool(config_json, [device]) as pool:
             try:
                 return pool.submit(run_task, task).result()
             except BrokenProcessPool:
-                return failed_outcome(task, WORKER_DIED)
+                return failed_record(task, WORKER_DIED)
 
 
 def _pool(config_json: str, devices: Sequence[str | None]) -> WorkerPool:

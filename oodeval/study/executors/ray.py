@@ -100,7 +100,7 @@ class RayExecutor(Executor):
             )
 
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
-        from oodeval.study.worker import failed_outcome, run_tasks
+        from oodeval.study.worker import failed_record, run_tasks
 
         if not tasks:
             return
@@ -118,10 +118,10 @@ class RayExecutor(Executor):
                 for ref in ready:
                     task = refs.pop(ref)
                     try:
-                        (outcome,) = ray.get(ref)
+                        (record,) = ray.get(ref)
                     except ray.exceptions.RayError as exc:
-                        outcome = failed_outcome(task, _ray_reason(ray, exc))
-                    yield task, outcome
+                        record = failed_record(task, _ray_reason(ray, exc))
+                    yield record
         finally:
             for ref in refs:  # the driver stops early: do not leave its units running
                 try:

@@ -125,7 +125,7 @@ class SlurmExecutor(Executor):
         return (Path(directory) / self.log_folder,)
 
     def run(self, config: StudyConfig, tasks: Sequence[UnitTask], directory: Path) -> UnitStream:
-        from oodeval.study.worker import failed_outcome, run_tasks
+        from oodeval.study.worker import failed_record, run_tasks
 
         if not tasks:
             return
@@ -157,13 +157,13 @@ class SlurmExecutor(Executor):
                 for job in finished:
                     chunk = inflight.pop(job)
                     try:
-                        outcomes = job.result()
+                        records = job.result()
                     except submitit.core.utils.UncompletedJobError as exc:
                         if len(chunk) > 1:  # which unit ended the job? each one alone tells
                             queue.extendleft([task] for task in reversed(chunk))
                             continue
-                        outcomes = [failed_outcome(chunk[0], _job_reason(job, exc))]
-                    yield from zip(chunk, outcomes, strict=True)
+                        records = [failed_record(chunk[0], _job_reason(job, exc))]
+                    yield from records
         finally:
             for job in inflight:  # the driver stops early: do not leave its jobs running
                 try:

@@ -12,13 +12,13 @@ Layout (``DIR/results.sqlite``, schema version 3):
   SHA-256 of the row. The last row is the current config (the ``study`` table's copy). A config
   may only grow the study (`oodeval.study.config.config_changes`): new algorithms, seeds,
   scenarios and imports run, stored units are kept; a change that makes stored units
-  incomparable is refused. Readers (`oodeval.study.read_model.load_study`) use the units of the
+  incomparable is refused. Readers (`load_study`) use the units of the
   current config only; units of removed values stay in the store and come back when the values
   are added again.
 - ``units``: one row per finished unit (scenario, algorithm, seed) with its hyperparameters,
   steps, model, ``status`` (``done`` or ``failed``), failure reason, timings, library versions,
   start/finish times (UTC, ISO 8601), and its integrity record: ``n_results``,
-  ``n_checkpoints`` and ``checksum`` (`oodeval.study.integrity.unit_checksum` of the units row
+  ``n_checkpoints`` and ``checksum`` (`unit_checksum` of the units row
   and all its rows).
 - ``results``: one row per (unit, fold, environment) with the error rate and the sample count.
   ``fold`` is the held-out given environment of a leave-one-out model, or ``all`` for the model
@@ -33,15 +33,15 @@ Layout (``DIR/results.sqlite``, schema version 3):
 A unit's rows, its checkpoints, its status and its checksum are written in ONE transaction (WAL
 journal, ``synchronous=FULL``), so a process killed at any moment leaves either the whole unit or
 none of it, and primary keys make a second copy of a row impossible. One process writes: a writer
-(``ResultStore(DIR, create=True)``) holds the folder's lock (`oodeval.study.lock`) while open.
+(``ResultStore(DIR, create=True)``) holds the folder's lock (`StudyLock`) while open.
 Readers open the file read-only and never wait for the writer; in a folder they may not write
 they open it without SQLite's side files (`readonly`).
 
 Every reader and the writer run SQLite's full integrity check on open (which also compares
 every index with its table); every read counts and hashes each unit's rows again and counts
 rows of no stored unit: one damage verdict for every command
-(`oodeval.study.integrity.StoreHealth.damage`). A reader refuses to hand out numbers from a
-store with damaged units (`oodeval.study.read_model.load_study`), unless told to leave them
+(`StoreHealth.damage`). A reader refuses to hand out numbers from a
+store with damaged units (`load_study`), unless told to leave them
 out; a writer moves damaged units aside (`ResultStore.move_damaged_aside`) so they run again,
 and rebuilds a store that fails SQLite's check from the units that verify, keeping the damaged
 file beside it. An empty or unreadable file is refused, never started over.
@@ -67,11 +67,42 @@ Modules, one responsibility each:
 - `repair`: quarantine and rebuilding a damaged file (`SetAside`).
 - `result_store`: `ResultStore`, the class callers open.
 - `verify`: `verify_store`, what ``oodeval study verify`` reports.
-
-The read model of a study (`Study`, `load_study`: the units of its current config, as frames)
-is `oodeval.study.read_model`.
+- `_integrity`: checksums and the damage verdict (`unit_checksum`, `StoreHealth`).
+- `_lock`: the one-writer lock on ``DIR/study.lock`` (`StudyLock`).
+- `_read_model`: the read model of a study (`Study`, `load_study`: the units of its current
+  config, as frames).
+- `_exported`: a study as one text file (`export_text`, `read_export`, `is_export`), which
+  `load_study` reads as it reads a folder.
 """
 
+from oodeval.study.store._exported import (
+    EXPORT_MAGIC,
+    ExportedStudy,
+    export_text,
+    is_export,
+    read_export,
+)
+from oodeval.study.store._integrity import (
+    StoreHealth,
+    printable,
+    text_checksum,
+    unit_checksum,
+)
+from oodeval.study.store._lock import (
+    LOCK_NAME,
+    LockHolder,
+    StudyLock,
+    StudyLockedError,
+    read_holder,
+    study_lock,
+)
+from oodeval.study.store._read_model import (
+    Study,
+    UnitScope,
+    current_checkpoints,
+    current_contents,
+    load_study,
+)
 from oodeval.study.store.records import (
     ConfigRecord,
     StoreContents,
@@ -101,21 +132,41 @@ __all__ = [
     "ALL_FOLD",
     "CHECKPOINT_COLUMNS",
     "CONFIG_COLUMNS",
+    "EXPORT_MAGIC",
     "INTEGRITY_COLUMNS",
+    "LOCK_NAME",
     "RESULT_COLUMNS",
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "STORE_NAME",
     "UNIT_COLUMNS",
     "ConfigRecord",
+    "ExportedStudy",
+    "LockHolder",
     "ResultStore",
     "SetAside",
     "StoreContents",
     "StoreDamagedError",
+    "StoreHealth",
     "StoreIntegrityWarning",
     "StoreVerification",
     "StoredUnit",
+    "Study",
+    "StudyLock",
+    "StudyLockedError",
     "UnitRecord",
+    "UnitScope",
+    "current_checkpoints",
+    "current_contents",
+    "export_text",
+    "is_export",
+    "load_study",
+    "printable",
+    "read_export",
+    "read_holder",
+    "study_lock",
+    "text_checksum",
+    "unit_checksum",
     "unit_key",
     "unit_values",
     "verify_store",

@@ -21,7 +21,7 @@ from typing import Any
 from oodeval._time import utc_timestamp
 from oodeval.errors import OodevalError
 from oodeval.study.config import ConfigChanges, config_changes, differing_keys
-from oodeval.study.integrity import text_checksum
+from oodeval.study.store._integrity import text_checksum
 from oodeval.study.store.database import StoreFile
 from oodeval.study.store.records import ConfigRecord, StoreDamagedError
 from oodeval.study.store.schema import CONFIG_COLUMNS, RESTORE_HINT, SCHEMA_VERSION

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from oodeval._time import utc_timestamp
-from oodeval.study.integrity import text_checksum, unit_checksum
+from oodeval.study.store._integrity import text_checksum, unit_checksum
 from oodeval.study.store.database import StoreFile
 from oodeval.study.store.history import append_config, history_missing
 from oodeval.study.store.records import StoreDamagedError

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from oodeval.errors import OodevalError
-from oodeval.study.integrity import StoreHealth, unit_checksum
+from oodeval.study.store._integrity import StoreHealth, unit_checksum
 from oodeval.study.store.schema import (
     CHECKPOINT_COLUMNS,
     JSON_COLUMNS,
@@ -33,7 +33,7 @@ class StoreDamagedError(OodevalError):
 class StoreIntegrityWarning(UserWarning):
     """Numbers were computed from a store whose units are not all verified (damaged units left
     out on request, or units without checksums); the message is one of
-    `oodeval.study.read_model.Study.integrity_notes`."""
+    `oodeval.study.store.Study.integrity_notes`."""
 
 
 def unit_key(scenario: str, algorithm: str, seed: int) -> str:
@@ -47,7 +47,14 @@ def unit_key(scenario: str, algorithm: str, seed: int) -> str:
 
 @dataclass(frozen=True)
 class UnitRecord:
-    """Everything the ``units`` table keeps about one unit (JSON fields as Python objects)."""
+    """One unit as a worker reports it and the store writes it (`ResultStore.record_unit`): its
+    ``units`` row (JSON fields as Python objects), its result rows and its checkpoints.
+
+    A worker returns one (`oodeval.study.worker.run_task`): ``done`` with its `rows`, or
+    ``failed`` with the reason; the driver writes it as it is. `warnings` are the distinct
+    warnings the unit raised (``"Category: message"``), which the driver prints once per run;
+    they are not stored.
+    """
 
     scenario: str
     family: str
@@ -66,6 +73,10 @@ class UnitRecord:
     #: (fold, step, train_val_acc, test_acc, oracle_val_acc) per checkpoint of each LOO model;
     #: written to the ``checkpoints`` table with the unit, not a column of ``units``
     checkpoints: Sequence[Sequence[Any]] = field(default=(), repr=False, compare=False)
+    #: (fold, environment, error, count) of each evaluated environment: the ``results`` rows
+    rows: Sequence[Sequence[Any]] = field(default=(), repr=False, compare=False)
+    #: what the unit warned about, for the driver to print (not stored)
+    warnings: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -179,7 +190,7 @@ class ConfigRecord:
 class StoreContents:
     """What one verified read of a store found: the config, every unit, the health verdict.
 
-    `oodeval.study.read_model.current_contents` restricts it to the units of the current
+    `oodeval.study.store.current_contents` restricts it to the units of the current
     config.
     """
 
@@ -192,7 +203,7 @@ class StoreContents:
         """(unit key, checksum) of every unit read: two stores with units in common hold copies
         of the same runs (a checksum covers the unit's row, time stamps included, and all its
         rows); `oodeval.study.identity` refuses to count them twice. A unit without a stored
-        checksum (schema 1) has the one its rows give (`oodeval.study.integrity.unit_checksum`).
+        checksum (schema 1) has the one its rows give (`oodeval.study.store.unit_checksum`).
         """
         return frozenset(
             (u.key, str(u.integrity[-1]) if u.integrity and u.integrity[-1] else _checksum(u))

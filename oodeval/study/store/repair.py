@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from oodeval._time import utc_file_stamp, utc_timestamp
-from oodeval.study.integrity import named, printable
+from oodeval.study.store._integrity import named, printable
 from oodeval.study.store.database import (
     StoreFile,
     fresh_sqlite_file,

@@ -11,6 +11,7 @@ The work is done by the modules beside it: `history` (configs), `units` (unit ro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ import pandas as pd
 from oodeval._files import make_folder, refuse_links
 from oodeval.errors import OodevalError
 from oodeval.study.config import ConfigChanges
-from oodeval.study.lock import LOCK_NAME, StudyLock
+from oodeval.study.store._lock import LOCK_NAME, StudyLock
 from oodeval.study.store.database import StoreFile, create_store, writer_files
 from oodeval.study.store.history import (
     append_config,
@@ -154,16 +155,25 @@ class ResultStore(StoreFile):
         with self.guard("reading unit statuses"):
             return dict(self.execute("SELECT unit_key, status FROM units").fetchall())
 
-    def record_unit(self, record: UnitRecord, rows: Iterable[Sequence[Any]] = ()) -> None:
-        """Write a unit's status, its result rows (fold, environment, error, count), its
-        checkpoint records (``record.checkpoints``) and its checksum atomically.
+    def record_unit(self, record: UnitRecord, rows: Iterable[Sequence[Any]] | None = None) -> None:
+        """Write a unit as it is: its status, its result rows (``record.rows``: fold,
+        environment, error, count), its checkpoint records (``record.checkpoints``) and its
+        checksum, atomically. Passing the rows apart (`rows`) is deprecated (FutureWarning).
 
         A unit already ``done`` is never rewritten (its rows stay as they are); a ``failed`` unit
         is replaced, with its attempt count increased. Two rows with the same (fold, environment)
         or (fold, step) are refused (OodevalError) and nothing of the unit is written.
         """
         self.require_writable()
-        write_unit(self, record, rows)
+        if rows is not None:
+            warnings.warn(
+                "record_unit(record, rows) is deprecated; put the rows in the record: "
+                "UnitRecord(..., rows=rows)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            record = dataclasses.replace(record, rows=list(rows))
+        write_unit(self, record)
 
     def adopt_unit(self, unit: StoredUnit) -> bool:
         """Copy a verified unit read from another store, its rows exactly as stored (checksum,
@@ -214,7 +224,7 @@ class ResultStore(StoreFile):
         """The ``checkpoints`` table of ``done`` units (verified) joined with their scenario,
         algorithm, seed and hparams (JSON text), sorted by (unit_key, fold, step); empty when
         the store has none (or predates the table). Of the current config's units only:
-        `oodeval.study.read_model.current_checkpoints`."""
+        `oodeval.study.store.current_checkpoints`."""
         return self.verified_contents().checkpoints_frame()
 
     # -- repairs (writer) -------------------------------------------------------------------

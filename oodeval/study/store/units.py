@@ -2,7 +2,7 @@
 checked), and writing one unit, its rows, checkpoints and checksum in one transaction.
 
 A unit's ``units`` row, its ``results`` rows, its ``checkpoints`` rows and its integrity
-record (`oodeval.study.integrity.unit_checksum`) are written together or not at all
+record (`oodeval.study.store.unit_checksum`) are written together or not at all
 (`write_unit`, `copy_unit`); a ``done`` unit is never rewritten. `read_contents` reads every
 unit, says per unit whether it verifies, and sums it up in a health verdict. Everything here
 works on a `oodeval.study.store.database.StoreFile`;
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from oodeval.errors import OodevalError
-from oodeval.study.integrity import StoreHealth, printable, unit_checksum, unit_damage
+from oodeval.study.store._integrity import StoreHealth, printable, unit_checksum, unit_damage
 from oodeval.study.store.database import StoreFile, key_match, or_default
 from oodeval.study.store.history import read_config, read_history
 from oodeval.study.store.records import (
@@ -128,7 +128,7 @@ def _read_unit(db: StoreFile, row: tuple, *, legacy: bool) -> StoredUnit:
     return unit
 
 
-def write_unit(db: StoreFile, record: UnitRecord, rows: Iterable[Sequence[Any]]) -> None:
+def write_unit(db: StoreFile, record: UnitRecord) -> None:
     """Write a unit's ``units`` row, result rows, checkpoints and checksum in one transaction.
 
     A unit already ``done`` is left as it is; a ``failed`` one is replaced, its attempt count
@@ -136,7 +136,7 @@ def write_unit(db: StoreFile, record: UnitRecord, rows: Iterable[Sequence[Any]])
     (OodevalError) and nothing of the unit is written.
     """
     # +0.0 stores -0.0 as 0.0, which is what SQLite returns for it (the checksum is exact)
-    rows = [(str(f), str(e), float(err) + 0.0, int(c)) for f, e, err, c in rows]
+    rows = [(str(f), str(e), float(err) + 0.0, int(c)) for f, e, err, c in record.rows]
     checkpoints = [
         (str(f), int(s), float(v) + 0.0, float(t) + 0.0, float(o) + 0.0)
         for f, s, v, t, o in record.checkpoints

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oodeval.study.integrity import StoreHealth, printable
+from oodeval.study.store._integrity import StoreHealth, printable
 from oodeval.study.store.database import or_default
 from oodeval.study.store.records import StoreDamagedError
 from oodeval.study.store.repair import count_quarantined, rebuilt_records

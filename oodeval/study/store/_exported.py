@@ -45,9 +45,9 @@ import pandas as pd
 from oodeval._json import load_json
 from oodeval._text import read_text, safe_text
 from oodeval.errors import OodevalError
-from oodeval.study.integrity import StoreHealth, unit_checksum
-from oodeval.study.store import RESULT_COLUMNS, UNIT_COLUMNS, ConfigRecord, unit_key
-from oodeval.study.store.schema import JSON_COLUMNS
+from oodeval.study.store._integrity import StoreHealth, unit_checksum
+from oodeval.study.store.records import ConfigRecord, unit_key
+from oodeval.study.store.schema import JSON_COLUMNS, RESULT_COLUMNS, UNIT_COLUMNS
 
 __all__ = [
     "EXPORT_MAGIC",

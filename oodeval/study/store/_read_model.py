@@ -19,16 +19,16 @@ import pandas as pd
 
 from oodeval.errors import OodevalError, option
 from oodeval.study.config import IMPORT_VERSION_PREFIX, scenario_key
-from oodeval.study.exported import is_export, read_export
-from oodeval.study.integrity import NAMED_IN_LINE, StoreHealth, printable
-from oodeval.study.store import (
-    UNIT_COLUMNS,
+from oodeval.study.store._exported import is_export, read_export
+from oodeval.study.store._integrity import NAMED_IN_LINE, StoreHealth, printable
+from oodeval.study.store.records import (
     ConfigRecord,
-    ResultStore,
     StoreContents,
     StoreDamagedError,
     unit_key,
 )
+from oodeval.study.store.result_store import ResultStore
+from oodeval.study.store.schema import UNIT_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,7 @@ def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study
     unit fails verification or rows belong to no unit (`StoreHealth.damage`); with
     ``exclude_damaged=True`` the damaged units are left out instead and
     `Study.integrity_notes` says so. A damaged config is always refused. `directory` may also
-    be a study exported to one file (`oodeval.study.exported`, by ``oodeval study export``).
+    be a study exported to one file (`export_text`, by ``oodeval study export``).
     """
     if is_export(directory):
         e = read_export(directory)
