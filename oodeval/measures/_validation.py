@@ -185,7 +185,7 @@ def as_class_ids(x: Any, name: str, *, check_nonnegative: bool = True) -> np.nda
     return ids
 
 
-def scalar_or_array(x: np.ndarray) -> float | np.ndarray:
+def scalar_or_array(x: float | np.ndarray) -> float | np.ndarray:
     """A Python float for a 0-d result, the array otherwise (what every measure returns).
 
     >>> scalar_or_array(np.array(0.5)), scalar_or_array(np.array([0.5]))

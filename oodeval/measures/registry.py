@@ -386,11 +386,11 @@ def get_measure(spec: str | MeasureSpec) -> MeasureSpec:
         raise OodevalError(f"a measure is named by text, not {type(spec).__name__}")
     head, *parts = (p.strip() for p in spec.strip().split(":"))
     name = _registered_name(head)
-    if name in REGISTRY:
+    if name is not None and name in REGISTRY:
         if parts:
             raise OodevalError(f"measure {name} takes no parameters; write {name}")
         return REGISTRY[name]
-    if name in FAMILIES:
+    if name is not None and name in FAMILIES:
         return _family_member(FAMILIES[name], parts, spec)
     raise UnknownMeasure(
         f"unknown measure {spec!r}; choose from {', '.join(measure_names())} (or register it "

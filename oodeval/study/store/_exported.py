@@ -189,7 +189,8 @@ def _columns() -> str:
 
 
 def _units(path: Path, entries: list[tuple[int, dict[str, Any]]]) -> pd.DataFrame:
-    rows, seen = [], {}
+    rows: list[list[Any]] = []
+    seen: dict[str, int] = {}
     for line, unit in entries:
         missing = [c for c in UNIT_COLUMNS if c not in unit]
         if missing:
