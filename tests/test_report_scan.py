@@ -218,10 +218,15 @@ def test_every_table_of_the_report_fits_the_page(quick, tmp_path):
 
 # ----------------------------------------------------------------------------- notes once
 def _demo_commands(out: Path) -> list[list[str]]:
-    """The oodeval command lines of scripts/demo.sh, its $OUT set to `out`."""
+    """The oodeval command lines of scripts/demo.sh, its $OUT set to `out` and its $BIG (where
+    the shipped run's report goes) to a folder beside it."""
     commands = []
+    big = out.parent / "big"
     for line in (REPO / "scripts" / "demo.sh").read_text().splitlines():
-        words = shlex.split(line.replace('"$OUT"', shlex.quote(str(out))), comments=True)
+        line = line.replace('"$OUT"', shlex.quote(str(out)))
+        line = line.replace('"$BIG/', '"' + str(big) + "/")
+        line = line.replace(" examples/", f" {REPO / 'examples'}/")
+        words = shlex.split(line, comments=True)
         if words and words[0] == ".venv/bin/oodeval":
             commands.append(words[1:])
     return commands

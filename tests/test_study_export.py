@@ -9,6 +9,7 @@ bit for bit, every analysis table); the summary's numbers with an independent co
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from oodeval.environments.mnist import TEST_SET_SHA256
+from oodeval.environments.source_kinds import manifest_digest
 from oodeval.study import load_study
 from oodeval.study.analysis import analyze
 from oodeval.study.analysis.summary import TOO_SMALL, degradation_difference, study_summary
@@ -24,6 +27,8 @@ from tests.helpers.cli import assert_refused, invoke
 from tests.helpers.studies import finished_study
 
 ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "examples" / "paper-cpu-scale1.csv"
+SHIPPED_CONFIG = ROOT / "examples" / "paper-cpu-scale1.toml"
 
 CONFIG = """
 name = "export-test"
@@ -245,3 +250,61 @@ def test_summary_prints_one_line_per_study(study_dir: Path, exported: Path) -> N
     assert len(lines) == 2
     assert lines[0].startswith(f"{study_dir}: ") and lines[1].startswith(f"{exported}: ")
     assert lines[0].split(": ", 1)[1] == lines[1].split(": ", 1)[1]  # the same study
+
+
+# --- the shipped run ---------------------------------------------------------------------------
+
+
+def _head(path: Path) -> dict[str, str]:
+    head = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("# "):
+            break
+        key, _, value = line[2:].partition(": ")
+        head.setdefault(key, value)
+    return head
+
+
+def test_the_shipped_run_carries_its_config_version_and_data_digest() -> None:
+    import json
+
+    head = _head(SHIPPED)
+    config = json.loads(head["config"])
+    wanted = tomllib.loads(SHIPPED_CONFIG.read_text(encoding="utf-8"))
+    for key in ("name", "algorithms", "seeds", "steps", "model", "scenarios", "hparams"):
+        assert config[key] == wanted[key], key
+    assert config["trainer"]["eval_every"] == wanted["trainer"]["eval_every"]
+    assert re.fullmatch(r"\d+\.\d+\S* \(source [0-9a-f]{16}\)", head["oodeval"]), head["oodeval"]
+    # the data is the MNIST test set, the one bundled with oodeval: its manifest digest
+    assert head["data"] == f"mnist {manifest_digest(TEST_SET_SHA256)}"
+    study = load_study(SHIPPED)
+    assert study.counts() == {"done": 126, "failed": 0, "damaged": 0, "pending": 0, "planned": 126}
+
+
+def test_the_demo_s_summary_is_computed_from_the_shipped_file(tmp_path: Path) -> None:
+    demo = (ROOT / "scripts" / "demo.sh").read_text(encoding="utf-8")
+    assert "study summary" in demo and "examples/paper-cpu-scale1.csv" in demo
+    line = study_summary(load_study(SHIPPED), n_resamples=200)
+    assert "ARM" in line  # the ideal measure's favourite in the shipped run, named by the line
+    # change one algorithm's errors in a copy: the summary follows the file
+    lines = SHIPPED.read_text(encoding="utf-8").split("\n")
+    start = _table_start(lines)
+    moved = [
+        re.sub(r",([0-9.e-]+),(\d+)$", r",0.999,\2", row) if ",ARM," in row else row
+        for row in lines[start + 1 :]
+    ]
+    copy = tmp_path / "changed.csv"
+    copy.write_text("\n".join([*lines[: start + 1], *moved]), encoding="utf-8")
+    assert study_summary(load_study(copy), n_resamples=200) != line
+
+
+def test_the_reproduce_page_shows_the_shipped_run_s_tables_beside_the_paper_s() -> None:
+    """The page's tables are the analysis of the shipped file as the report shows them, so they
+    cannot go stale when the file is made again."""
+    from oodeval.report.columns import beside_paper_view
+    from oodeval.tables import render_frame
+
+    page = (ROOT / "docs" / "paper" / "reproduce.md").read_text(encoding="utf-8")
+    results = analyze(load_study(SHIPPED))
+    for name in ("table1_vs_paper", "table5_vs_paper", "selection_vs_paper"):
+        assert render_frame(beside_paper_view(results[name]), "markdown") in page, name
