@@ -9,7 +9,6 @@ bit for bit, every analysis table); the summary's numbers with an independent co
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from oodeval.environments.source_kinds import manifest_digest
 from oodeval.study import load_study
 from oodeval.study.analysis import analyze
 from oodeval.study.analysis.summary import TOO_SMALL, degradation_difference, study_summary
+from oodeval.study.config.parsing import tomllib  # tomli before Python 3.11
 from oodeval.study.store import EXPORT_MAGIC
 from tests.helpers.cli import assert_refused, invoke
 from tests.helpers.studies import finished_study
