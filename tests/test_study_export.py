@@ -237,8 +237,20 @@ def test_a_tiny_study_is_too_small_to_separate_the_measures(tmp_path: Path) -> N
         '["ERM", "IRM", "GroupDRO", "VREx", "MMD", "CORAL", "Mixup"]', '["ERM", "IRM", "GroupDRO"]'
     )
     line = study_summary(load_study(finished_study(tmp_path, config)), n_resamples=200)
-    assert f": {TOO_SMALL}: " in line, line
+    assert f": {TOO_SMALL} (2 cells, fewer than 6): " in line, line
     assert "fewer than 6 cells, too few to tell" in line, line
+
+
+def test_one_seed_is_too_small_whatever_the_intervals_over_algorithms_say(tmp_path: Path) -> None:
+    """Three scenarios of one seed: 3 cells, too small even where a scenario's interval over
+    the algorithms excludes 0 (the synthetic backend separates its 8 algorithms sharply)."""
+    config = CONFIG.replace("seeds = [0, 1, 2]", "seeds = [0]").replace(
+        '[[scenarios]]\nfamily = "synthetic"\nratio = "5:1"',
+        '[[scenarios]]\nfamily = "synthetic"\nratio = "4:1"\nscale = 1\n\n'
+        '[[scenarios]]\nfamily = "synthetic"\nratio = "5:1"',
+    )
+    line = study_summary(load_study(finished_study(tmp_path, config)), n_resamples=200)
+    assert line.startswith(f"7 algorithms, 3 scenarios x 1 seed: {TOO_SMALL} (3 cells, "), line
 
 
 def test_summary_prints_one_line_per_study(study_dir: Path, exported: Path) -> None:

@@ -30,8 +30,9 @@ def summary_command(
     """Print one line per study: worst+gap against average on correlation with the ideal
     measure (rho per scenario, the paired 95% interval of the difference) and on selection
     (mean degradation over (scenario, seed) cells, the 95% bootstrap interval of the
-    difference, and the ideal measure's most frequent choice), or "too small to separate the
-    measures" first when no interval excludes 0. Nothing is trained or written; the lines are
+    difference, and the ideal measure's most frequent choice), with "too small to separate the
+    measures" first for a study of fewer than 6 (scenario, seed) cells or where no interval
+    excludes 0. Nothing is trained or written; the lines are
     sentences, for a terminal or a log (`study analyze` writes the tables)."""
     from oodeval.study import load_study
     from oodeval.study.analysis.summary import study_summary

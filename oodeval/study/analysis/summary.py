@@ -12,7 +12,10 @@ The line is computed from the study's stored errors, as every table of `study an
   the algorithm the ideal measure selects most
   often, with how often each measure selects it.
 
-When no interval excludes 0 the line says the study is *too small to separate the measures*.
+The line says the study is *too small to separate the measures* when it has fewer than
+`MIN_SELECTION_CELLS` (scenario, seed) cells, whatever its intervals say (an interval over the
+algorithms of one seed cannot tell the measures from the noise of training), or when no interval
+excludes 0.
 """
 
 from __future__ import annotations
@@ -146,8 +149,8 @@ def _selection_text(frame: pd.DataFrame, n_resamples: int, seed: int) -> tuple[s
 
 def study_summary(study: Any, *, n_resamples: int = 2000, seed: int = 0) -> str:
     """What `study` (a loaded `oodeval.study.Study`) shows about worst+gap against average, in
-    one line: its size, then correlation and selection with their intervals, or
-    `TOO_SMALL` first when no interval excludes 0 (see the module docstring)."""
+    one line: its size, then correlation and selection with their intervals, `TOO_SMALL` first
+    when the study is too small or no interval excludes 0 (see the module docstring)."""
     frame = correlatable(study_unit_measures(study, list(SUMMARY_MEASURES)))
     n_alg = frame["algorithm"].nunique()
     n_scen = frame["scenario"].nunique()
@@ -158,5 +161,9 @@ def study_summary(study: Any, *, n_resamples: int = 2000, seed: int = 0) -> str:
     )
     correlation, clear_rho = _correlation_text(frame, n_resamples, seed)
     selection, clear_pick = _selection_text(frame, n_resamples, seed)
-    verdict = "" if clear_rho or clear_pick else f"{TOO_SMALL}: "
+    n_cells = len(frame.drop_duplicates(["scenario", "seed"]))
+    if n_cells < MIN_SELECTION_CELLS:
+        verdict = f"{TOO_SMALL} ({n_cells} cells, fewer than {MIN_SELECTION_CELLS}): "
+    else:
+        verdict = "" if clear_rho or clear_pick else f"{TOO_SMALL}: "
     return f"{size}: {verdict}{correlation}; {selection}"
