@@ -105,6 +105,7 @@ BASES: dict[str, Base] = {
     "openworld train-gmop": lambda f, out: [f.features, "--out", out / "m.npz", "--n-steps", "2"],
     "study run": lambda f, out: [f.study_toml, "--out", out / "s", "--no-progress"],
     "study measures": lambda f, out: [f.study, "--bootstrap", "10", "-o", out / "m.txt"],
+    "study summary": lambda f, out: [f.study, "--bootstrap", "10"],
     "study estimate": lambda f, out: [f.study_toml, "--workers", "1", "-o", out / "e.txt"],
     "envs show": lambda f, out: ["sr-cmnist", "--source", "digits", "--size", "8"],
     "envs preview": lambda f, out: [
@@ -176,6 +177,7 @@ ACCEPTED: dict[tuple[str, str], set[str]] = {
     ("study run", "--ray-max-retries"): {"0"},  # an option of another executor: not used
     ("study measures", "--bootstrap"): {"0"},
     ("study measures", "--seed"): {"0"},
+    ("study summary", "--seed"): {"0"},
     ("envs show", "--seed"): {"0"},
     ("envs show", "--given"): {"0"},  # e = 0: no label noise
     ("envs preview", "--seed"): {"0"},
