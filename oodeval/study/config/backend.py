@@ -345,7 +345,7 @@ def validate_config(
     >>> toy = {"name": "toy", "backend": "oodeval.study.synthetic", "algorithms": ["ERM"],
     ...        "seeds": [0], "steps": 5, "scenarios": ["synthetic"]}
     >>> validated = validate_config(config_from_dict(toy))
-    >>> validated.scenarios[0].name, validated.n_given(), validated.hparams[("ERM", 0)]["lr"]
+    >>> validated.scenarios[0].name, validated.n_given(), validated.hparams[("ERM", 0)].get("lr")
     ('synthetic/ratio=3:1/scale=1', [4], 0.001)
     """
     backend = import_backend(config) if backend is None else backend
