@@ -45,6 +45,7 @@ import pandas as pd
 from oodeval._json import load_json
 from oodeval._text import read_text, safe_text
 from oodeval.errors import OodevalError
+from oodeval.limits import SEED_LIMIT
 from oodeval.study.store._integrity import StoreHealth, unit_checksum
 from oodeval.study.store.records import ConfigRecord, unit_key
 from oodeval.study.store.schema import JSON_COLUMNS, RESULT_COLUMNS, UNIT_COLUMNS
@@ -63,7 +64,6 @@ EXPORT_MAGIC = "# oodeval study export 1"
 #: The columns of an export's table.
 ROW_COLUMNS = ("scenario", "algorithm", "seed", "fold", "environment", "error", "count")
 _JSON_KEYS = ("config", "scenario_names", "unit")
-_SEED_LIMIT = 2**32
 
 
 def _source_name(source: Any, identity: Mapping[str, Any] | None) -> Any:
@@ -196,7 +196,7 @@ def _units(path: Path, entries: list[tuple[int, dict[str, Any]]]) -> pd.DataFram
         if missing:
             raise _fail(path, line, f"the unit has no {missing[0]!r}")
         seed = unit["seed"]
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < _SEED_LIMIT:
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
             raise _fail(
                 path, line, f"the unit's seed must be an integer in [0, 2^32), got {seed!r}"
             )
