@@ -15,7 +15,7 @@ from tests.requires import DOMAINBED_SWEEP, MNIST_DIR, requires_path
 @pytest.fixture(scope="session")
 def mnist_dir() -> Path:
     """The real MNIST test set (IDX files): ../shared/data/mnist when present, else the copy
-    bundled with oodeval (the same bytes: tests/test_bundled_mnist.py)."""
+    bundled with oodeval (the same bytes: tests/environments/test_bundled_mnist.py)."""
     if (MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file():
         return MNIST_DIR
     return bundled_mnist_dir()

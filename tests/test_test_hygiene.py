@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-TEST_MODULES = sorted(TESTS.glob("test_*.py"))
+TEST_MODULES = sorted(TESTS.rglob("test_*.py"))  # tests/ and its sub-package folders
 HELPERS = sorted((TESTS / "helpers").rglob("*.py"))
 
 CLOCKS = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns"}
@@ -32,17 +32,25 @@ ALLOWED = {
 
 
 def _imported_test_modules(tree: ast.Module) -> list[str]:
-    """Test modules that `tree` imports: ``tests.test_x``, ``.test_x``, ``from tests import
-    test_x``, function-level imports included."""
+    """Test modules that `tree` imports: ``tests.test_x``, ``tests.study.test_x``, ``.test_x``,
+    ``from tests import test_x``, ``from tests.study import test_x``, function-level imports
+    included."""
+
+    def is_test_module(dotted: str) -> bool:
+        return dotted.rsplit(".", 1)[-1].startswith("test_")
+
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.startswith("tests.test_")]
+            found += [
+                a.name for a in node.names if a.name.startswith("tests.") and is_test_module(a.name)
+            ]
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if module.startswith("tests.test_") or (node.level and module.startswith("test_")):
+            inside = module.startswith("tests.") or bool(node.level)
+            if inside and is_test_module(module):
                 found.append("." * node.level + module)
-            elif module == "tests" or (node.level and not module):
+            elif module == "tests" or module.startswith("tests.") or node.level:
                 found += [a.name for a in node.names if a.name.startswith("test_")]
     return found
 
@@ -83,7 +91,7 @@ def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
-@pytest.mark.parametrize("path", TEST_MODULES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", TEST_MODULES, ids=lambda p: p.relative_to(TESTS).as_posix())
 def test_no_test_module_imports_another(path):
     imported = _imported_test_modules(_parse(path))
     assert not imported, (
@@ -109,6 +117,7 @@ def test_the_checks_catch_what_they_forbid():
         "import tests.test_a\nfrom tests.test_b import x\nfrom tests import test_c\n"
         "from .test_d import y\nfrom . import test_e\ndef f():\n    from tests.test_f import z\n"
         "from tests.helpers.studies import w\nimport tests.requires\n"
+        "import tests.study.test_g\nfrom tests.study import test_h\n"
     )
     assert _imported_test_modules(imports) == [
         "tests.test_a",
@@ -116,7 +125,9 @@ def test_the_checks_catch_what_they_forbid():
         "test_c",
         ".test_d",
         "test_e",
-        "tests.test_f",
+        "tests.study.test_g",
+        "test_h",
+        "tests.test_f",  # ast.walk is breadth-first: the function's import comes last
     ]
     clocks = ast.parse(
         "import time\nimport time as t\nfrom time import sleep, monotonic as now\n"

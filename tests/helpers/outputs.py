@@ -1,5 +1,5 @@
 """A folder of every kind of input a command reads, for the tests that name an input as an
-output (`tests/test_hostile_outputs.py`, `tests/test_fuzz_outputs.py`).
+output (`tests/report/test_hostile_outputs.py`, `tests/report/test_fuzz_outputs.py`).
 
 `make_world` fills a folder with a results CSV, open-world predictions, a feature file, a study
 folder, a domain-assignment CSV with its predictions and a protocol's image tree; `snapshot`
