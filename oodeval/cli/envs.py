@@ -4,12 +4,11 @@ The options of ``show`` and ``preview`` after ``--seed`` are the families' param
 per parameter of any family in `oodeval.environments.FAMILIES` (`family_options`), typed and
 described from its builder (`Family.parameter_hints`, `Family.parameter_docs`), so a new family's
 parameters need no edit here. `envs_app` builds the command group from the families registered
-when it is called.
+when it is called (`family_command`); the commands read the parameters from ``ctx.params``.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import io
 import types
@@ -20,11 +19,13 @@ from typing import Any
 
 import numpy as np
 import typer
+from typer.core import TyperOption
 
 from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
 from oodeval.cli._common import reports_errors
+from oodeval.cli._options import RegistryCommand, added_values, command_class, typer_option
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.environments import FAMILIES, build_scenario
 from oodeval.environments.base import Scenario
@@ -70,8 +71,8 @@ def cli_type(hint: Any) -> Any:
     return None
 
 
-def family_options(taken: Sequence[str] = ()) -> list[inspect.Parameter]:
-    """One keyword parameter per family parameter of a type `cli_type` can read (the union over
+def family_options(taken: Sequence[str] = ()) -> list[TyperOption]:
+    """One option per family parameter of a type `cli_type` can read (the union over
     `FAMILIES`, in their order): a Typer option ``--<name>`` (dashes for underscores), default
     None (the family's own default), described by the first family documenting it, naming the
     families that take it. A parameter called like one of `taken` (the command's own) is a
@@ -95,8 +96,8 @@ def family_options(taken: Sequence[str] = ()) -> list[inspect.Parameter]:
     return out
 
 
-def _family_option(name: str, kind: Any, doc: str, families: list[str]) -> inspect.Parameter:
-    """The keyword parameter of `family_options` for the family parameter `name`."""
+def _family_option(name: str, kind: Any, doc: str, families: list[str]) -> TyperOption:
+    """The option of `family_options` for the family parameter `name`."""
     flag = "--" + name.replace("_", "-")
     decls, metavar, text = [flag], None, doc.replace("`", "")
     if kind is bool:
@@ -109,33 +110,14 @@ def _family_option(name: str, kind: Any, doc: str, families: list[str]) -> inspe
     text = f"{text} ({', '.join(families)})".strip()
     option = typer.Option(None, *decls, metavar=metavar, help=text, show_default=False)
     annotation = typing.Optional[kind]  # noqa: UP045 (typer reads Optional of a list alias)
-    return inspect.Parameter(
-        name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
-    )
+    return typer_option(name, option, annotation)
 
 
-def with_family_options(command: Callable[..., None]) -> Callable[..., None]:
-    """`command` (whose ``**params`` receive the family parameters) with `family_options` in its
-    signature after ``--seed``, the family argument's help listing the families."""
-
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> None:
-        command(**kwargs)
-
-    own = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-        for p in inspect.signature(command, eval_str=True).parameters.values()
-        if p.kind is not inspect.Parameter.VAR_KEYWORD
-    ]
-    names = [p.name for p in own]
-    extra = family_options(names)
-    cut = names.index("seed") + 1
-    family = own[names.index("family")]
-    own[names.index("family")] = family.replace(
-        default=typer.Argument(..., help=f"Family: {', '.join(FAMILIES)}.")
-    )
-    wrapper.__signature__ = inspect.Signature([*own[:cut], *extra, *own[cut:]])  # type: ignore[attr-defined]
-    return wrapper
+def family_command(command: Callable[..., None]) -> type[RegistryCommand]:
+    """The command class of `command` (which reads the family parameters from ``ctx.params``):
+    `family_options` after ``--seed``, the family argument's help listing the families."""
+    extra = family_options(list(inspect.signature(command).parameters))
+    return command_class(extra, after="seed", helps={"family": f"Family: {', '.join(FAMILIES)}."})
 
 
 def scenario_of(family: str, source: str, seed: int, params: dict[str, Any]) -> Scenario:
@@ -178,12 +160,12 @@ def _short(value: object) -> str:
 
 
 def show(
+    ctx: typer.Context,
     family: str = FAMILY_ARG,
     source: str = SOURCE_OPT,
     seed: int = SEED_OPT,
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
-    **params: Any,
 ) -> None:
     """Print a scenario's E_given, the size of E_all and the image counts.
 
@@ -194,7 +176,7 @@ def show(
 
     check_output_path(output)
     refuse_aliases([("--output", output)], Inputs().spec("--source", source))
-    sc = scenario_of(family, source, seed, params)
+    sc = scenario_of(family, source, seed, added_values(ctx))
     sizes = sc.sizes()
     eval_counts = sorted(set(sizes["evaluation"].values()))
     given = pd.DataFrame(
@@ -240,6 +222,7 @@ def show(
 
 
 def preview(
+    ctx: typer.Context,
     family: str = FAMILY_ARG,
     out: Path = typer.Option(..., "--out", metavar="FILE", help="PNG file to write the grid to."),
     source: str = SOURCE_OPT,
@@ -250,14 +233,13 @@ def preview(
     max_eval: int = typer.Option(
         5, "--max-eval", min=0, max=1000, help="Evaluation environments shown (spread)."
     ),
-    **params: Any,
 ) -> None:
     """Write a labelled grid: one row per given environment and a spread of E_all, with labels."""
     refuse_links(out, named_by_user=True)  # never through a link to a file (`oodeval._files`)
     refuse_aliases([("--out", out)], Inputs().spec("--source", source))
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")
-    sc = scenario_of(family, source, seed, params)
+    sc = scenario_of(family, source, seed, added_values(ctx))
     rows = [(f"given {env.name}", env) for env in sc.given()]
     n_all = len(sc.all_names)
     picks = (
@@ -320,14 +302,14 @@ def save_grid(rows, per_env: int, out: Path, *, title: str) -> None:
 
 def envs_app() -> typer.Typer:
     """The ``oodeval envs`` command group, with an option per parameter of the families
-    registered now (`with_family_options`)."""
+    registered now (`family_command`)."""
     group = typer.Typer(
         help=f"Many-environment datasets: {', '.join(FAMILIES)}.",
         rich_markup_mode=None,  # plain help, as `oodeval` itself (cli/main.py says why)
     )
     group.command("list")(reports_errors(list_families))
-    group.command("show")(reports_errors(with_family_options(show)))
-    group.command("preview")(reports_errors(with_family_options(preview)))
+    group.command("show", cls=family_command(show))(reports_errors(show))
+    group.command("preview", cls=family_command(preview))(reports_errors(preview))
     return group
 
 

@@ -2,15 +2,11 @@
 
 The executor options (``--ray-address``, ``--slurm-time``...) are not written here: they come
 from the registered executor classes (`oodeval.study.executors.Executor.options`), so a new
-executor's options appear without an edit of this file (`with_executor_options`).
+executor's options appear without an edit of this file (`executor_command`).
 """
 
 from __future__ import annotations
 
-import copy
-import functools
-import inspect
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +22,16 @@ from oodeval.cli._common import (
     reports_errors,
     stops_on_ctrl_c,
 )
+from oodeval.cli._options import RegistryCommand, added_values, command_class, typer_option
 from oodeval.cli.study.options import DEVICE_OPT, PRECISION_OPT, PRESET_OPT, TF32_OPT, study_config
 from oodeval.errors import OodevalError
 from oodeval.pool import MAX_WORKERS
 
 if TYPE_CHECKING:  # the study stack is imported when the command runs
+    from typer.core import TyperOption
+
     from oodeval.study import RunSummary, StudyConfig
-    from oodeval.study.executors import Executor
+    from oodeval.study.executors import Executor, ExecutorOption
 
 
 ANALYZE_HELP = (
@@ -42,6 +41,7 @@ ANALYZE_HELP = (
 
 
 def run_command(
+    ctx: typer.Context,
     config: Path | None = typer.Argument(None, help="Study config (TOML); or use --preset."),
     preset_name: str | None = PRESET_OPT,
     out: Path = typer.Option(
@@ -49,7 +49,7 @@ def run_command(
     ),
     workers: int | None = typer.Option(
         None, "--workers", min=1, max=MAX_WORKERS
-    ),  # help: with_executor_options
+    ),  # help: executor_command
     precision: str | None = PRECISION_OPT,
     tf32: str | None = TF32_OPT,
     device: str | None = DEVICE_OPT,
@@ -59,8 +59,7 @@ def run_command(
         True, "--report/--no-report", help="Write DIR/report.html at the end."
     ),
     analyze: bool = typer.Option(False, "--analyze", help=ANALYZE_HELP),
-    executor: str = typer.Option("local", "--executor"),  # help: with_executor_options
-    **executor_values: Any,
+    executor: str = typer.Option("local", "--executor"),  # help: executor_command
 ) -> None:
     """Run (or resume) a study; finished units are skipped, failed ones kept unless retried.
 
@@ -82,7 +81,7 @@ def run_command(
     if report:
         written.append(("the report", Path(out) / "report.html"))
     refuse_aliases([("--out", out), *written], Inputs().file("CONFIG", config))
-    chosen = executor_from_options(executor, workers, executor_values)
+    chosen = executor_from_options(executor, workers, added_values(ctx))
     config_ = study_config(config, preset_name, precision, device, tf32)
     _require_extras(config_, report)
     _print_device(config_, chosen)
@@ -102,50 +101,33 @@ def run_command(
 
 def register(group: typer.Typer) -> None:
     """Add `run` to the `study` group, with every registered executor's options."""
-    group.command("run")(with_executor_options(reports_errors(run_command)))
+    group.command("run", cls=executor_command())(reports_errors(run_command))
 
 
 # -- the executor options ---------------------------------------------------------------------
-def with_executor_options(command: Callable[..., None]) -> Callable[..., None]:
-    """`command` (whose last parameter is ``**executor_values``) taking, in its place, one option
-    per option of every registered executor (shown under the executor's name), with the help of
-    ``--workers`` and ``--executor`` naming the registered executors."""
+def executor_command() -> type[RegistryCommand]:
+    """The command class of `run_command`: after its own options, one option per option of
+    every registered executor (shown under the executor's name), with the help of ``--workers``
+    and ``--executor`` naming the registered executors."""
     from oodeval.study.executors import EXECUTOR_CLASSES
 
     classes = list(EXECUTOR_CLASSES.values())
-    *fixed, _ = inspect.signature(command, eval_str=True).parameters.values()
+    added = [executor_option(cls, option) for cls in classes for option in cls.options]
     helps = {"workers": _workers_help(classes), "executor": _executor_help(classes)}
-    fixed = [_with_help(p, helps[p.name]) if p.name in helps else p for p in fixed]
-    added = [
-        inspect.Parameter(
-            option.param_name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Option(
-                option.default,
-                option.flag,
-                help=option.help,
-                min=option.min,
-                max=option.max,
-                rich_help_panel=cls.name.capitalize(),
-            ),
-            annotation=option.type | None,
-        )
-        for cls in classes
-        for option in cls.options
-    ]
-
-    @functools.wraps(command)
-    def with_options(**values: Any) -> None:
-        command(**values)
-
-    with_options.__signature__ = inspect.Signature([*fixed, *added])  # type: ignore[attr-defined]
-    return with_options
+    return command_class(added, helps=helps)
 
 
-def _with_help(parameter: inspect.Parameter, help_text: str) -> inspect.Parameter:
-    info = copy.copy(parameter.default)  # the function's own OptionInfo stays as written
-    info.help = help_text
-    return parameter.replace(default=info)
+def executor_option(cls: type[Executor], option: ExecutorOption) -> TyperOption:
+    """The ``oodeval study run`` option of `option`, an option of the executor `cls`."""
+    info = typer.Option(
+        option.default,
+        option.flag,
+        help=option.help,
+        min=option.min,
+        max=option.max,
+        rich_help_panel=cls.name.capitalize(),
+    )
+    return typer_option(option.param_name, info, option.type | None)
 
 
 def _workers_help(classes: list) -> str:
