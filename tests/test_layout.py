@@ -7,7 +7,10 @@
   (those under ``if TYPE_CHECKING:`` never run and are left out);
 - a private name (``_x``) is imported only inside its sub-package (``oodeval.measures.*``
   shares its private helpers, as scikit-learn's ``sklearn.metrics._base``), never across
-  sub-packages.
+  sub-packages;
+- no function's ``__signature__`` is rewritten: a command taking options a registry declares
+  gets them from its Typer command class (`oodeval.cli._options`), not from a made-up
+  signature.
 """
 
 from __future__ import annotations
@@ -203,3 +206,49 @@ def test_a_private_name_may_be_shared_only_inside_its_sub_package() -> None:
     assert private_crossings("oodeval._text", ast.parse("from oodeval._json import _x\n")) == [
         "oodeval._json._x"
     ]
+
+
+def signature_assignments(tree: ast.Module) -> list[int]:
+    """The lines of `tree` that set a ``__signature__``: an assignment to the attribute (plain,
+    annotated, augmented, in a tuple) or a ``setattr(x, "__signature__", ...)`` call."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(
+                isinstance(part, ast.Attribute) and part.attr == "__signature__"
+                for target in targets
+                for part in ast.walk(target)
+            ):
+                lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value == "__signature__"
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_rewrites_a_signature() -> None:
+    found = {
+        name: lines
+        for name, path in MODULES.items()
+        if (lines := signature_assignments(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert not found, f"declare these options with Typer (oodeval/cli/_options.py): {found}"
+
+
+def test_a_signature_rewrite_is_found() -> None:
+    source = (
+        "f.__signature__ = sig\n"
+        "g.__signature__: object = sig\n"
+        "a, h.__signature__ = 1, sig\n"
+        "setattr(k, '__signature__', sig)\n"
+        "sig = inspect.signature(f)\n"
+        "setattr(k, '__doc__', 'x')\n"
+    )
+    assert signature_assignments(ast.parse(source)) == [1, 2, 3, 4]

@@ -25,7 +25,7 @@ from typer.models import OptionInfo, ParamMeta
 
 def typer_option(name: str, info: OptionInfo, annotation: Any) -> TyperOption:
     """The option Typer makes of the command-function parameter ``name: annotation = info``
-    (`typer.main` builds every declared option, and its own ``--install-completion``, so)."""
+    (`typer.main` builds every declared option, and its own shell-completion options, so)."""
     if info.callback is None:  # ctx.params then holds what the function would be passed
         info = copy.copy(info)
         info.callback = _as_passed
@@ -109,10 +109,11 @@ def _refuse_clashes(own: Sequence[_click.Parameter], added: Sequence[_click.Para
     another one added): click would let one hide the other."""
     seen: dict[str, str] = {}
     for param in [*own, *added]:
+        label = param.opts[0] if param.opts else str(param.name)
         for key in dict.fromkeys([str(param.name), *param.opts, *param.secondary_opts]):
             if key in seen:
-                raise TypeError(f"{param.name}: {key} is already taken by {seen[key]}")
-            seen[key] = str(param.name)
+                raise TypeError(f"option {label} clashes with {seen[key]}: both take {key!r}")
+            seen[key] = label
 
 
 def _own_values(callback: Callable[..., Any], names: set[str]) -> Callable[..., Any]:
