@@ -1,5 +1,5 @@
 """Score long-form results: every measure per algorithm and seed, and, when the results have
-`all` rows, the ideal measure, correlations with it, selections and their degradation.
+`all` rows, the ideal measure, correlations with it, each measure's choice and its degradation.
 
 `score` is the public entry point (`oodeval.score`): it takes a DataFrame, a file or a list of row
 dicts and returns `Scores`, whose attributes are pandas DataFrames; `Scores.to_dict()` gives
@@ -63,9 +63,10 @@ class Scores:
     correlation_summary : pandas.DataFrame or None
         (measure, n_seeds, spearman_mean, spearman_std, kendall_mean, kendall_std) over seeds,
         std with ddof=1; None unless correlations exist and there are several seeds.
-    selections : pandas.DataFrame
+    choices : pandas.DataFrame
         (seed, measure, selected, tied, score[, ideal_of_selected, degradation]): the algorithm
-        each measure chooses; also available as `choice` (`selection` is its deprecated name).
+        each measure chooses; also available as `choice` (`selections` and `selection` are its
+        deprecated names).
     degradation_summary : pandas.DataFrame or None
         (measure, n_seeds, degradation_mean, degradation_std); None unless the ideal measure
         exists and there are several seeds.
@@ -91,7 +92,7 @@ class Scores:
     measures: pd.DataFrame
     correlations: pd.DataFrame | None
     correlation_summary: pd.DataFrame | None
-    selections: pd.DataFrame
+    choices: pd.DataFrame
     degradation_summary: pd.DataFrame | None
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
@@ -122,7 +123,19 @@ class Scores:
     def choice(self) -> pd.DataFrame:
         """The algorithm each measure chooses (argmin, ties to the first name in sorted order),
         per seed; the ``tied`` column names every algorithm tied at the minimum."""
-        return self.selections
+        return self.choices
+
+    @property
+    def selections(self) -> pd.DataFrame:
+        """Deprecated name of `choices` (the algorithm each measure chooses); kept for one
+        release. *Selection* now means checkpoint selection only."""
+        warnings.warn(
+            "warning: Scores.selections is deprecated, use Scores.choices (the algorithm each "
+            "measure chooses); Scores.selections goes in the next release",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.choices
 
     @property
     def selection(self) -> pd.DataFrame:
@@ -143,9 +156,9 @@ class Scores:
         ideal measure (``all`` rows)."""
         keys = ["seed"] * bool(self.info.get("seeds")) + ["measure", "selected"]
         columns = [*keys, "ideal_of_selected", "degradation"]
-        if "degradation" not in self.selections.columns:
+        if "degradation" not in self.choices.columns:
             return pd.DataFrame(columns=columns)
-        frame = self.selections[columns]
+        frame = self.choices[columns]
         return frame[frame["measure"] != "ideal"].reset_index(drop=True)
 
     @property
@@ -173,9 +186,9 @@ class Scores:
                 )
             )
         title = "Selected algorithm per measure (argmin; ties -> first name in sorted order)"
-        if "degradation" in self.selections.columns:
+        if "degradation" in self.choices.columns:
             title += "; degradation = |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|"
-        out.append(("selections", title, self.selections))
+        out.append(("selections", title, self.choices))
         if self.degradation_summary is not None:
             out.append(
                 (
@@ -341,7 +354,7 @@ def score_results(
             "'loo' rows, so no interval is computed"
         )
     selectors = names + ["ideal"] * has_ideal
-    selected, degradation = _selections(results, units, selectors, notes)
+    selected, degradation = _choice_table(results, units, selectors, notes)
     if not results.has_seed:
         measures_df = measures_df.drop(columns="seed")
         selected = selected.drop(columns="seed")
@@ -351,7 +364,7 @@ def score_results(
         measures=measures_df,
         correlations=correlations,
         correlation_summary=correlation_table,
-        selections=selected,
+        choices=selected,
         degradation_summary=degradation,
         notes=notes,
         info=_info(results),
@@ -437,10 +450,10 @@ def _correlations(
     return pd.DataFrame(table)[columns], summary
 
 
-def _selections(
+def _choice_table(
     results: LongResults, units: Columns, selectors: list[str], notes: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The selection per seed and measure, the degradation over seeds (None without the ideal
+    """The choice per seed and measure, the degradation over seeds (None without the ideal
     or with one seed), and a note for every tie."""
     table = choices(units, selectors)
     for seed, measure, name, tied in zip(
