@@ -13,7 +13,7 @@ for every measure in `MEASURES`. Accuracies or percentages are accepted with ``a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from oodeval.measures._validation import (
     ErrorFractions,
     as_float_array,
     error_fractions,
+    reduced_errors,
     scalar_or_array,
     to_errors,
 )
@@ -82,20 +83,6 @@ def _gap_term(e: ErrorFractions) -> np.ndarray:
     return (e.worst - e.best) / (n - 2)
 
 
-def _reduced(
-    errors: Any,
-    term: Callable[[ErrorFractions], np.ndarray],
-    *,
-    accuracy: bool,
-    percent: bool,
-    name: str = "errors",
-) -> float | np.ndarray:
-    """`term` of `errors` validated as error fractions (`error_fractions`), as a float for one
-    row: the validation and the return type every measure of this module shares."""
-    e = error_fractions(errors, accuracy=accuracy, percent=percent, name=name)
-    return scalar_or_array(term(e))
-
-
 def average(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
     """Average LOO error, Eq. 2 of the worst+gap paper: R^AVG = (1/N) sum_n R_{e_n}.
 
@@ -115,7 +102,9 @@ def average(errors: Any, *, accuracy: bool = False, percent: bool = False) -> fl
     >>> average([0.1, 0.2, 0.4, 0.3])
     0.25
     """
-    return _reduced(errors, lambda e: e.values.mean(axis=-1), accuracy=accuracy, percent=percent)
+    return reduced_errors(
+        errors, lambda e: e.values.mean(axis=-1), accuracy=accuracy, percent=percent
+    )
 
 
 def worst(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -126,7 +115,7 @@ def worst(errors: Any, *, accuracy: bool = False, percent: bool = False) -> floa
     >>> worst([0.1, 0.2, 0.4, 0.3])
     0.4
     """
-    return _reduced(errors, lambda e: e.worst, accuracy=accuracy, percent=percent)
+    return reduced_errors(errors, lambda e: e.worst, accuracy=accuracy, percent=percent)
 
 
 def best(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -137,7 +126,7 @@ def best(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float
     >>> best([0.1, 0.2, 0.4, 0.3])
     0.1
     """
-    return _reduced(errors, lambda e: e.best, accuracy=accuracy, percent=percent)
+    return reduced_errors(errors, lambda e: e.best, accuracy=accuracy, percent=percent)
 
 
 def gap(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -148,7 +137,7 @@ def gap(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float 
     >>> round(gap([0.1, 0.2, 0.4, 0.3]), 12)
     0.3
     """
-    return _reduced(errors, lambda e: e.worst - e.best, accuracy=accuracy, percent=percent)
+    return reduced_errors(errors, lambda e: e.worst - e.best, accuracy=accuracy, percent=percent)
 
 
 def worst_plus_gap(
@@ -163,7 +152,9 @@ def worst_plus_gap(
     >>> worst_plus_gap([0.1, 0.2, 0.4, 0.3])
     0.55
     """
-    return _reduced(errors, lambda e: e.worst + _gap_term(e), accuracy=accuracy, percent=percent)
+    return reduced_errors(
+        errors, lambda e: e.worst + _gap_term(e), accuracy=accuracy, percent=percent
+    )
 
 
 def worst_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -188,7 +179,7 @@ def gap_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> f
     >>> round(gap_only([0.1, 0.2, 0.4, 0.3]), 12)
     0.15
     """
-    return _reduced(errors, _gap_term, accuracy=accuracy, percent=percent)
+    return reduced_errors(errors, _gap_term, accuracy=accuracy, percent=percent)
 
 
 def scaled_worst(
@@ -212,7 +203,7 @@ def scaled_worst(
         n = e.values.shape[-1]
         return e.worst * ((n + 1) / n)
 
-    return _reduced(errors, term, accuracy=accuracy, percent=percent)
+    return reduced_errors(errors, term, accuracy=accuracy, percent=percent)
 
 
 def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -232,7 +223,7 @@ def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> 
     >>> ideal([0.25, 0.31, 0.9])
     0.9
     """
-    return _reduced(
+    return reduced_errors(
         all_errors, lambda e: e.worst, accuracy=accuracy, percent=percent, name="all_errors"
     )
 
