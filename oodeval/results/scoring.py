@@ -45,6 +45,22 @@ from oodeval.tables import frame_records
 __all__ = ["Scores", "score", "score_results"]
 
 
+#: The retired names of `Scores`' tables -> (their name now, the warning's class, its text).
+RETIRED: dict[str, tuple[str, type[Warning], str]] = {
+    "selection": (
+        "choice",
+        DeprecationWarning,
+        "Scores.selection is deprecated, use Scores.choice (the algorithm each measure chooses)",
+    ),
+    "selections": (
+        "choices",
+        FutureWarning,
+        "warning: Scores.selections is deprecated, use Scores.choices (the algorithm each "
+        "measure chooses); Scores.selections goes in the next release",
+    ),
+}
+
+
 @dataclass
 class Scores:
     """The meta-evaluation of a set of results: every table `oodeval measures` prints.
@@ -127,27 +143,22 @@ class Scores:
 
     @property
     def selections(self) -> pd.DataFrame:
-        """Deprecated name of `choices` (the algorithm each measure chooses); kept for one
-        release. *Selection* now means checkpoint selection only."""
-        warnings.warn(
-            "warning: Scores.selections is deprecated, use Scores.choices (the algorithm each "
-            "measure chooses); Scores.selections goes in the next release",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return self.choices
+        """Deprecated name of `choices`, the table of the algorithm each measure chooses (a
+        `FutureWarning`); kept for one release. *Selection* now means checkpoint selection
+        only."""
+        return self._retired("selections")
 
     @property
     def selection(self) -> pd.DataFrame:
-        """Deprecated name of `choice` (the algorithm each measure chooses); kept for one
-        release. *Selection* now means checkpoint selection only."""
-        warnings.warn(
-            "Scores.selection is deprecated, use Scores.choice (the algorithm each measure "
-            "chooses)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.choice
+        """Deprecated name of `choice` (a `DeprecationWarning`); kept for one release.
+        *Selection* now means checkpoint selection only."""
+        return self._retired("selection")
+
+    def _retired(self, old: str) -> pd.DataFrame:
+        """The attribute `old` is now, after the warning `RETIRED` gives for it."""
+        new, category, message = RETIRED[old]
+        warnings.warn(message, category, stacklevel=3)
+        return getattr(self, new)
 
     @property
     def degradation(self) -> pd.DataFrame:
@@ -171,33 +182,28 @@ class Scores:
 
     def sections(self) -> list[tuple[str, str, pd.DataFrame]]:
         """(key, title, table) for every non-empty table, in print order."""
-        out = [("measures", "Measures per algorithm (lower is better)", self.measures)]
-        if self.correlations is not None:
-            title = "Rank correlation with the ideal measure (Spearman rho; Kendall tau-b)"
-            if "spearman_low" in self.correlations.columns:
-                title += "; percentile bootstrap intervals resampling algorithms"
-            out.append(("correlations", title, self.correlations))
-        if self.correlation_summary is not None:
-            out.append(
-                (
-                    "correlation_summary",
-                    "Correlation with the ideal measure over seeds (mean, std with ddof=1)",
-                    self.correlation_summary,
-                )
-            )
-        title = "Selected algorithm per measure (argmin; ties -> first name in sorted order)"
+        correlation_title = "Rank correlation with the ideal measure (Spearman rho; Kendall tau-b)"
+        if self.correlations is not None and "spearman_low" in self.correlations.columns:
+            correlation_title += "; percentile bootstrap intervals resampling algorithms"
+        choice_title = "Selected algorithm per measure (argmin; ties -> first name in sorted order)"
         if "degradation" in self.choices.columns:
-            title += "; degradation = |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|"
-        out.append(("selections", title, self.choices))
-        if self.degradation_summary is not None:
-            out.append(
-                (
-                    "degradation_summary",
-                    "Selection degradation over seeds (mean, std with ddof=1)",
-                    self.degradation_summary,
-                )
-            )
-        return out
+            choice_title += "; degradation = |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|"
+        tables = [
+            ("measures", "Measures per algorithm (lower is better)", self.measures),
+            ("correlations", correlation_title, self.correlations),
+            (
+                "correlation_summary",
+                "Correlation with the ideal measure over seeds (mean, std with ddof=1)",
+                self.correlation_summary,
+            ),
+            ("selections", choice_title, self.choices),
+            (
+                "degradation_summary",
+                "Selection degradation over seeds (mean, std with ddof=1)",
+                self.degradation_summary,
+            ),
+        ]
+        return [(key, title, table) for key, title, table in tables if table is not None]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: info, one list of records per table, notes; NaN becomes None."""
