@@ -4,7 +4,7 @@ The public Python API; every name is imported on first use, so ``import oodeval`
 (it imports neither pandas, torch, matplotlib nor scipy.stats):
 
 - `score`: score long-form results (a DataFrame, a file or a list of rows) -> `Scores`
-- `Scores`: the measures, rankings, correlation with the ideal measure, selection,
+- `Scores`: the measures, rankings, correlation with the ideal measure, each measure's choice,
   degradation and the one-line `Scores.answer`
 - `read_domainbed`: a DomainBed sweep folder -> long-form results for `score`
 - `load_study`, `analyze`: read a measure study's folder and compute the worst+gap paper's

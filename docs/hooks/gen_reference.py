@@ -1,8 +1,9 @@
 """MkDocs hook: the three reference pages, generated from the code at build time.
 
 - ``reference/api.md``: a mkdocstrings ``:::`` block for every name the public modules export
-  (`API_MODULES`, each walked through its ``__all__``), so the page follows the code's exports
-  and the docstrings render as they are written (numpy style).
+  (`API_MODULES`, each walked through its ``__all__``), by its public path (``oodeval.score``,
+  ``oodeval.measures.worst_plus_gap``), never the private module defining it, so the page
+  follows the code's exports and the docstrings render as they are written (numpy style).
 - ``reference/cli.md``: every command of the Typer app (`oodeval.cli.main.app`), walked through
   ``typer.main.get_command``: its usage line, its help and every argument and option.
 - ``reference/config.md``: every key of a study config, from the schema itself: the fields of
@@ -123,13 +124,30 @@ def parameter_docs(fn: Any) -> dict[str, str]:
 
 
 # -- reference/api.md ----------------------------------------------------------------------------
-def canonical_path(module: Any, name: str) -> str:
-    """Where mkdocstrings finds `module.name`: a function's or class's own module (so a lazy
-    PEP 562 attribute or a re-export is documented where it is defined), else `module.name`."""
-    obj = getattr(module, name)
-    if (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__.startswith("oodeval"):
-        return f"{obj.__module__}.{obj.__qualname__}"
-    return f"{module.__name__}.{name}"
+def public_exports(module: Any) -> list[str]:
+    """The names `module` exports: its ``__all__`` less any ``_name`` (``__version__``)."""
+    return [n for n in getattr(module, "__all__", ()) if not n.startswith("_")]
+
+
+def api_entries() -> list[tuple[str, list[str]]]:
+    """(module, [public path, ...]) for every module of `API_MODULES`: each exported object once,
+    as ``module.name`` of the first module exporting it, so no page names where it is defined
+    (a private ``_module``) and mkdocstrings follows the re-export to the docstring."""
+    import importlib
+
+    seen: set[int] = set()
+    entries = []
+    for modname, _ in API_MODULES:
+        module = importlib.import_module(modname)
+        paths = []
+        for name in public_exports(module):
+            obj = getattr(module, name)
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            paths.append(f"{modname}.{name}")
+        entries.append((modname, paths))
+    return entries
 
 
 def api_page() -> str:
@@ -139,26 +157,24 @@ def api_page() -> str:
         "# Python API",
         "",
         "Generated from the docstrings at build time: every name the modules below export "
-        "(their `__all__`). Each name is documented once, under the first module exporting it.",
+        "(their `__all__`), by its public path. Each name is documented once, under the first "
+        "module exporting it.",
         "",
     ]
-    seen: set[str] = set()
-    for modname, summary in API_MODULES:
+    summaries = dict(API_MODULES)
+    documented = {modname for modname, _ in API_MODULES}
+    for modname, paths in api_entries():
         module = importlib.import_module(modname)
-        out += [f"## `{modname}`", "", summary, ""]
+        out += [f"## `{modname}`", "", summaries[modname], ""]
         doc = inspect.getdoc(module)
         if doc:
             out += [paragraphs(doc.split("\n\n", 1)[0]), ""]
-        names = [n for n in getattr(module, "__all__", ()) if not n.startswith("_")]
-        shown = 0
-        for name in names:
-            path = canonical_path(module, name)
-            if path in seen:
-                continue
-            seen.add(path)
-            shown += 1
-            out += [f"::: {path}", "    options:", "      heading_level: 3", ""]
-        if not shown:
+        for path in paths:
+            out += [f"::: {path}", "    options:", "      heading_level: 3"]
+            if path in documented:  # a sub-package with a section of its own: not its members
+                out += ["      members: false"]
+            out += [""]
+        if not paths:
             out += ["(exports nothing of its own beyond the names documented above)", ""]
     return "\n".join(out)
 
@@ -367,4 +383,4 @@ def hparams_section() -> list[str]:
     return [*out, ""]
 
 
-__all__ = ["on_config", "on_files"]
+__all__ = ["api_entries", "on_config", "on_files", "public_exports"]

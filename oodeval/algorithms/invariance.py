@@ -42,11 +42,34 @@ def irm_penalties(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return grads[0] * grads[1]
 
 
-class _AnnealedPenalty(ERM):
-    """ERM plus ``weight * penalty`` where weight = 1 before the anneal step and lambda after."""
+def _annealed_hparams(prefix: str, default_lambda: float, label: str) -> dict[str, HParam]:
+    """The two hyperparameters of an annealed penalty, with DomainBed's names and search
+    distributions: ``PREFIX_lambda`` and ``PREFIX_penalty_anneal_iters``."""
+    return {
+        f"{prefix}_lambda": HParam(
+            default_lambda, log_uniform(-1, 5), f"{label} penalty weight after annealing"
+        ),
+        f"{prefix}_penalty_anneal_iters": HParam(
+            500, log_uniform_int(0, 4), f"updates with penalty weight 1 before {prefix}_lambda"
+        ),
+    }
 
-    lambda_key = ""
-    anneal_key = ""
+
+class _AnnealedPenalty(ERM):
+    """ERM plus ``weight * penalty`` where weight = 1 before the anneal step and lambda after.
+
+    A subclass names its two hyperparameters by `prefix` (`_annealed_hparams`).
+    """
+
+    prefix = ""
+
+    @property
+    def lambda_key(self) -> str:
+        return f"{self.prefix}_lambda"
+
+    @property
+    def anneal_key(self) -> str:
+        return f"{self.prefix}_penalty_anneal_iters"
 
     def penalty_weight(self) -> float:
         """The penalty weight for the current update (1 before annealing ends)."""
@@ -77,13 +100,8 @@ class IRM(_AnnealedPenalty):
     P_e is `irm_penalties`; w is 1 before `irm_penalty_anneal_iters` updates, then irm_lambda.
     """
 
-    HPARAMS = {
-        "irm_lambda": HParam(1e2, log_uniform(-1, 5), "IRM penalty weight after annealing"),
-        "irm_penalty_anneal_iters": HParam(
-            500, log_uniform_int(0, 4), "updates with penalty weight 1 before irm_lambda"
-        ),
-    }
-    lambda_key, anneal_key = "irm_lambda", "irm_penalty_anneal_iters"
+    prefix = "irm"
+    HPARAMS = _annealed_hparams(prefix, 1e2, "IRM")
 
     def penalties(self, nll: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return masked_mean(irm_penalties(logits, y), self.env_mask)
@@ -97,13 +115,8 @@ class VREx(_AnnealedPenalty):
     training environments.
     """
 
-    HPARAMS = {
-        "vrex_lambda": HParam(1e1, log_uniform(-1, 5), "V-REx penalty weight after annealing"),
-        "vrex_penalty_anneal_iters": HParam(
-            500, log_uniform_int(0, 4), "updates with penalty weight 1 before vrex_lambda"
-        ),
-    }
-    lambda_key, anneal_key = "vrex_lambda", "vrex_penalty_anneal_iters"
+    prefix = "vrex"
+    HPARAMS = _annealed_hparams(prefix, 1e1, "V-REx")
 
     def penalties(self, nll: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         mean = masked_mean(nll, self.env_mask)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -238,3 +239,23 @@ def error_fractions(
     if accuracy:
         arr, hi, lo = 1.0 - arr, 1.0 - lo, 1.0 - hi
     return ErrorFractions(arr, hi, lo)
+
+
+def reduced_errors(
+    errors: Any,
+    formula: Callable[[ErrorFractions], np.ndarray],
+    *,
+    accuracy: bool = False,
+    percent: bool = False,
+    name: str = "errors",
+) -> float | np.ndarray:
+    """`formula` of `errors` validated as error fractions (`error_fractions`), a float for one
+    row: the validation and the return every measure of LOO errors shares.
+
+    >>> reduced_errors([[0.1, 0.4], [0.3, 0.2]], lambda e: e.worst - e.best)
+    array([0.3, 0.1])
+    >>> reduced_errors([60, 90], lambda e: e.worst, accuracy=True, percent=True)
+    0.4
+    """
+    e = error_fractions(errors, accuracy=accuracy, percent=percent, name=name)
+    return scalar_or_array(formula(e))

@@ -7,8 +7,10 @@ Each family is registered in `oodeval.measures.registry` and asked for by spec:
 - ``mean_plus_std:lambda=L``: mean + L * std, with the population std (ddof=0);
 - ``weighted_worst_plus_gap:weight=W``: worst + W * (worst - best); W = 1/(N-2) is Eq. 6.
 
-Like every measure, each takes errors of shape ``(..., n_envs)`` (environments on the last
-axis), refuses NaN and infinities, and returns one value per leading index; lower is better.
+Each family's function takes the family's parameters and returns the measure function
+(`MeasureFunction`) they define: like every measure, it takes errors of shape ``(..., n_envs)``
+(environments on the last axis), refuses NaN and infinities, and returns one value per leading
+index (a float for one row); lower is better.
 
 >>> from oodeval.measures.registry import get_measure
 >>> get_measure("cvar:alpha=0.5").function([0.1, 0.2, 0.4, 0.3])
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from oodeval.errors import OodevalError
-from oodeval.measures._validation import ErrorFractions, error_fractions, scalar_or_array
+from oodeval.measures._validation import ErrorFractions, reduced_errors
 from oodeval.measures.registry import MeasureFunction, register_measure_family
 
 __all__ = [
@@ -56,8 +58,7 @@ def _measure_of(formula: Callable[[ErrorFractions], np.ndarray]) -> MeasureFunct
     or percentages converted, NaN and infinities refused) and gives a float for one row."""
 
     def measure(errors: Any, *, accuracy: bool = False, percent: bool = False) -> Any:
-        e = error_fractions(errors, accuracy=accuracy, percent=percent)
-        return scalar_or_array(formula(e))
+        return reduced_errors(errors, formula, accuracy=accuracy, percent=percent)
 
     measure.__name__, measure.__qualname__ = formula.__name__, formula.__qualname__
     return measure
@@ -72,12 +73,6 @@ def _check_in(family: str, key: str, value: float, low: float, high: float, low_
         )
 
 
-@register_measure_family(
-    "cvar",
-    params={"alpha": float},
-    label="CVaR_{alpha}",
-    description="mean of the worst ceil(alpha N) LOO errors (CVaR over environments)",
-)
 def cvar(alpha: float) -> MeasureFunction:
     """CVaR_alpha over environments: the mean of the worst k = ceil(alpha N) LOO errors.
 
@@ -88,10 +83,6 @@ def cvar(alpha: float) -> MeasureFunction:
     Parameters
     ----------
     alpha : float in (0, 1]
-
-    Returns
-    -------
-    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
 
     >>> cvar(0.5)([0.1, 0.2, 0.4, 0.3])
     0.35
@@ -107,12 +98,6 @@ def cvar(alpha: float) -> MeasureFunction:
     return _measure_of(cvar_alpha)
 
 
-@register_measure_family(
-    "quantile",
-    params={"q": float},
-    label="q_{q}",
-    description="q-quantile of the LOO errors (numpy's linear interpolation)",
-)
 def quantile(q: float) -> MeasureFunction:
     """The q-quantile of the LOO errors with numpy's default linear interpolation.
 
@@ -123,10 +108,6 @@ def quantile(q: float) -> MeasureFunction:
     Parameters
     ----------
     q : float in [0, 1]
-
-    Returns
-    -------
-    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
 
     >>> round(quantile(0.9)([0.1, 0.2, 0.4, 0.3]), 12)
     0.37
@@ -139,17 +120,10 @@ def quantile(q: float) -> MeasureFunction:
     return _measure_of(quantile_q)
 
 
-@register_measure_family(
-    "median", params={}, label="median", description="median of the LOO errors"
-)
 def median() -> MeasureFunction:
     """The median of the LOO errors: the middle sorted value, or the mean of the middle two.
 
     Equal to ``quantile:q=0.5`` (numpy's ``median``).
-
-    Returns
-    -------
-    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
 
     >>> round(median()([0.1, 0.2, 0.4, 0.3]), 12)
     0.25
@@ -161,12 +135,6 @@ def median() -> MeasureFunction:
     return _measure_of(median_of)
 
 
-@register_measure_family(
-    "mean_plus_std",
-    params={"lambda": float},
-    label="mean+{lambda}std",
-    description="mean + lambda * std of the LOO errors (population std, ddof=0)",
-)
 def mean_plus_std(**params: float) -> MeasureFunction:
     """Mean plus lambda standard deviations of the LOO errors, with the population std (ddof=0).
 
@@ -178,10 +146,6 @@ def mean_plus_std(**params: float) -> MeasureFunction:
     **params : float
         ``lambda`` >= 0, the one parameter (a Python keyword, hence passed as
         ``mean_plus_std(**{"lambda": 1.0})``; in a spec ``mean_plus_std:lambda=1``)
-
-    Returns
-    -------
-    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
 
     >>> round(mean_plus_std(**{"lambda": 2.0})([0.1, 0.3]), 12)
     0.4
@@ -199,12 +163,6 @@ def mean_plus_std(**params: float) -> MeasureFunction:
     return _measure_of(mean_plus_lambda_std)
 
 
-@register_measure_family(
-    "weighted_worst_plus_gap",
-    params={"weight": float},
-    label="worst+{weight}gap",
-    description="worst + weight * (worst - best); weight 1/(N-2) is worst+gap (Eq. 6)",
-)
 def weighted_worst_plus_gap(weight: float) -> MeasureFunction:
     """The worst+gap family with a fixed gap weight: worst + W (worst - best), W >= 0.
 
@@ -214,10 +172,6 @@ def weighted_worst_plus_gap(weight: float) -> MeasureFunction:
     Parameters
     ----------
     weight : float >= 0
-
-    Returns
-    -------
-    function of errors of shape (..., n_envs) -> float or ndarray of shape errors.shape[:-1]
 
     >>> round(weighted_worst_plus_gap(0.5)([0.1, 0.2, 0.4, 0.3]), 12)
     0.55
@@ -232,3 +186,39 @@ def weighted_worst_plus_gap(weight: float) -> MeasureFunction:
         return e.worst + weight * (e.worst - e.best)
 
     return _measure_of(worst_plus_weighted_gap)
+
+
+#: (name, factory, parameters, label, description) of each family, registered in this order.
+_FAMILIES: tuple[tuple[str, Callable[..., MeasureFunction], dict[str, type], str, str], ...] = (
+    (
+        "cvar",
+        cvar,
+        {"alpha": float},
+        "CVaR_{alpha}",
+        "mean of the worst ceil(alpha N) LOO errors (CVaR over environments)",
+    ),
+    (
+        "quantile",
+        quantile,
+        {"q": float},
+        "q_{q}",
+        "q-quantile of the LOO errors (numpy's linear interpolation)",
+    ),
+    ("median", median, {}, "median", "median of the LOO errors"),
+    (
+        "mean_plus_std",
+        mean_plus_std,
+        {"lambda": float},
+        "mean+{lambda}std",
+        "mean + lambda * std of the LOO errors (population std, ddof=0)",
+    ),
+    (
+        "weighted_worst_plus_gap",
+        weighted_worst_plus_gap,
+        {"weight": float},
+        "worst+{weight}gap",
+        "worst + weight * (worst - best); weight 1/(N-2) is worst+gap (Eq. 6)",
+    ),
+)
+for _name, _factory, _params, _label, _description in _FAMILIES:
+    register_measure_family(_name, params=_params, label=_label, description=_description)(_factory)

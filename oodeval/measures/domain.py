@@ -23,6 +23,7 @@ from oodeval.measures._validation import (
     ErrorFractions,
     as_float_array,
     error_fractions,
+    reduced_errors,
     scalar_or_array,
     to_errors,
 )
@@ -85,6 +86,8 @@ def _gap_term(e: ErrorFractions) -> np.ndarray:
 def average(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
     """Average LOO error, Eq. 2 of the worst+gap paper: R^AVG = (1/N) sum_n R_{e_n}.
 
+    The measures below take and return what this one does.
+
     Parameters
     ----------
     errors : array-like of shape (..., n_envs)
@@ -99,65 +102,42 @@ def average(errors: Any, *, accuracy: bool = False, percent: bool = False) -> fl
     >>> average([0.1, 0.2, 0.4, 0.3])
     0.25
     """
-    e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return scalar_or_array(e.values.mean(axis=-1))
+    return reduced_errors(
+        errors, lambda e: e.values.mean(axis=-1), accuracy=accuracy, percent=percent
+    )
 
 
 def worst(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
     """Worst (largest) LOO error, max_n R_{e_n}: the first term of Eq. 6 of the worst+gap paper.
 
-    Parameters
-    ----------
-    errors : array-like of shape (..., n_envs)
-    accuracy, percent : bool
-
-    Returns
-    -------
-    float or ndarray of shape errors.shape[:-1]
+    `errors`, `accuracy`, `percent` and the result are those of `average`.
 
     >>> worst([0.1, 0.2, 0.4, 0.3])
     0.4
     """
-    e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return scalar_or_array(e.worst)
+    return reduced_errors(errors, lambda e: e.worst, accuracy=accuracy, percent=percent)
 
 
 def best(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
     """Best (smallest) LOO error, min_n R_{e_n} (Section 3.1 of the worst+gap paper).
 
-    Parameters
-    ----------
-    errors : array-like of shape (..., n_envs)
-    accuracy, percent : bool
-
-    Returns
-    -------
-    float or ndarray of shape errors.shape[:-1]
+    `errors`, `accuracy`, `percent` and the result are those of `average`.
 
     >>> best([0.1, 0.2, 0.4, 0.3])
     0.1
     """
-    e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return scalar_or_array(e.best)
+    return reduced_errors(errors, lambda e: e.best, accuracy=accuracy, percent=percent)
 
 
 def gap(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
     """Gap between worst and best LOO error, max_n R_{e_n} - min_n R_{e_n} (Eq. 6's gap).
 
-    Parameters
-    ----------
-    errors : array-like of shape (..., n_envs)
-    accuracy, percent : bool
-
-    Returns
-    -------
-    float or ndarray of shape errors.shape[:-1]
+    `errors`, `accuracy`, `percent` and the result are those of `average`.
 
     >>> round(gap([0.1, 0.2, 0.4, 0.3]), 12)
     0.3
     """
-    e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return scalar_or_array(e.worst - e.best)
+    return reduced_errors(errors, lambda e: e.worst - e.best, accuracy=accuracy, percent=percent)
 
 
 def worst_plus_gap(
@@ -166,22 +146,15 @@ def worst_plus_gap(
     """Worst+gap measure, Eq. 6 of the worst+gap paper: worst + (worst - best) / (N - 2).
 
     Undefined for N <= 2 environments (the 1/(N-2) factor): raises OodevalError instead of
-    dividing by zero or guessing.
-
-    Parameters
-    ----------
-    errors : array-like of shape (..., n_envs), n_envs >= 3
-    accuracy, percent : bool
-
-    Returns
-    -------
-    float or ndarray of shape errors.shape[:-1]
+    dividing by zero or guessing. Otherwise `errors` (n_envs >= 3), `accuracy`, `percent` and
+    the result are those of `average`.
 
     >>> worst_plus_gap([0.1, 0.2, 0.4, 0.3])
     0.55
     """
-    e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return scalar_or_array(e.worst + _gap_term(e))
+    return reduced_errors(
+        errors, lambda e: e.worst + _gap_term(e), accuracy=accuracy, percent=percent
+    )
 
 
 def worst_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -189,15 +162,6 @@ def worst_only(errors: Any, *, accuracy: bool = False, percent: bool = False) ->
 
     Equal to `worst`; exposed under the paper's ablation name so that
     ``worst_only + gap_only == worst_plus_gap``.
-
-    Parameters
-    ----------
-    errors : array-like of shape (..., n_envs)
-    accuracy, percent : bool
-
-    Returns
-    -------
-    float or ndarray of shape errors.shape[:-1]
 
     >>> worst_only([0.1, 0.2, 0.4, 0.3])
     0.4
@@ -209,22 +173,13 @@ def gap_only(errors: Any, *, accuracy: bool = False, percent: bool = False) -> f
     """The "gap only" ablation of Table 5 of the worst+gap paper: the gap term of Eq. 6.
 
     gap_only = (worst - best) / (N - 2). For a fixed N it ranks algorithms exactly as `gap`
-    does; it is scaled so that ``worst_only + gap_only == worst_plus_gap``. Needs N >= 3.
-
-    Parameters
-    ----------
-    errors : array-like of shape (..., n_envs), n_envs >= 3
-    accuracy, percent : bool
-
-    Returns
-    -------
-    float or ndarray of shape errors.shape[:-1]
+    does; it is scaled so that ``worst_only + gap_only == worst_plus_gap``. Needs N >= 3
+    (n_envs of `errors`); the arguments and the result are otherwise those of `average`.
 
     >>> round(gap_only([0.1, 0.2, 0.4, 0.3]), 12)
     0.15
     """
-    e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    return scalar_or_array(_gap_term(e))
+    return reduced_errors(errors, _gap_term, accuracy=accuracy, percent=percent)
 
 
 def scaled_worst(
@@ -238,22 +193,17 @@ def scaled_worst(
     at least 1 - delta^2 the largest error over E_all (b) is this estimate up to
     O((b - a) / (N delta)). Within one scenario (one N) it orders algorithms exactly as `worst`
     does; it differs in value, as an estimate of the ideal measure, not of the worst LOO error.
-
-    Parameters
-    ----------
-    errors : array-like of shape (..., n_envs)
-    accuracy, percent : bool
-
-    Returns
-    -------
-    float or ndarray of shape errors.shape[:-1]
+    `errors`, `accuracy`, `percent` and the result are those of `average`.
 
     >>> scaled_worst([0.1, 0.2, 0.4, 0.3])
     0.5
     """
-    e = error_fractions(errors, accuracy=accuracy, percent=percent)
-    n = e.values.shape[-1]
-    return scalar_or_array(e.worst * ((n + 1) / n))
+
+    def term(e: ErrorFractions) -> np.ndarray:
+        n = e.values.shape[-1]
+        return e.worst * ((n + 1) / n)
+
+    return reduced_errors(errors, term, accuracy=accuracy, percent=percent)
 
 
 def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> float | np.ndarray:
@@ -264,6 +214,7 @@ def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> 
     all_errors : array-like of shape (..., n_all_envs)
         Test errors of the model trained on ALL given environments, on every environment of E_all.
     accuracy, percent : bool
+        As for `average`.
 
     Returns
     -------
@@ -272,8 +223,9 @@ def ideal(all_errors: Any, *, accuracy: bool = False, percent: bool = False) -> 
     >>> ideal([0.25, 0.31, 0.9])
     0.9
     """
-    e = error_fractions(all_errors, accuracy=accuracy, percent=percent, name="all_errors")
-    return scalar_or_array(e.worst)
+    return reduced_errors(
+        all_errors, lambda e: e.worst, accuracy=accuracy, percent=percent, name="all_errors"
+    )
 
 
 _BUILT_INS = (

@@ -176,7 +176,7 @@ def _add_ideal_tables(measures: Section, results: LongResults) -> None:
     measures.tables.append(
         Table(
             "Algorithm selected by each measure",
-            tables.selections,
+            tables.choices,
             "The algorithm with the lowest value of each measure (ties go to the first "
             "name in sorted order) and its degradation "
             "|R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|.",

@@ -1,5 +1,5 @@
 """Score long-form results: every measure per algorithm and seed, and, when the results have
-`all` rows, the ideal measure, correlations with it, selections and their degradation.
+`all` rows, the ideal measure, correlations with it, each measure's choice and its degradation.
 
 `score` is the public entry point (`oodeval.score`): it takes a DataFrame, a file or a list of row
 dicts and returns `Scores`, whose attributes are pandas DataFrames; `Scores.to_dict()` gives
@@ -45,6 +45,22 @@ from oodeval.tables import frame_records
 __all__ = ["Scores", "score", "score_results"]
 
 
+#: The retired names of `Scores`' tables -> (their name now, the warning's class, its text).
+RETIRED: dict[str, tuple[str, type[Warning], str]] = {
+    "selection": (
+        "choice",
+        DeprecationWarning,
+        "Scores.selection is deprecated, use Scores.choice (the algorithm each measure chooses)",
+    ),
+    "selections": (
+        "choices",
+        FutureWarning,
+        "warning: Scores.selections is deprecated, use Scores.choices (the algorithm each "
+        "measure chooses); Scores.selections goes in the next release",
+    ),
+}
+
+
 @dataclass
 class Scores:
     """The meta-evaluation of a set of results: every table `oodeval measures` prints.
@@ -63,9 +79,10 @@ class Scores:
     correlation_summary : pandas.DataFrame or None
         (measure, n_seeds, spearman_mean, spearman_std, kendall_mean, kendall_std) over seeds,
         std with ddof=1; None unless correlations exist and there are several seeds.
-    selections : pandas.DataFrame
+    choices : pandas.DataFrame
         (seed, measure, selected, tied, score[, ideal_of_selected, degradation]): the algorithm
-        each measure chooses; also available as `choice` (`selection` is its deprecated name).
+        each measure chooses; also available as `choice` (`selections` and `selection` are its
+        deprecated names).
     degradation_summary : pandas.DataFrame or None
         (measure, n_seeds, degradation_mean, degradation_std); None unless the ideal measure
         exists and there are several seeds.
@@ -91,7 +108,7 @@ class Scores:
     measures: pd.DataFrame
     correlations: pd.DataFrame | None
     correlation_summary: pd.DataFrame | None
-    selections: pd.DataFrame
+    choices: pd.DataFrame
     degradation_summary: pd.DataFrame | None
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
@@ -122,19 +139,26 @@ class Scores:
     def choice(self) -> pd.DataFrame:
         """The algorithm each measure chooses (argmin, ties to the first name in sorted order),
         per seed; the ``tied`` column names every algorithm tied at the minimum."""
-        return self.selections
+        return self.choices
+
+    @property
+    def selections(self) -> pd.DataFrame:
+        """Deprecated name of `choices`, the table of the algorithm each measure chooses (a
+        `FutureWarning`); kept for one release. *Selection* now means checkpoint selection
+        only."""
+        return self._retired("selections")
 
     @property
     def selection(self) -> pd.DataFrame:
-        """Deprecated name of `choice` (the algorithm each measure chooses); kept for one
-        release. *Selection* now means checkpoint selection only."""
-        warnings.warn(
-            "Scores.selection is deprecated, use Scores.choice (the algorithm each measure "
-            "chooses)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.choice
+        """Deprecated name of `choice` (a `DeprecationWarning`); kept for one release.
+        *Selection* now means checkpoint selection only."""
+        return self._retired("selection")
+
+    def _retired(self, old: str) -> pd.DataFrame:
+        """The attribute `old` is now, after the warning `RETIRED` gives for it."""
+        new, category, message = RETIRED[old]
+        warnings.warn(message, category, stacklevel=3)
+        return getattr(self, new)
 
     @property
     def degradation(self) -> pd.DataFrame:
@@ -143,9 +167,9 @@ class Scores:
         ideal measure (``all`` rows)."""
         keys = ["seed"] * bool(self.info.get("seeds")) + ["measure", "selected"]
         columns = [*keys, "ideal_of_selected", "degradation"]
-        if "degradation" not in self.selections.columns:
+        if "degradation" not in self.choices.columns:
             return pd.DataFrame(columns=columns)
-        frame = self.selections[columns]
+        frame = self.choices[columns]
         return frame[frame["measure"] != "ideal"].reset_index(drop=True)
 
     @property
@@ -158,33 +182,28 @@ class Scores:
 
     def sections(self) -> list[tuple[str, str, pd.DataFrame]]:
         """(key, title, table) for every non-empty table, in print order."""
-        out = [("measures", "Measures per algorithm (lower is better)", self.measures)]
-        if self.correlations is not None:
-            title = "Rank correlation with the ideal measure (Spearman rho; Kendall tau-b)"
-            if "spearman_low" in self.correlations.columns:
-                title += "; percentile bootstrap intervals resampling algorithms"
-            out.append(("correlations", title, self.correlations))
-        if self.correlation_summary is not None:
-            out.append(
-                (
-                    "correlation_summary",
-                    "Correlation with the ideal measure over seeds (mean, std with ddof=1)",
-                    self.correlation_summary,
-                )
-            )
-        title = "Selected algorithm per measure (argmin; ties -> first name in sorted order)"
-        if "degradation" in self.selections.columns:
-            title += "; degradation = |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|"
-        out.append(("selections", title, self.selections))
-        if self.degradation_summary is not None:
-            out.append(
-                (
-                    "degradation_summary",
-                    "Selection degradation over seeds (mean, std with ddof=1)",
-                    self.degradation_summary,
-                )
-            )
-        return out
+        correlation_title = "Rank correlation with the ideal measure (Spearman rho; Kendall tau-b)"
+        if self.correlations is not None and "spearman_low" in self.correlations.columns:
+            correlation_title += "; percentile bootstrap intervals resampling algorithms"
+        choice_title = "Selected algorithm per measure (argmin; ties -> first name in sorted order)"
+        if "degradation" in self.choices.columns:
+            choice_title += "; degradation = |R_IDEAL(A*_IDEAL) - R_IDEAL(A*_measure)|"
+        tables = [
+            ("measures", "Measures per algorithm (lower is better)", self.measures),
+            ("correlations", correlation_title, self.correlations),
+            (
+                "correlation_summary",
+                "Correlation with the ideal measure over seeds (mean, std with ddof=1)",
+                self.correlation_summary,
+            ),
+            ("selections", choice_title, self.choices),
+            (
+                "degradation_summary",
+                "Selection degradation over seeds (mean, std with ddof=1)",
+                self.degradation_summary,
+            ),
+        ]
+        return [(key, title, table) for key, title, table in tables if table is not None]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: info, one list of records per table, notes; NaN becomes None."""
@@ -341,7 +360,7 @@ def score_results(
             "'loo' rows, so no interval is computed"
         )
     selectors = names + ["ideal"] * has_ideal
-    selected, degradation = _selections(results, units, selectors, notes)
+    selected, degradation = _choice_table(results, units, selectors, notes)
     if not results.has_seed:
         measures_df = measures_df.drop(columns="seed")
         selected = selected.drop(columns="seed")
@@ -351,7 +370,7 @@ def score_results(
         measures=measures_df,
         correlations=correlations,
         correlation_summary=correlation_table,
-        selections=selected,
+        choices=selected,
         degradation_summary=degradation,
         notes=notes,
         info=_info(results),
@@ -437,10 +456,10 @@ def _correlations(
     return pd.DataFrame(table)[columns], summary
 
 
-def _selections(
+def _choice_table(
     results: LongResults, units: Columns, selectors: list[str], notes: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The selection per seed and measure, the degradation over seeds (None without the ideal
+    """The choice per seed and measure, the degradation over seeds (None without the ideal
     or with one seed), and a note for every tie."""
     table = choices(units, selectors)
     for seed, measure, name, tied in zip(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,27 @@ def test_selection_is_a_deprecated_name_of_choice():
     with pytest.warns(DeprecationWarning, match="use Scores.choice"):
         old = s.selection
     pd.testing.assert_frame_equal(old, s.choice)
+
+
+def test_selections_is_a_deprecated_name_of_choices():
+    """`Scores.choices` is the table; the retired `Scores.selections` still returns it for one
+    release, with a FutureWarning that opens with ``warning:`` and names the new attribute."""
+    s = oodeval.score(EXAMPLE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new name warns about nothing
+        table = s.choices
+    with pytest.warns(FutureWarning) as caught:
+        old = s.selections
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert message.startswith("warning: Scores.selections is deprecated, use Scores.choices")
+    assert caught[0].filename == __file__  # points at the caller, not at oodeval
+    pd.testing.assert_frame_equal(old, table)
+    frame = pd.read_csv(EXAMPLE)
+    loo = frame[frame.split == "loo"]
+    first = loo[loo.seed == 0].groupby("algorithm").error.mean()
+    picked = table[(table.seed.astype(str) == "0") & (table.measure == "average")]
+    assert picked.selected.item() == first.idxmin()
 
 
 def test_without_all_rows_correlation_and_degradation_are_empty_frames():
