@@ -10,26 +10,14 @@ The estimators train small torch networks; torch is imported when one of them is
 
 from __future__ import annotations
 
-from oodeval._lazy import lazy_attributes
+from oodeval._lazy import lazy_package
 
-_EXPORTS = {
-    "covariate_shift": "discrepancy",
-    "CovariateShift": "discrepancy",
-    "disagreement": "discrepancy",
-    "concept_shift": "concept",
-    "ConceptShift": "concept",
-    "shift_metrics": "metrics",
-    "ShiftMetrics": "metrics",
-    "METRICS": "metrics",
-    "load_spec": "specs",
-    "parse_spec": "specs",
-    "disjoint_pair": "specs",
-    "ShiftSet": "specs",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-__getattr__, __dir__ = lazy_attributes(
-    globals(), {name: f"oodeval.shift.{home}" for name, home in _EXPORTS.items()}, __all__
+__all__, __getattr__, __dir__ = lazy_package(
+    globals(),
+    {
+        ".discrepancy": ("covariate_shift", "CovariateShift", "disagreement"),
+        ".concept": ("concept_shift", "ConceptShift"),
+        ".metrics": ("shift_metrics", "ShiftMetrics", "METRICS"),
+        ".specs": ("load_spec", "parse_spec", "disjoint_pair", "ShiftSet"),
+    },
 )

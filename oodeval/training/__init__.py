@@ -31,29 +31,14 @@ not import torch. Many units run in worker processes through a study's worker an
 
 from __future__ import annotations
 
-from oodeval._lazy import lazy_attributes
+from oodeval._lazy import lazy_package
 
-#: public name -> the module of this package that defines it
-_HOMES = {
-    "CHECKPOINT_SELECTIONS": "options",
-    "PRECISIONS": "options",
-    "TF32_MODES": "options",
-    "TrainerOptions": "options",
-    "FULL_FOLD": "results",
-    "CheckpointRow": "results",
-    "ResultRow": "results",
-    "TrainingDiverged": "results",
-    "UnitResult": "results",
-    "predict_labels": "evaluation",
-    "TrainedUnit": "loop",
-    "run_unit": "loop",
-    "train_models": "loop",
-    "native_bf16": "loop",
-}
-
-__all__ = sorted(_HOMES)
-
-
-__getattr__, __dir__ = lazy_attributes(
-    globals(), {name: f"{__name__}.{home}" for name, home in _HOMES.items()}, __all__
+__all__, __getattr__, __dir__ = lazy_package(
+    globals(),
+    {
+        ".options": ("CHECKPOINT_SELECTIONS", "PRECISIONS", "TF32_MODES", "TrainerOptions"),
+        ".results": ("FULL_FOLD", "CheckpointRow", "ResultRow", "TrainingDiverged", "UnitResult"),
+        ".evaluation": ("predict_labels",),
+        ".loop": ("TrainedUnit", "run_unit", "train_models", "native_bf16"),
+    },
 )
