@@ -190,6 +190,10 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
             # one seed per model from the global RNG (so the trainer's seed fixes every draw)
             seeds = torch.randint(0, 2**62, (self.num_models,)).tolist()
             self.register_buffer("rng_state", torch.stack([stream_state(s) for s in seeds]))
+        self.build_parts()
+
+    def build_parts(self) -> None:
+        """Create the modules and optimizers; called last by the constructor (none here)."""
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Algorithm:
         """nn.Module's move/cast of every tensor, except the `CPU_BUFFERS`, kept as they are."""

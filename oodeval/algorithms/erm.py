@@ -6,9 +6,6 @@ most other algorithms (a featurizer, a linear classifier and one Adam optimizer)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -21,17 +18,11 @@ from oodeval.algorithms.registry import register_algorithm
 class ERM(Algorithm):
     """Empirical risk minimisation (Vapnik, 1998) with Adam."""
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        env_mask: torch.Tensor,
-        hparams: Mapping[str, Any],
-        *,
-        model: str = "mlp",
-    ) -> None:
-        super().__init__(input_shape, num_classes, env_mask, hparams, model=model)
-        self.featurizer = build_featurizer(model, self.num_models, self.featurizer_input_shape())
+    def build_parts(self) -> None:
+        """The featurizer, the linear classifier, what a subclass adds, and the optimizer."""
+        self.featurizer = build_featurizer(
+            self.model, self.num_models, self.featurizer_input_shape()
+        )
         self.classifier = EnsembleLinear(
             self.num_models, self.classifier_inputs(self.featurizer.n_outputs), self.num_classes
         )
