@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,11 +81,23 @@ def minibatches(
         pos += size
 
 
-def check_training_options(steps: int, batch_size: int, lr: float) -> None:
-    """Raise for non-positive steps, batch size or learning rate."""
+@dataclass(frozen=True)
+class FitOptions:
+    """How an estimator trains its networks: the hypothesis class, Adam's steps, minibatch size
+    and learning rate (checked by `fit_options`)."""
+
+    hypothesis: str
+    steps: int
+    batch_size: int
+    lr: float
+
+
+def fit_options(hypothesis: str, steps: int, batch_size: int, lr: float) -> FitOptions:
+    """The `FitOptions` given; raise for non-positive steps, batch size or learning rate."""
     if int(steps) < 1:
         raise OodevalError(f"steps must be at least 1, got {steps}")
     if int(batch_size) < 1:
         raise OodevalError(f"batch_size must be at least 1, got {batch_size}")
     if not float(lr) > 0:
         raise OodevalError(f"learning rate must be positive, got {lr}")
+    return FitOptions(hypothesis, steps, batch_size, lr)

@@ -19,10 +19,11 @@ import torch
 from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.shift._data import (
+    FitOptions,
     as_inputs,
     as_labels,
     check_same_input_shape,
-    check_training_options,
+    fit_options,
     halves,
     minibatches,
 )
@@ -98,7 +99,7 @@ def concept_shift(
     check_same_input_shape(xs, xt)
     ys = as_labels(source_labels, "source_labels", len(xs))
     yt = as_labels(target_labels, "target_labels", len(xt))
-    check_training_options(steps, batch_size, lr)
+    fit = fit_options(hypothesis, steps, batch_size, lr)
     k = max(int(ys.max()), int(yt.max())) + 1
     if num_classes is None:
         num_classes = max(k, 2)
@@ -106,10 +107,9 @@ def concept_shift(
         raise OodevalError(f"labels go up to {k - 1} but num_classes is {num_classes}; raise it")
     s_train, s_held = halves(len(xs), seed, SOURCE_STREAM)
     t_train, t_held = halves(len(xt), seed, TARGET_STREAM)
-    options: dict[str, Any] = dict(hypothesis=hypothesis, steps=steps, batch_size=batch_size, lr=lr)
     with single_threaded():
-        f_tr = fit_classifier(xs[s_train], ys[s_train], num_classes, seed=seed * 4 + 1, **options)
-        f_te = fit_classifier(xt[t_train], yt[t_train], num_classes, seed=seed * 4 + 3, **options)
+        f_tr = fit_classifier(xs[s_train], ys[s_train], num_classes, fit, seed=seed * 4 + 1)
+        f_te = fit_classifier(xt[t_train], yt[t_train], num_classes, fit, seed=seed * 4 + 3)
         tr_on_s, te_on_s = predict_labels(f_tr, xs[s_held]), predict_labels(f_te, xs[s_held])
         tr_on_t, te_on_t = predict_labels(f_tr, xt[t_held]), predict_labels(f_te, xt[t_held])
     return ConceptShift(
@@ -121,22 +121,14 @@ def concept_shift(
 
 
 def fit_classifier(
-    x: np.ndarray,
-    y: np.ndarray,
-    num_classes: int,
-    *,
-    hypothesis: str,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
+    x: np.ndarray, y: np.ndarray, num_classes: int, fit: FitOptions, *, seed: int
 ) -> torch.nn.Module:
-    """Fit a network of class `hypothesis` to (x, y) by Adam on the cross-entropy; seeded."""
-    model = make_hypothesis(hypothesis, x.shape[1:], num_classes, seed=seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    """Fit a network of class ``fit.hypothesis`` to (x, y) by Adam on the cross-entropy; seeded."""
+    model = make_hypothesis(fit.hypothesis, x.shape[1:], num_classes, seed=seed)
+    opt = torch.optim.Adam(model.parameters(), lr=fit.lr)
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
     rng = np.random.default_rng([seed, 11])
-    for idx in minibatches(len(x), batch_size, steps, rng):
+    for idx in minibatches(len(x), fit.batch_size, fit.steps, rng):
         batch = torch.from_numpy(idx)
         loss = torch.nn.functional.cross_entropy(model(tx[batch]), ty[batch])
         opt.zero_grad()

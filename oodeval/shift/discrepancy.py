@@ -22,9 +22,10 @@ import torch
 from oodeval._torch import single_threaded
 from oodeval.errors import OodevalError
 from oodeval.shift._data import (
+    FitOptions,
     as_inputs,
     check_same_input_shape,
-    check_training_options,
+    fit_options,
     halves,
     minibatches,
 )
@@ -104,7 +105,7 @@ def covariate_shift(
     xs = as_inputs(source, "source")
     xt = as_inputs(target, "target")
     check_same_input_shape(xs, xt)
-    check_training_options(steps, batch_size, lr)
+    fit = fit_options(hypothesis, steps, batch_size, lr)
     s_train, s_held = halves(len(xs), seed, SOURCE_STREAM)
     t_train, t_held = halves(len(xt), seed, TARGET_STREAM)
     values = []
@@ -115,10 +116,7 @@ def covariate_shift(
                 xt[t_train],
                 sign=sign,
                 num_classes=num_classes,
-                hypothesis=hypothesis,
-                steps=steps,
-                batch_size=batch_size,
-                lr=lr,
+                fit=fit,
                 seed=seed * 4 + 2 * offset,
             )
             d_source = disagreement(predict_labels(h1, xs[s_held]), predict_labels(h2, xs[s_held]))
@@ -144,22 +142,19 @@ def _train_pair(
     *,
     sign: float,
     num_classes: int,
-    hypothesis: str,
-    steps: int,
-    batch_size: int,
-    lr: float,
+    fit: FitOptions,
     seed: int,
 ) -> tuple[Any, Any]:
     """Train h1, h2 jointly to maximise sign * (L_source(h1, h2) - L_target(h1, h2))."""
 
-    h1 = make_hypothesis(hypothesis, xs.shape[1:], num_classes, seed=seed)
-    h2 = make_hypothesis(hypothesis, xs.shape[1:], num_classes, seed=seed + 1)
+    h1 = make_hypothesis(fit.hypothesis, xs.shape[1:], num_classes, seed=seed)
+    h2 = make_hypothesis(fit.hypothesis, xs.shape[1:], num_classes, seed=seed + 1)
     params = list(h1.parameters()) + list(h2.parameters())
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = torch.optim.Adam(params, lr=fit.lr)
     ts, tt = torch.from_numpy(xs), torch.from_numpy(xt)
     rng = np.random.default_rng([seed, 7])
-    batches_s = minibatches(len(xs), batch_size, steps, rng)
-    batches_t = minibatches(len(xt), batch_size, steps, rng)
+    batches_s = minibatches(len(xs), fit.batch_size, fit.steps, rng)
+    batches_t = minibatches(len(xt), fit.batch_size, fit.steps, rng)
     for idx_s, idx_t in zip(batches_s, batches_t, strict=True):
         bs, bt = ts[torch.from_numpy(idx_s)], tt[torch.from_numpy(idx_t)]
         gap = soft_disagreement(h1(bs), h2(bs)) - soft_disagreement(h1(bt), h2(bt))
