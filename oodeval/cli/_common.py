@@ -259,6 +259,11 @@ IMPORTS_OPT: Any = typer.Option(
 )
 
 
+def fraction_option(default: float | None, flag: str, help: str) -> Any:
+    """A float option `flag` that takes a share in [0, 1], `default` when not given."""
+    return typer.Option(default, flag, min=0.0, max=1.0, help=help)
+
+
 def load_imports(entries: list[str] | None) -> dict[str, str]:
     """Import each ``--imports`` entry (a ``.py`` file or a module name) through the study
     configs' loader (`oodeval.study.config.import_module_or_file`); return {file: code digest}

@@ -27,7 +27,7 @@ from oodeval._files import all_or_nothing, refuse_links
 from oodeval._npz import npz_path, write_npz
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import reports_errors, stops_on_ctrl_c
+from oodeval.cli._common import fraction_option, reports_errors, stops_on_ctrl_c
 from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -81,12 +81,8 @@ def make_features_command(
     shots: int = typer.Option(
         16, "--n-shots", min=1, max=100_000, help="Training samples per base class."
     ),
-    overlap: float = typer.Option(
-        0.5,
-        "--overlap",
-        min=0.0,
-        max=1.0,
-        help="synthetic only: move new-class centres towards base ones (0..1).",
+    overlap: float = fraction_option(
+        0.5, "--overlap", "synthetic only: move new-class centres towards base ones (0..1)."
     ),
     seed: int = typer.Option(
         0,

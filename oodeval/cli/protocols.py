@@ -28,7 +28,7 @@ import typer
 from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import read_text, safe_text
-from oodeval.cli._common import reports_errors
+from oodeval.cli._common import fraction_option, reports_errors
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.domain import STD_DDOFS
@@ -102,9 +102,7 @@ PER_MINOR_OPT = typer.Option(
     50, "--per-minor", max=10_000_000, help="Images per minor training domain."
 )
 PER_TEST_OPT = typer.Option(50, "--per-test", max=10_000_000, help="Images per test domain.")
-FLEXIBLE_VAL_OPT = typer.Option(
-    0.0, "--val-fraction", min=0.0, max=1.0, help="Validation share per cell."
-)
+FLEXIBLE_VAL_OPT = fraction_option(0.0, "--val-fraction", "Validation share per cell.")
 COMMON_OPT = typer.Option(
     None, "--common", help="Comma-separated common domains (default: NICO++'s or all shared)."
 )
@@ -125,12 +123,10 @@ def classic_command(
     out: str = OUT_OPT,
     train: str | None = typer.Option(None, "--train", help="Comma-separated training domains."),
     test: str | None = typer.Option(None, "--test", help="Comma-separated test domains."),
-    val_fraction: float | None = typer.Option(
+    val_fraction: float | None = fraction_option(
         None,
         "--val-fraction",
-        min=0.0,
-        max=1.0,
-        help="Validation share per cell (default 0.2; not with --oracle, split 7:1:2).",
+        "Validation share per cell (default 0.2; not with --oracle, split 7:1:2).",
     ),
     oracle: str | None = typer.Option(None, "--oracle", metavar="VARIANT", help=ORACLE_HELP),
     seed: int = SEED_OPT,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval.cli._common import reports_errors, stops_on_ctrl_c
+from oodeval.cli._common import fraction_option, reports_errors, stops_on_ctrl_c
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.cli.study.options import DEVICE_OPT, PRECISION_OPT, PRESET_OPT, TF32_OPT, study_config
 from oodeval.pool import MAX_WORKERS
@@ -37,12 +37,8 @@ def estimate_command(
         help="Comma-separated algorithms to time at every sampled N (default ERM,MLDG,SagNet); "
         "the others are timed at the smallest N only.",
     ),
-    steps_fraction: float = typer.Option(
-        1.0,
-        "--steps-fraction",
-        min=0.0,
-        max=1.0,
-        help="Run the sample with this fraction of the steps.",
+    steps_fraction: float = fraction_option(
+        1.0, "--steps-fraction", "Run the sample with this fraction of the steps."
     ),
     precision: str | None = PRECISION_OPT,
     tf32: str | None = TF32_OPT,
