@@ -21,7 +21,8 @@ The modules, one concern each:
 - `results`: what a unit gives (`UnitResult`, `ResultRow`, `CheckpointRow`, `TrainingDiverged`);
 - `data`: a unit's data as tensors on its device; `evaluation`: predicting and testing;
   `checkpoints`: checkpoint selection and the per-checkpoint records; `loop`: `train_models` and
-  `run_unit`.
+  `run_unit`; `augment`: DomainBed's image training augmentation and ImageNet normalisation
+  (`domainbed_augmented`, `imagenet_normalized`), in torch tensor ops, without torchvision.
 
 The names below are read from their modules when first used, so that importing this package (and
 `oodeval.training.options`, which `oodeval.algorithms.networks` and the study config read) does
@@ -40,5 +41,6 @@ __all__, __getattr__, __dir__ = lazy_package(
         ".results": ("FULL_FOLD", "CheckpointRow", "ResultRow", "TrainingDiverged", "UnitResult"),
         ".evaluation": ("predict_labels",),
         ".loop": ("TrainedUnit", "run_unit", "train_models", "native_bf16"),
+        ".augment": ("domainbed_augmented", "imagenet_normalized"),
     },
 )
