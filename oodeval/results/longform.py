@@ -24,20 +24,20 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
+from oodeval._names import refuse_lookalikes
 from oodeval._text import first_character, input_name, read_text, reopener
 from oodeval.errors import OodevalError, listing, option
-from oodeval.results.coded import CHUNK_ROWS, CodedRows, LabelColumn, frame_chunks
 from oodeval.results.jsonrows import json_lines_frame, json_records_frame
 
 __all__ = ["SPLITS", "LongResults", "read_results", "results_from_frame"]
@@ -48,6 +48,11 @@ _JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 _USED = {"algorithm", "environment", "split", "seed", "error", "accuracy"}  # columns parsed
 #: A seed written as an integer (read exactly, any length up to Python's int-parsing limit).
 _INTEGER = re.compile(r"[+-]?[0-9]{1,4000}")
+#: An integer as a value cell may hold it (pandas reads one of over ~20 digits as NaN, not inf).
+_DIGITS = re.compile(r"[+-]?[0-9]+")
+#: Rows a CSV is read at a time, and rows per slice of the validation's index arrays: a chunk
+#: of text cells is ~30 MB while it is parsed.
+CHUNK_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -104,9 +109,9 @@ class LongResults:
 
 
 def _csv_options(**more: object) -> dict[str, object]:
-    """`pandas.read_csv` options for a results CSV: every cell as written, as text."""
+    """`pandas.read_csv` options for a results CSV: every cell as written (no NA guessing)."""
+    more.setdefault("dtype", str)
     return dict(
-        dtype=str,
         keep_default_na=False,
         skipinitialspace=True,
         index_col=False,
@@ -132,47 +137,104 @@ def _readable_csv(name: str) -> Iterator[None]:
         ) from None
 
 
-def _check_header_and_widths(source: Callable[[], Path | io.BytesIO], name: str) -> None:
-    """Refuse a column written twice in the header and a row with more fields than the header
-    (pandas would rename the second column, ``error.1``, and drop or shift extra fields),
-    streaming the file a row at a time, never holding it whole."""
+def _header(source: Callable[[], Path | io.BytesIO], name: str) -> list[str]:
+    """The header's cells as written. A column written twice is refused (pandas would rename
+    the second, ``error.1``), and so is a first row longer than the header (pandas only warns
+    there, and drops its extra fields); `_read_csv` refuses a later long row. Only the first
+    two rows are read."""
     given = source()
     binary = given.open("rb") if isinstance(given, Path) else given
     with io.TextIOWrapper(binary, encoding="utf-8-sig", newline="") as stream:
         reader = csv.reader(stream)
-        header = [c.strip().lower() for c in next(reader, [])]
-        repeated = sorted({c for c in header if header.count(c) > 1})
-        if repeated:  # pandas would read only the first of the two
+        header = next(reader, [])
+        lowered = [c.strip().lower() for c in header]
+        repeated = sorted({c for c in lowered if lowered.count(c) > 1})
+        if repeated:
             raise OodevalError(
                 f"{name}: column {repeated[0]!r} appears more than once in the header; keep one"
             )
-        width = len(header)
-        for row in reader:
-            if len(row) > width:
-                raise OodevalError(
-                    f"{name} is not a readable CSV (line {reader.line_num} has {len(row)} fields, "
-                    f"the header {width}); every row needs the header's columns"
-                )
+        first = next((row for row in reader if row), [])
+        if len(first) > len(header):
+            raise _too_many_fields(name, reader.line_num, len(first), len(header))
+    return header
+
+
+def _too_many_fields(
+    name: str, line: int | str, fields: int | str, width: int | str
+) -> OodevalError:
+    return OodevalError(
+        f"{name} is not a readable CSV (line {line} has {fields} fields, the header {width}); "
+        "every row needs the header's columns"
+    )
+
+
+#: The C parser's words for a row longer than the header (with ``index_col=False``).
+_TOO_MANY = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
 
 
 def _read_csv(source: Callable[[], Path | io.BytesIO], name: str, *, percent: bool) -> LongResults:
-    """Read a results CSV (`source` gives it afresh, `oodeval._text.reopener`) a chunk of
-    `CHUNK_ROWS` rows at a time (`CodedRows`), then validate; row k (from 0) is on line k + 2.
+    """Read a results CSV (`source` gives it afresh, `oodeval._text.reopener`) with
+    `pandas.read_csv`, `CHUNK_ROWS` rows at a time: every column but the value column as a
+    categorical (integer codes into its distinct cells, never a Python string a row), the value
+    column as pandas infers it (float64 when every cell is a number), then validate; row k
+    (from 0) is on line k + 2.
     """
     with _readable_csv(name):
-        _check_header_and_widths(source, name)
-        header = [str(c).strip().lower() for c in pd.read_csv(source(), nrows=0, **_csv_options())]
-        used = {"usecols": _used_column} if _USED.intersection(header) else {}  # rows counted
-        chunks = pd.read_csv(source(), chunksize=CHUNK_ROWS, **_csv_options(**used))
-        rows = _coded(header, chunks, name)
-    return _validated(rows, percent=percent, name=name, where="line", first_line=2)
+        _header(source, name)
+        names = pd.read_csv(source(), nrows=0, **_csv_options()).columns
+        values = {"error", "accuracy"}
+        dtypes = {c: "category" for c in names if str(c).strip().lower() not in values}
+        try:
+            parts = list(pd.read_csv(source(), chunksize=CHUNK_ROWS, **_csv_options(dtype=dtypes)))
+        except pd.errors.ParserError as exc:
+            many = _TOO_MANY.search(str(exc))
+            if many is None:
+                raise
+            width, line, fields = many.groups()
+            raise _too_many_fields(name, line, fields, width) from None
+        used = [c for c in names if _used_column(c)]  # a user's own "_line" column is ignored
+        frame = pd.DataFrame({c: _joined(parts, c, source) for c in used}) if parts else None
+        del parts
+    if frame is None:
+        frame = pd.DataFrame(columns=names)
+    return _frame_results(frame, percent=percent, name=name, where="line", first_line=2)
+
+
+def _categories_as_written(cells: pd.Series, column: str) -> bool:
+    """Whether a categorical column read from a CSV still holds its cells' text.
+
+    `pandas.read_csv` turns categories that all look like numbers or booleans into numbers or
+    booleans, merging ``1``, ``01`` and ``1.0``; such a column is read again as text. Integer
+    seeds are the exception: the seed labels are normalised to integers anyway (`_seed_labels`).
+    """
+    dtype = cells.cat.categories.dtype
+    if column.strip().lower() == "seed" and pd.api.types.is_integer_dtype(dtype):
+        return True
+    return pd.api.types.is_string_dtype(dtype) and not pd.api.types.is_object_dtype(dtype)
+
+
+def _joined(
+    parts: list[pd.DataFrame], column: object, source: Callable[[], Path | io.BytesIO]
+) -> pd.Series:
+    """Column `column` of the chunks `parts` as one Series: categoricals joined by
+    `pandas.api.types.union_categoricals` (their codes recoded, no string made a row); a
+    column whose categories lost their text (`_categories_as_written`) is read again as text.
+    """
+    cells = [part[column] for part in parts]
+    if not isinstance(cells[0].dtype, pd.CategoricalDtype):
+        return pd.concat(cells, ignore_index=True)
+    if all(_categories_as_written(c, str(column)) for c in cells):
+        kinds = {str(c.cat.categories.dtype) for c in cells}
+        if len(kinds) == 1:
+            return pd.Series(union_categoricals(cells), name=column)
+    return pd.read_csv(source(), usecols=[column], **_csv_options())[column]
 
 
 def read_results(path: str | Path, *, percent: bool = False) -> LongResults:
     """Read a long-form results CSV or JSON lines file (format sniffed) and validate it.
 
-    A CSV is read a chunk at a time with its labels held as integer codes, so peak memory stays
-    within about twice the file's size (``benchmarks/results_memory.py``).
+    A CSV is read by one `pandas.read_csv` with its label columns as categoricals and its values
+    as float64, about 13 bytes a row (``benchmarks/results_memory.py``).
 
     Parameters
     ----------
@@ -244,27 +306,136 @@ def _sorted_seeds(labels: list[str]) -> tuple[str, ...]:
 def results_from_frame(
     frame: pd.DataFrame, *, percent: bool = False, name: str = "results"
 ) -> LongResults:
-    """Validate a long-form DataFrame (string or numeric cells) and build the error arrays.
+    """Validate a long-form DataFrame (text, categorical or numeric cells) and build the error
+    arrays.
 
-    `frame` may carry a ``_line`` column with the file line of each row (used in messages);
-    otherwise rows are called "row 1", "row 2", ... Raises OodevalError, one line, on: missing
-    columns, both error and accuracy columns, empty cells, non-numeric / NaN / infinite values,
-    values outside [0, 1] (or [0, 100] with ``percent=True``), unknown splits, duplicate rows, no
-    loo rows, and algorithms (or seeds) missing an environment that others have. `frame` is
-    read, never changed.
+    The frame is used as it is: each label column is coded by its distinct cells
+    (`pandas.factorize`, or a categorical's own codes) and a numeric value column is taken as
+    float64; only a value column of text is parsed (`pandas.to_numeric`). `frame` may carry a
+    ``_line`` column with the file line of each row (used in messages); otherwise rows are
+    called "row 1", "row 2", ... Raises OodevalError, one line, on: missing columns, both error
+    and accuracy columns, empty cells, non-numeric / NaN / infinite values, values outside
+    [0, 1] (or [0, 100] with ``percent=True``), unknown splits, duplicate rows, no loo rows, and
+    algorithms (or seeds) missing an environment that others have. `frame` is read, never
+    changed.
     """
+    where = "line" if "_line" in [str(c).strip().lower() for c in frame.columns] else "row"
+    return _frame_results(frame, percent=percent, name=name, where=where, first_line=1)
+
+
+def _frame_results(
+    frame: pd.DataFrame, *, percent: bool, name: str, where: str, first_line: int
+) -> LongResults:
+    """`results_from_frame`, the rows called `where` ("line" or "row") from `first_line`."""
     columns = [str(c).strip().lower() for c in frame.columns]
     frame = frame.set_axis(columns, axis=1)  # a lazy copy (copy-on-write): no data copied
-    where = "line" if "_line" in columns else "row"
-    rows = _coded(columns, frame_chunks(frame, CHUNK_ROWS), name)
-    return _validated(rows, percent=percent, name=name, where=where, first_line=1)
+    rows = _coded(columns, frame, name)
+    return _validated(rows, percent=percent, name=name, where=where, first_line=first_line)
 
 
-def _coded(columns: list[str], chunks: Iterable[pd.DataFrame], name: str) -> CodedRows:
-    """The rows of `chunks` coded (`CodedRows`), after the checks on `columns` (the header)."""
-    chunks = iter(chunks)
-    first = next(chunks, None)
-    if first is None or len(first) == 0:
+def _cell_texts(cells: pd.Series) -> pd.Series:
+    """`cells` as text, a missing cell (None, NaN, NA) as "": ``astype(str)`` alone gives the
+    text 'None' or 'nan' for it on pandas 2 (or with pandas 3's str dtype off). A nullable
+    column (``Float64``, ``Int64``, ``boolean``, pyarrow's) holds no "" of its own type, so it
+    is made an object column first; numpy and string columns are filled as they are.
+
+    >>> _cell_texts(pd.Series(["a", None, float("nan")], dtype=object)).tolist()
+    ['a', '', '']
+    >>> _cell_texts(pd.Series([0.5, pd.NA], dtype="Float64")).tolist()
+    ['0.5', '']
+    """
+    if not isinstance(cells.dtype, (np.dtype, pd.StringDtype)):
+        cells = cells.astype(object)
+    return cells.where(cells.notna(), "").astype(str)
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """One label column coded: `codes` index `names` (stripped cells, first appearance first;
+    a missing cell is ""); `first_empty` is the row of the first empty cell, or None."""
+
+    codes: np.ndarray
+    names: list[str]
+    first_empty: int | None
+
+    def checked(self, what: str, where: str) -> list[str]:
+        """`names`, refused (`oodeval._names.refuse_lookalikes`) when two look alike."""
+        refuse_lookalikes(dict.fromkeys(self.names), what, where)
+        return self.names
+
+
+def _labels(cells: pd.Series) -> _Labels:
+    """Code a label column by its distinct cells, in order of first appearance.
+
+    >>> _labels(pd.Series(["b", " a", "b", None, "a"], dtype=object))
+    _Labels(codes=array([0, 1, 0, 2, 1], dtype=int8), names=['b', 'a', ''], first_empty=3)
+    """
+    if isinstance(cells.dtype, pd.CategoricalDtype):  # categories sorted: renumber them
+        categories = cells.cat.categories
+        raw = cells.cat.codes.to_numpy().astype(np.min_scalar_type(len(categories)))
+        raw[cells.isna().to_numpy()] = len(categories)  # a missing cell: one slot past the end
+        seen = pd.unique(raw)  # in order of first appearance
+        order = np.empty(len(categories) + 1, dtype=np.min_scalar_type(len(seen)))
+        order[seen] = np.arange(len(seen))
+        local = order[raw]
+        found = pd.Series(categories.take(seen[seen < len(categories)]), dtype=object)
+        texts = list(_cell_texts(found))
+        if (seen == len(categories)).any():
+            texts.insert(int(np.flatnonzero(seen == len(categories))[0]), "")
+    else:
+        local, found = pd.factorize(cells, use_na_sentinel=False)
+        texts = list(_cell_texts(pd.Series(found, dtype=object)))
+    index: dict[str, int] = {}
+    lut = np.array([index.setdefault(t.strip(), len(index)) for t in texts], dtype=np.int64)
+    codes = lut.astype(np.min_scalar_type(-len(index)))[local]  # int8 for few labels
+    empty = index.get("")
+    first_empty = None
+    if empty is not None:
+        hits = np.flatnonzero(codes == empty)
+        first_empty = int(hits[0]) if hits.size else None
+    return _Labels(codes, list(index), first_empty)
+
+
+@dataclass(frozen=True)
+class _BadValue:
+    """The first value cell that is not a finite number: its row, text and labels."""
+
+    row: int
+    text: str
+    algorithm: str
+    environment: str
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The long form coded: label columns as `_Labels`, the value column as float64."""
+
+    labels: dict[str, _Labels]
+    value_column: str
+    values: np.ndarray
+    bad_value: _BadValue | None
+    lines: np.ndarray | None
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.values)
+
+
+def _numbers(cells: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The value column as float64, and the text of each cell as read (only where the column
+    is not numeric; "" for a missing cell)."""
+    dtype = cells.dtype
+    if pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
+        nums = cells.to_numpy(dtype=np.float64, na_value=np.nan)  # read, never written
+        return nums, np.empty(0, dtype=object)
+    raw = _cell_texts(cells).str.strip()
+    nums = np.array(pd.to_numeric(raw, errors="coerce"), dtype=np.float64)  # a writable copy
+    return nums, raw.to_numpy(dtype=object)
+
+
+def _coded(columns: list[str], frame: pd.DataFrame, name: str) -> _Rows:
+    """The rows of `frame` coded (`_Rows`), after the checks on `columns` (the header)."""
+    if len(frame) == 0:
         raise OodevalError(
             f"{name} has a header but no rows; add one row per algorithm, environment and split"
         )
@@ -275,18 +446,29 @@ def _coded(columns: list[str], chunks: Iterable[pd.DataFrame], name: str) -> Cod
             f"{name}: column {twice[0]!r} appears more than once (names are read "
             "case-insensitively); keep one"
         )
-    labels = ["algorithm", "environment", "split"] + (["seed"] if "seed" in columns else [])
-    rows = CodedRows(labels, value_col)
-    for chunk in itertools.chain([first], chunks):
-        rows.add(chunk.set_axis([str(c).strip().lower() for c in chunk.columns], axis=1))
-    return rows
+    cols = ["algorithm", "environment", "split"] + (["seed"] if "seed" in columns else [])
+    labels = {col: _labels(frame[col]) for col in cols}
+    nums, texts = _numbers(frame[value_col])
+    bad = None
+    for k in np.flatnonzero(~np.isfinite(nums))[:1]:
+        text = str(texts[k]) if texts.size else ("" if math.isnan(nums[k]) else str(nums[k]))
+        if _DIGITS.fullmatch(text):  # pandas: NaN past int64
+            nums[k] = float(text)  # an integer too large for a float: infinite
+        bad = _BadValue(
+            row=int(k),
+            text=text,
+            algorithm=labels["algorithm"].names[labels["algorithm"].codes[k]],
+            environment=labels["environment"].names[labels["environment"].codes[k]],
+        )
+    lines = frame["_line"].to_numpy(dtype=np.int64) if "_line" in frame.columns else None
+    return _Rows(labels, value_col, nums, bad, lines)
 
 
 def _validated(
-    rows: CodedRows, *, percent: bool, name: str, where: str, first_line: int
+    rows: _Rows, *, percent: bool, name: str, where: str, first_line: int
 ) -> LongResults:
     """Check the coded rows in the long form's order of checks and build the error arrays."""
-    lines = rows.line_numbers()
+    lines = rows.lines
 
     def line(k: int) -> int:
         return int(lines[k]) if lines is not None else int(k) + first_line
@@ -301,14 +483,14 @@ def _validated(
             )
     split = _split_codes(rows.labels["split"], at)
     seed_labels, seed = _seed_codes(rows.labels.get("seed"), rows.n_rows)
-    algorithm = rows.labels["algorithm"].codes()
-    algorithms = tuple(rows.labels["algorithm"].names("algorithm", name))
+    algorithm = rows.labels["algorithm"].codes
+    algorithms = tuple(rows.labels["algorithm"].checked("algorithm", name))
     value_col = rows.value_column
     errors, notes = _parse_values(rows, algorithm, algorithms, percent=percent, at=at, name=name)
     if value_col == "accuracy":
-        np.subtract(1.0, errors, out=errors)
-    environment = rows.labels["environment"].codes()
-    environments = rows.labels["environment"].names("environment", name)
+        errors = 1.0 - errors
+    environment = rows.labels["environment"].codes
+    environments = rows.labels["environment"].checked("environment", name)
     keys = {"algorithm": algorithm, "seed": seed, "split": split, "environment": environment}
     names = {"algorithm": algorithms, "seed": seed_labels, "split": SPLITS}
     names["environment"] = environments
@@ -364,29 +546,29 @@ def _value_column(columns: list[str], name: str) -> str:
     return "accuracy" if has_acc else "error"
 
 
-def _split_codes(column: LabelColumn, at: Callable[[int], str]) -> np.ndarray:
+def _split_codes(column: _Labels, at: Callable[[int], str]) -> np.ndarray:
     """Each row's position in `SPLITS` (split names are case-insensitive); refuse others."""
-    lowered = [label.lower() for label in column.labels()]
+    lowered = [label.lower() for label in column.names]
     lut = np.array([SPLITS.index(s) if s in SPLITS else -1 for s in lowered], dtype=np.int8)
-    codes = lut[column.codes()]
+    codes = lut[column.codes]
     bad = np.flatnonzero(codes < 0)
     if bad.size:
         k = bad[0]
         raise OodevalError(
-            f"{at(k)}: unknown split {lowered[column.codes()[k]]!r}; split must be 'loo' "
+            f"{at(k)}: unknown split {lowered[column.codes[k]]!r}; split must be 'loo' "
             "(trained without that environment) or 'all' (trained on all given environments)"
         )
     return codes
 
 
-def _seed_codes(column: LabelColumn | None, n_rows: int) -> tuple[list[str], np.ndarray]:
+def _seed_codes(column: _Labels | None, n_rows: int) -> tuple[list[str], np.ndarray]:
     """The seed labels (integer-like ones normalised, `_seed_labels`) and each row's code."""
     if column is None:
         return [""], np.zeros(n_rows, dtype=np.int8)
-    normalised = list(_seed_labels(pd.Series(column.labels(), dtype=str)))
+    normalised = list(_seed_labels(pd.Series(column.names, dtype=str)))
     merged = {label: i for i, label in enumerate(dict.fromkeys(normalised))}
-    lut = np.array([merged[label] for label in normalised], dtype=column.codes().dtype)
-    return list(merged), lut[column.codes()]
+    lut = np.array([merged[label] for label in normalised], dtype=column.codes.dtype)
+    return list(merged), lut[column.codes]
 
 
 def _row_slices(n: int) -> Iterator[slice]:
@@ -415,11 +597,8 @@ def _first_duplicate(keys: dict[str, np.ndarray], sizes: dict[str, int]) -> np.n
     if cells <= 2 * n + 65536:
         seen = np.zeros(cells, dtype=bool)
         for rows in _row_slices(n):
-            key = _cell_keys(keys, sizes, rows)
-            if seen[key].any() or np.unique(key).size < key.size:
-                break
-            seen[key] = True
-        else:
+            seen[_cell_keys(keys, sizes, rows)] = True
+        if np.count_nonzero(seen) == n:  # n distinct keys: no key recurs
             return None
     table = pd.DataFrame({col: keys[col] for col in _KEYS})  # a duplicate exists: find it
     hit = np.flatnonzero(table.duplicated(keep=False).to_numpy())
@@ -476,7 +655,7 @@ def _check_duplicates(
 
 
 def _parse_values(
-    rows: CodedRows,
+    rows: _Rows,
     algorithm: np.ndarray,
     algorithms: tuple[str, ...],
     *,
@@ -489,7 +668,7 @@ def _parse_values(
     With ``percent=True`` the scale is checked too (`_percent_scale`).
     """
     col = rows.value_column
-    nums = rows.values()
+    nums = rows.values
     bad = rows.bad_value
     if bad is not None:
         k, v, text = bad.row, nums[bad.row], bad.text
@@ -528,7 +707,7 @@ def _parse_values(
         )
     notes = _percent_scale(algorithm, algorithms, nums, col, name) if percent else []
     if percent:
-        np.divide(nums, scale, out=nums)
+        nums = nums / scale
     return nums, notes
 
 

@@ -158,12 +158,11 @@ def test_a_missing_cell_of_an_object_column_reads_as_empty(missing, infer_string
 
 def test_reading_stays_within_a_few_times_the_file(tmp_path, monkeypatch):
     # 200,000 rows of ~27 bytes (5.4 MB). What the reader holds (tracemalloc: Python objects and
-    # numpy arrays): the codes and values, 13 bytes a row (0.5x the file); one chunk as Python
-    # strings, 20,000 rows x 5 cells x ~60 bytes = 6 MB (~1.1x; the chunk is scaled down with
-    # the file, as 200,000-row chunks are to an 8M-row file); the UTF-8 check's 1 MiB block and
-    # its text (0.4x); the validation's per-chunk index arrays (< 0.2x): about 2x in all (1.8x
-    # measured). 4x leaves room for other pandas versions; the reader before chunking held every
-    # cell as a Python string and peaked at 16.5x.
+    # numpy arrays): the label codes and values, 13 bytes a row (0.5x the file); the chunks
+    # pandas parsed, held until their categoricals are joined (codes and float64 values again,
+    # 0.5x); the validation's per-slice index arrays (< 0.2x): under 2x in all. 4x leaves room
+    # for other pandas versions; the reader that held every cell as a Python string peaked at
+    # 16.5x.
     path = _write(tmp_path / "big.csv", _rows(20, [str(s) for s in range(5)], 400, 1600))
     monkeypatch.setattr(longform, "CHUNK_ROWS", 20_000)
     tracemalloc.start()
