@@ -22,6 +22,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from oodeval._json import MAX_DEPTH
+from oodeval._text import safe_text
 from tests.helpers.cli import assert_refused, invoke
 from tests.helpers.fuzz import (
     MUTATIONS,
@@ -69,7 +70,9 @@ def _check_answer(table, out: str, fmt: str) -> None:
         for a, alg in enumerate(table.algorithms):
             for m, values in expected.items():
                 assert got[(seed, alg, m)] == pytest.approx(values[s, a], rel=RTOL, abs=ATOL), (
-                    seed, alg, m
+                    seed,
+                    alg,
+                    m,
                 )
 
 
@@ -85,8 +88,8 @@ def test_valid_results_give_the_reference_measures(generated, fmt: str, data) ->
     assert not [line for line in err.splitlines() if line.startswith("error")], err
     if fmt in ("json", "csv"):
         _check_answer(table, out, fmt)
-    elif fmt == "table":
-        assert all(alg in out for alg in table.algorithms), out
+    elif fmt == "table":  # a table shows each name terminal-safe: a backslash doubled
+        assert all(safe_text(alg) in out for alg in table.algorithms), out
 
 
 @fuzz_settings(100)
@@ -108,8 +111,27 @@ def test_broken_results_are_refused_in_one_line_or_answered(generated, mutation,
 
 
 #: Value cells no results file may hold (with fractions): not numbers, not finite, outside [0, 1].
-BAD_VALUES = ["nan", "NaN", "-nan", "NA", "null", "inf", "-Infinity", "-0.5", "-1e-300", "1.5",
-              "1e400", "1e308", "abc", "0x1p-2", "", " ", "1,5", "0.5.1", "١"]
+BAD_VALUES = [
+    "nan",
+    "NaN",
+    "-nan",
+    "NA",
+    "null",
+    "inf",
+    "-Infinity",
+    "-0.5",
+    "-1e-300",
+    "1.5",
+    "1e400",
+    "1e308",
+    "abc",
+    "0x1p-2",
+    "",
+    " ",
+    "1,5",
+    "0.5.1",
+    "١",
+]
 
 
 @fuzz_settings(60)
@@ -139,8 +161,10 @@ def test_wrong_columns_are_refused(table, data) -> None:
     how = data.draw(st.sampled_from(["missing", "both", "repeated"]), label="how")
     if how == "missing":
         gone = data.draw(st.sampled_from(["algorithm", "environment", "split", table.column]))
-        text = csv_text([{k: v for k, v in r.items() if k != gone} for r in rows],
-                        [c for c in columns if c != gone])
+        text = csv_text(
+            [{k: v for k, v in r.items() if k != gone} for r in rows],
+            [c for c in columns if c != gone],
+        )
     elif how == "both":
         other = "accuracy" if table.column == "error" else "error"
         text = csv_text([{**r, other: "0.5"} for r in rows], [*columns, other])
@@ -149,9 +173,7 @@ def test_wrong_columns_are_refused(table, data) -> None:
         lines = csv_text(rows, columns).splitlines()
         cells = [next(csv.reader([line])) for line in lines]
         k = columns.index(twice)
-        text = "".join(
-            ",".join(_quoted(c) for c in [*row, row[k]]) + "\n" for row in cells
-        )
+        text = "".join(",".join(_quoted(c) for c in [*row, row[k]]) + "\n" for row in cells)
     with tempfile.TemporaryDirectory() as tmp:
         code, out, err, argv = _run(Path(tmp), "r.csv", text.encode("utf-8"))
     assert_refused(code, out, err, argv)
@@ -231,14 +253,20 @@ def test_report_on_results_writes_a_page_or_nothing(generated, mutation, data) -
         source = Path(tmp) / f"r{suffix}"
         source.write_bytes(raw)
         page = Path(tmp) / "new" / "report.html"
-        argv = ["report", str(source), "--out", str(page),
-                *(["--percent"] if table.percent else [])]
+        argv = [
+            "report",
+            str(source),
+            "--out",
+            str(page),
+            *(["--percent"] if table.percent else []),
+        ]
         code, out, err = invoke(argv)
         if code == 0:
             assert "Traceback" not in out + err
             assert page.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
-            assert mutation != "valid" or all(a in page.read_text(encoding="utf-8") for a in
-                                               table.algorithms if a.isalnum())
+            assert mutation != "valid" or all(
+                a in page.read_text(encoding="utf-8") for a in table.algorithms if a.isalnum()
+            )
             return
         assert mutation != "valid", (argv, err[-2000:])
         assert_refused(code, out, err, argv)
@@ -292,16 +320,35 @@ def test_a_column_named_like_the_readers_line_numbers_is_ignored(
 
 
 #: JSON values no results file may hold as an error: not numbers, not finite, outside [0, 1].
-BAD_JSON_VALUES = [True, False, None, {}, [], [0.1], {"v": 0.1}, "", "nan", 10**400, -(10**400),
-                   1e308, -0.0001, 2, "0.1 0.2"]
+BAD_JSON_VALUES = [
+    True,
+    False,
+    None,
+    {},
+    [],
+    [0.1],
+    {"v": 0.1},
+    "",
+    "nan",
+    10**400,
+    -(10**400),
+    1e308,
+    -0.0001,
+    2,
+    "0.1 0.2",
+]
 #: Raw JSON number texts Python's parser turns into inf or NaN, or refuses with a ValueError that
 #: is not a JSONDecodeError (an integer longer than int()'s 4,300 digits).
 BAD_JSON_NUMBERS = ["1e999", "-1e999", "NaN", "Infinity", "-Infinity", "1" + "0" * 5000]
 
 
 @fuzz_settings(40)
-@given(results_tables(), st.sampled_from(BAD_JSON_VALUES + BAD_JSON_NUMBERS),
-       st.sampled_from([".jsonl", ".json"]), st.data())
+@given(
+    results_tables(),
+    st.sampled_from(BAD_JSON_VALUES + BAD_JSON_NUMBERS),
+    st.sampled_from([".jsonl", ".json"]),
+    st.data(),
+)
 def test_a_bad_json_value_is_refused(table, bad, suffix: str, data) -> None:
     rows = table.rows()
     k = data.draw(st.integers(0, len(rows) - 1), label="row")
