@@ -9,15 +9,18 @@ The file is written synthetically (not kept in the repository): A algorithms x S
 Smaller ``--rows`` shrink the environment counts (a test runs it at a few thousand rows).
 
 Each command runs in a fresh interpreter; its peak resident memory is the child's
-``ru_maxrss`` (from `os.wait4`, so one child's peak never leaks into another's). Prints wall and
-CPU seconds (steadier on a loaded machine), rows/s, peak RSS, peak RSS / file size for both, and
-the ratio of the two peaks.
+``ru_maxrss`` (from `os.wait4`, so one child's peak never leaks into another's). The commands
+run in turn ``--repeat`` times (3 by default), so a passing load slows each of them alike.
+Prints, for each, the median wall and CPU seconds (CPU is steadier on a loaded machine), rows/s,
+the highest peak RSS and peak RSS / file size; then the ratios of oodeval's median wall time and
+peak to pandas'.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -76,6 +79,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8_000_000, help="rows of the synthetic file")
     parser.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the file goes")
     parser.add_argument("--keep", action="store_true", help="keep the file afterwards")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each command, in turn")
     parser.add_argument(
         "--baseline-tree",
         type=Path,
@@ -100,21 +104,30 @@ def main() -> None:
         ],
     }
     runs.update({label: (command, None) for label, command in commands.items()})
-    peaks = {}
+    figures: dict[str, list[tuple[float, float, float]]] = {label: [] for label in runs}
     try:
-        for label, (command, tree) in runs.items():
-            seconds, cpu, peak = measured(command, tree)
-            peaks[label] = peak
-            print(
-                f"{label}: {seconds:.1f} s ({cpu:.1f} s CPU), {rows / seconds:,.0f} rows/s, "
-                f"peak RSS {peak / 2**20:,.0f} MiB = {peak / size:.2f}x the file"
-            )
+        for _ in range(args.repeat):
+            for label, (command, tree) in runs.items():
+                figures[label].append(measured(command, tree))
     finally:
         if not args.keep:
             path.unlink()
-    ours = peaks.pop("oodeval measures FILE")
-    for label, peak in peaks.items():
-        print(f"ratio peak RSS oodeval / {label.removeprefix('baseline ')}: {ours / peak:.2f}")
+    walls, peaks = {}, {}
+    for label, runs_of in figures.items():
+        walls[label] = statistics.median(wall for wall, _, _ in runs_of)
+        cpu = statistics.median(cpu for _, cpu, _ in runs_of)
+        peaks[label] = max(peak for _, _, peak in runs_of)
+        print(
+            f"{label}: {walls[label]:.1f} s ({cpu:.1f} s CPU), {rows / walls[label]:,.0f} rows/s, "
+            f"peak RSS {peaks[label] / 2**20:,.0f} MiB = {peaks[label] / size:.2f}x the file "
+            f"(median of {len(runs_of)})"
+        )
+    ours = "oodeval measures FILE"
+    for label in runs:
+        if label != ours:
+            other = label.removeprefix("baseline ")
+            print(f"ratio wall oodeval / {other}: {walls[ours] / walls[label]:.2f}")
+            print(f"ratio peak RSS oodeval / {other}: {peaks[ours] / peaks[label]:.2f}")
 
 
 if __name__ == "__main__":
