@@ -77,6 +77,7 @@ from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
 from oodeval.algorithms.networks import compute_precision, native_bf16
 from oodeval.environments.base import Environment, Scenario
 from oodeval.errors import OodevalError
+from oodeval.training.augment import domainbed_augmented
 from oodeval.training.checkpoints import (
     BestCheckpoints,
     accuracy_matrix,
@@ -192,6 +193,12 @@ def _fit(
     if n < 2:
         raise OodevalError(f"leave-one-out training needs >= 2 given environments, got {n}")
     folds = [e.name for e in given] + [FULL_FOLD]
+    shape = tuple(scenario.input_shape)
+    if options.augment and (len(shape) != 3 or shape[0] not in (1, 3)):
+        raise OodevalError(
+            f"augment needs images of 1 or 3 channels, (C, H, W); scenario {scenario.name!r} has "
+            f"inputs of shape {shape}; set augment = false"
+        )
     device = resolve_device(options.device)
     deterministic_device(device)
     data = prepare_data(scenario, given, seed, options, device)
@@ -273,6 +280,9 @@ def _train(
     on_cpu = data.x.device.type == "cpu"
     for step in range(1, steps + 1):
         xb, yb = data.minibatches(generator, options.batch_size)
+        if options.augment:  # every image of the step's (N, B, C, H, W) minibatches
+            flat = xb.reshape(-1, *xb.shape[2:])
+            xb = domainbed_augmented(flat, generator, int(xb.shape[-1])).reshape(xb.shape)
         for r, run in enumerate(runs):
             run.algorithm.train()
             watch.record(r, run.algorithm.update(*run.minibatches(xb, yb))["loss"], step)

@@ -69,6 +69,11 @@ class TrainerOptions:
         float32 cuBLAS products) or ``"off"`` (full float32 everywhere), for training and testing
         (`oodeval._torch.tf32_mode`); no effect on the CPU. A study stores it in its config's
         ``[trainer]`` table, with precision and device, when it is not the default.
+    augment : DomainBed's image training augmentation (`oodeval.training.domainbed_augmented`:
+        random resized crop, flip, colour jitter, grayscale) of every training minibatch, drawn
+        from the unit's seeded generator after the minibatch itself; the images keep their size.
+        Images of 1 or 3 channels only; checkpoint validation and testing see them unaugmented,
+        as in DomainBed. Off by default.
     """
 
     selection: str = "training_domain"
@@ -78,6 +83,7 @@ class TrainerOptions:
     precision: str = PRECISIONS[0]
     device: str = "cpu"
     tf32: str = TF32_MODES[0]
+    augment: bool = False
 
     def __post_init__(self) -> None:
         if self.selection not in CHECKPOINT_SELECTIONS:
@@ -96,6 +102,8 @@ class TrainerOptions:
             raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")
         check_precision(self.precision)  # unknown names fail here, before any data is prepared
         check_device_spec(self.device)
+        if not isinstance(self.augment, bool):
+            raise OodevalError(f"augment must be true or false, got {self.augment!r}")
         if self.tf32 not in TF32_MODES:
             raise OodevalError(
                 f"unknown tf32 mode {self.tf32!r}; choose one of {', '.join(TF32_MODES)}"

@@ -283,3 +283,54 @@ def test_the_ratio_bounds_are_the_documented_ones() -> None:
     assert augment.CROP_SCALE == (0.7, 1.0) and augment.CROP_ATTEMPTS == 10
     assert augment.CROP_RATIO == (3 / 4, 4 / 3) and math.isclose(augment.JITTER, 0.3)
     assert (augment.FLIP_P, augment.GRAYSCALE_P) == (0.5, 0.1)
+
+
+# --- the trainer's `augment` option ------------------------------------------------------------
+
+
+def _colored_unit(**options):
+    from oodeval.environments.colored import build_colored
+    from oodeval.training import run_unit
+
+    scenario = build_colored(source="digits", n_per_given=40, n_eval=20)
+    return run_unit(scenario, "ERM", seed=3, steps=4, batch_size=8, eval_every=2, **options)
+
+
+def test_augment_trains_on_augmented_minibatches_the_same_every_run():
+    plain, once, again = _colored_unit(), _colored_unit(augment=True), _colored_unit(augment=True)
+    assert once.rows == again.rows  # drawn from the unit's seeded generator
+    assert [r.error for r in once.rows] != [r.error for r in plain.rows]
+
+
+def test_augment_leaves_the_unit_generator_and_minibatches_in_step(monkeypatch):
+    """The draws follow each step's minibatch draw: what the models are given is the plain
+    minibatch (same rows) passed through `domainbed_augmented` with the unit's generator."""
+    import oodeval.training.loop as loop
+
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    real = loop.domainbed_augmented
+
+    def spy(images, generator, size):
+        out = real(images, generator, size)
+        seen.append((images.clone(), out.clone()))
+        return out
+
+    monkeypatch.setattr(loop, "domainbed_augmented", spy)
+    _colored_unit(augment=True)
+    assert len(seen) == 4  # one call a step
+    images, out = seen[0]
+    assert images.shape == out.shape and images.shape[1:] == (3, 8, 8)
+    assert not torch.equal(images, out) and 0 <= float(out.min()) <= float(out.max()) <= 1
+
+
+def test_augment_is_refused_for_images_it_cannot_take():
+    from oodeval.errors import OodevalError
+    from oodeval.training import TrainerOptions, run_unit
+    from tests.helpers.training import TinyScenario
+
+    with pytest.raises(
+        OodevalError, match=r"^augment needs images of 1 or 3 channels.*\(2, 14, 14\)"
+    ):
+        run_unit(TinyScenario(), "ERM", seed=0, steps=2, augment=True)
+    with pytest.raises(OodevalError, match="augment must be true or false, got 'yes'"):
+        TrainerOptions(augment="yes")  # type: ignore[arg-type]

@@ -122,6 +122,10 @@ def one_of(choices: Sequence[str]) -> Check:
     return check
 
 
+def _boolean(value: Any, _table: Mapping[str, Any]) -> str | None:
+    return None if isinstance(value, bool) else f"must be true or false, got {shown(value)}"
+
+
 def _holdout_fraction(value: Any, table: Mapping[str, Any]) -> str | None:
     # selection = "last" never validates, so it may train on every row (fraction 0)
     closed = table.get("selection") == "last"
@@ -196,6 +200,7 @@ TRAINER_OPTIONS: dict[str, TrainerOption] = {
     "precision": TrainerOption(one_of(PRECISIONS), default=PRECISIONS[0]),
     "device": TrainerOption(_device, default="cpu", compared=_device_kind),
     "tf32": TrainerOption(one_of(TF32_MODES), default=TF32_MODES[0]),
+    "augment": TrainerOption(_boolean, default=False),
 }
 TRAINER_KEYS = tuple(TRAINER_OPTIONS)
 

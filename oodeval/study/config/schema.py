@@ -75,8 +75,8 @@ class StudyConfig:
         ``[hparams.ALGORITHM]`` tables), checked against the algorithm's own.
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
         batch_size, precision: ``"fp32"`` or ``"bf16"``, device: ``"cpu"``, ``"cuda"``,
-        ``"cuda:N"`` or ``"auto"``, tf32: ``"default"`` or ``"off"``; rules in
-        `TRAINER_OPTIONS`).
+        ``"cuda:N"`` or ``"auto"``, tf32: ``"default"`` or ``"off"``, augment: ``true`` for
+        DomainBed's image training augmentation; rules in `TRAINER_OPTIONS`).
     measures : the measures the analyses use; ``worst_plus_gap`` requires >= 3 given environments.
     unit_options : extra keyword arguments for the backend's ``run_unit`` that are not trainer
         settings (used by the synthetic backend, e.g. ``fail_algorithms``).
