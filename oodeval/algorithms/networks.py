@@ -1,4 +1,9 @@
-"""Ensembles of small networks: M independent models whose parameters are stacked on a first axis.
+"""Ensembles of networks: M independent models whose parameters are stacked on a first axis.
+
+The featurizers (`MODELS`, built by `build_featurizer`): ``mlp``, ``cnn`` and ``mnist_cnn`` for
+small images, and DomainBed's ``resnet18`` and ``resnet50`` (`ResNet`: torchvision's names, frozen
+BatchNorms, ``resnet_dropout``), randomly initialised or loaded with a torchvision state_dict
+(``pretrained=``, `oodeval.algorithms.pretrained`).
 
 One batched call (``torch.baddbmm`` for linear layers, a grouped convolution for conv layers) runs
 all M models at once, or the conv nets run the M models one after the other on their own
@@ -228,7 +233,11 @@ class MLPFeaturizer(nn.Module):
 
 class EnsembleConv2d(nn.Module):
     """M stacked 2-D convolutions: all at once as one grouped convolution over ``(n, M * C, H, W)``
-    (`forward`), or one model at a time (`forward_model`)."""
+    (`forward`), or one model at a time (`forward_model`).
+
+    Initialised as nn.Conv2d (uniform on +-1/sqrt(fan_in)), unless ``initialise=False`` leaves
+    the weights for the caller to draw (the ResNets draw torchvision's).
+    """
 
     def __init__(
         self,
@@ -240,11 +249,14 @@ class EnsembleConv2d(nn.Module):
         stride: int = 1,
         padding: int = 0,
         bias: bool = True,
+        initialise: bool = True,
     ) -> None:
         super().__init__()
         bound = 1.0 / math.sqrt(in_channels * kernel_size * kernel_size)
         shape = (num_models, out_channels, in_channels, kernel_size, kernel_size)
-        self.weight = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+        self.weight = nn.Parameter(torch.empty(shape))
+        if initialise:
+            self.weight.data.uniform_(-bound, bound)
         self.bias: nn.Parameter | None = None
         if bias:
             self.bias = nn.Parameter(torch.empty(num_models, out_channels).uniform_(-bound, bound))
@@ -507,7 +519,9 @@ def _conv_bn(
     num_models: int, a: int, b: int, k: int, stride: int = 1
 ) -> tuple[EnsembleConv2d, EnsembleBatchNorm2d]:
     """A bias-free k x k convolution (padding k // 2) and the BatchNorm that follows it."""
-    conv = EnsembleConv2d(num_models, a, b, k, stride=stride, padding=k // 2, bias=False)
+    conv = EnsembleConv2d(
+        num_models, a, b, k, stride=stride, padding=k // 2, bias=False, initialise=False
+    )
     return conv, EnsembleBatchNorm2d(num_models, b, track_batches=True)
 
 

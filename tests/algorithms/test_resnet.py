@@ -88,7 +88,7 @@ class RefResNet(nn.Module):
         self.bn1 = nn.BatchNorm2d(64)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         inplanes = 64
-        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), LAYERS[name])):
+        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), LAYERS[name], strict=True)):
             layer = []
             for j in range(blocks):
                 layer.append(block(inplanes, planes, 2 if i > 0 and j == 0 else 1))
@@ -366,8 +366,8 @@ def test_other_channel_counts_copy_pretrained_channel_i_mod_3(channels):
         for i in range(channels):
             assert torch.equal(net.conv1.weight[k, :, i], rgb[:, i % 3])
     adapted = RefResNet("resnet18", channels).double()  # ref with the adapted first conv
-    adapted.load_state_dict({**ref.state_dict(), "conv1.weight": rgb[:, [i % 3 for i in
-                                                                           range(channels)]]})  # fmt: skip
+    first = rgb[:, [i % 3 for i in range(channels)]]
+    adapted.load_state_dict({**ref.state_dict(), "conv1.weight": first})
     x = images(2, seed=11, channels=channels)
     torch.testing.assert_close(net(x)[1], adapted.eval()(x), rtol=0, atol=TOL)
     torch.manual_seed(0)
@@ -382,7 +382,7 @@ def test_random_init_is_torchvisions_and_seeded():
     a = ResNet50(2, SHAPE)
     torch.manual_seed(3)
     b = ResNet50(2, SHAPE)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
     w = a.layer3[0].conv2.weight.detach()  # kaiming_normal_(fan_out): std sqrt(2 / (256 * 3 * 3))
     assert abs(float(w.std()) / (2 / (256 * 9)) ** 0.5 - 1) < 0.01 and abs(float(w.mean())) < 1e-3
     assert all(torch.equal(m.weight, torch.ones_like(m.weight)) and not m.bias.any()
@@ -390,21 +390,21 @@ def test_random_init_is_torchvisions_and_seeded():
 
 
 def test_erm_on_resnet18_trains_the_same_in_both_layouts():
-    """Two float64 ERM updates on small images, shared and per-model minibatches."""
+    """Two float64 ERM updates of two models on their own minibatches of small images."""
     shape = (3, 8, 8)
     g = torch.Generator().manual_seed(0)
-    x = torch.rand(2, 3, 2, *shape, generator=g, dtype=torch.float64)  # steps, envs, B
-    y = torch.randint(0, 2, (2, 3, 2), generator=g)
-    loo = torch.tensor([[1, 2], [0, 2], [0, 1]])
+    x = torch.rand(2, 2, 2, 2, *shape, generator=g, dtype=torch.float64)  # steps, M, E, B
+    y = torch.randint(0, 2, (2, 2, 2, 2), generator=g)
     states = []
     for layout in ("grouped", "per_model"):
         torch.manual_seed(0)
         hp = alg.resolve_hparams("ERM", {}, model="resnet18")
-        erm = alg.get_algorithm("ERM")(shape, 2, torch.ones(3, 2, dtype=torch.bool), hp,
+        erm = alg.get_algorithm("ERM")(shape, 2, torch.ones(2, 2, dtype=torch.bool), hp,
                                        model="resnet18").double().train()  # fmt: skip
         with conv_layout(layout):
-            for step in range(2):
-                erm.update(x[step][loo], y[step][loo])
-        states.append(erm.state_dict())
-    for key, value in states[0].items():
-        torch.testing.assert_close(value, states[1][key], rtol=0, atol=TOL, msg=key)
+            losses = [erm.update(x[step], y[step])["loss"] for step in range(2)]
+        states.append((erm.state_dict(), losses))
+    (first, l1), (second, l2) = states
+    for key, value in first.items():
+        torch.testing.assert_close(value, second[key], rtol=0, atol=TOL, msg=key)
+    torch.testing.assert_close(torch.stack(l1), torch.stack(l2), rtol=0, atol=TOL)
