@@ -4,6 +4,9 @@ A study config records the digest of each of its ``imports`` and a measure the d
 file defining it (`oodeval.measures.measure_code_digest`); both come from here, so a config's
 ``import_digests[file]`` equals the digest of a measure defined in that file.
 
+A file too large to read at once (pretrained network weights) has its full SHA-256 from
+`file_sha256`, read in chunks.
+
 >>> short_digest(b"")
 'e3b0c44298fc1c14'
 """
@@ -41,3 +44,18 @@ def code_digest(path: str | Path) -> str:
         digest.update(file.relative_to(path).as_posix().encode())
         digest.update(file.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def file_sha256(path: str | Path, *, chunk: int = 1 << 20) -> str:
+    """The full SHA-256 (64 hex digits) of a file's bytes, read `chunk` bytes at a time.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     file_sha256(f.name)[:16] == short_digest(b"")
+    True
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

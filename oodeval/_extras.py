@@ -23,6 +23,7 @@ EXTRAS: dict[str, str] = {
     "torch": "train",
     "PIL": "train",
     "sklearn": "train",
+    "safetensors": "train",
     "matplotlib": "report",
     "jinja2": "report",
     "imagecorruptions": "corruptions",

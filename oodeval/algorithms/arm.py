@@ -28,6 +28,7 @@ from oodeval.algorithms.base import adam
 from oodeval.algorithms.erm import ERM
 from oodeval.algorithms.hparams import HParam, fixed
 from oodeval.algorithms.networks import (
+    EnsembleBatchNorm2d,
     EnsembleConv2d,
     from_grouped,
     model_images,
@@ -36,81 +37,6 @@ from oodeval.algorithms.networks import (
 )
 from oodeval.algorithms.registry import register_algorithm
 from oodeval.errors import OodevalError
-
-
-class EnsembleBatchNorm2d(nn.Module):
-    """M stacked BatchNorm2d over the grouped layout (n, M * C, H, W), each on its own images.
-
-    In training each model normalises with the mean and biased variance of its valid images
-    (``valid`` (M, n); all images when None) and updates its running mean and unbiased variance
-    with `momentum`; in evaluation it uses the running statistics (nn.BatchNorm2d's rules).
-    """
-
-    # buffers, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
-    running_mean: torch.Tensor
-    running_var: torch.Tensor
-
-    def __init__(
-        self, num_models: int, channels: int, *, momentum: float = 0.1, eps: float = 1e-5
-    ) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_models, channels))
-        self.bias = nn.Parameter(torch.zeros(num_models, channels))
-        self.register_buffer("running_mean", torch.zeros(num_models, channels))
-        self.register_buffer("running_var", torch.ones(num_models, channels))
-        self.momentum, self.eps = momentum, eps
-
-    def forward(self, h: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """All M models on the grouped layout (n, M * C, H, W); `valid` (M, n) or None."""
-        m, c = self.weight.shape
-        if valid is None or not self.training:  # every image counts: torch's fused kernel
-            return F.batch_norm(
-                h,
-                self.running_mean.view(-1),
-                self.running_var.view(-1),
-                self.weight.reshape(-1),
-                self.bias.reshape(-1),
-                training=self.training,
-                momentum=self.momentum,
-                eps=self.eps,
-            )
-        n, _, height, width = h.shape
-        out = self.masked(slice(None), h.view(n, m, c, height, width), valid)
-        return out.view(n, m * c, height, width)
-
-    def forward_model(
-        self, m: int, h: torch.Tensor, valid: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Model `m` alone on its images (n, C, H, W); `valid` (n,) or None."""
-        if valid is None or not self.training:
-            return F.batch_norm(
-                h,
-                self.running_mean[m],
-                self.running_var[m],
-                self.weight[m],
-                self.bias[m],
-                training=self.training,
-                momentum=self.momentum,
-                eps=self.eps,
-            )
-        return self.masked(slice(m, m + 1), h[:, None], valid[None]).squeeze(1)
-
-    def masked(self, rows: slice, v: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Training-mode BatchNorm of models `rows` (k of them) on ``v`` (n, k, C, H, W) with the
-        statistics of their `valid` (k, n) images; updates their running statistics."""
-        k, c = v.shape[1:3]
-        weight, bias = self.weight[rows], self.bias[rows]
-        w = valid.t().to(v.dtype).view(-1, k, 1, 1, 1)
-        count = w.sum(dim=0).view(k, 1) * (v.shape[3] * v.shape[4])
-        mean = (v * w).sum(dim=(0, 3, 4)) / count
-        var = (((v - mean.view(1, k, c, 1, 1)) ** 2) * w).sum(dim=(0, 3, 4)) / count
-        with torch.no_grad():
-            unbiased = var * count / (count - 1).clamp_min(1)
-            self.running_mean[rows].lerp_(mean.to(self.running_mean.dtype), self.momentum)
-            self.running_var[rows].lerp_(unbiased.to(self.running_var.dtype), self.momentum)
-        scale = weight / torch.sqrt(var + self.eps)
-        out = (v - mean.view(1, k, c, 1, 1)) * scale.view(1, k, c, 1, 1)
-        return out + bias.view(1, k, c, 1, 1)
 
 
 def valid_row(valid: torch.Tensor | None, m: int) -> torch.Tensor | None:

@@ -21,7 +21,7 @@ class ERM(Algorithm):
     def build_parts(self) -> None:
         """The featurizer, the linear classifier, what a subclass adds, and the optimizer."""
         self.featurizer = build_featurizer(
-            self.model, self.num_models, self.featurizer_input_shape()
+            self.model, self.num_models, self.featurizer_input_shape(), hparams=self.hparams
         )
         self.classifier = EnsembleLinear(
             self.num_models, self.classifier_inputs(self.featurizer.n_outputs), self.num_classes

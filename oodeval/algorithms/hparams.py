@@ -5,6 +5,10 @@ defaults are DomainBed's defaults for small images; the distributions are Domain
 space, written as samplers over a `numpy.random.Generator` so a seed fixes every draw. The
 minibatch size is not among them: it is an argument of `oodeval.training.run_unit`.
 
+A featurizer with hyperparameters of its own (the ResNets' dropout) declares them in
+`FEATURIZER_HPARAMS`; the registry joins them to an algorithm's when it is given the model
+(``default_hparams("ERM", model="resnet18")``).
+
 >>> import numpy as np
 >>> draw = log_uniform(-4.5, -2.5)(np.random.default_rng(0))
 >>> 10**-4.5 <= draw <= 10**-2.5
@@ -54,3 +58,22 @@ def choice(*options: Any) -> Sampler:
 def fixed(value: Any) -> Sampler:
     """Sampler that always returns `value` (a hyperparameter that random search does not vary)."""
     return lambda rng: value
+
+
+#: DomainBed's ``resnet_dropout``: dropout on the ResNet features, 0 by default, random search
+#: over {0, 0.1, 0.5}
+RESNET_DROPOUT = HParam(0.0, choice(0.0, 0.1, 0.5), "dropout on the ResNet features (DomainBed)")
+#: model name -> the hyperparameters of that featurizer (none for the small networks)
+FEATURIZER_HPARAMS: dict[str, dict[str, HParam]] = {
+    "resnet18": {"resnet_dropout": RESNET_DROPOUT},
+    "resnet50": {"resnet_dropout": RESNET_DROPOUT},
+}
+
+
+def featurizer_hparams(model: str | None) -> dict[str, HParam]:
+    """The hyperparameters of featurizer `model` (empty for None and for the small networks).
+
+    >>> sorted(featurizer_hparams("resnet50")), featurizer_hparams("mlp")
+    (['resnet_dropout'], {})
+    """
+    return dict(FEATURIZER_HPARAMS.get(model or "", {}))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import numpy as np
 
 from oodeval._registry import Registry
+from oodeval.algorithms.hparams import HParam, featurizer_hparams
 from oodeval.errors import OodevalError, listing
 
 if TYPE_CHECKING:
@@ -86,22 +87,45 @@ def get_algorithm(name: str) -> type[Algorithm]:
         ) from None
 
 
-def default_hparams(name: str) -> dict[str, Any]:
-    """The default hyperparameters of algorithm `name` (DomainBed's small-image defaults)."""
-    return {key: hp.default for key, hp in get_algorithm(name).hparam_space().items()}
+def hparam_space(name: str, model: str | None = None) -> dict[str, HParam]:
+    """Algorithm `name`'s hyperparameters, then those of featurizer `model` (when given).
+
+    >>> list(hparam_space("ERM", model="resnet18"))
+    ['lr', 'weight_decay', 'resnet_dropout']
+    """
+    space = get_algorithm(name).hparam_space()
+    for key, hp in featurizer_hparams(model).items():
+        space.setdefault(key, hp)
+    return space
 
 
-def sample_hparams(name: str, seed: int) -> dict[str, Any]:
-    """One draw from algorithm `name`'s random-search distributions; same seed -> same draw."""
+def default_hparams(name: str, *, model: str | None = None) -> dict[str, Any]:
+    """The default hyperparameters of algorithm `name` (DomainBed's small-image defaults), with
+    those of featurizer `model` when given (``resnet_dropout`` for the ResNets)."""
+    return {key: hp.default for key, hp in hparam_space(name, model).items()}
+
+
+def sample_hparams(name: str, seed: int, *, model: str | None = None) -> dict[str, Any]:
+    """One draw from algorithm `name`'s random-search distributions; same seed -> same draw.
+
+    With `model`, that featurizer's hyperparameters are drawn after the algorithm's, from the
+    same stream: the algorithm's draws are the same with or without a model.
+    """
     # crc32, not hash(): Python salts str hashes per process
     rng = np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))])
     space = get_algorithm(name).hparam_space()
-    return {key: space[key].sample(rng) for key in sorted(space)}
+    draws = {key: space[key].sample(rng) for key in sorted(space)}
+    extra = featurizer_hparams(model)
+    draws.update({key: extra[key].sample(rng) for key in sorted(extra) if key not in draws})
+    return draws
 
 
-def resolve_hparams(name: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """Defaults of `name` updated with `overrides`; unknown keys raise OodevalError."""
-    hparams = default_hparams(name)
+def resolve_hparams(
+    name: str, overrides: dict[str, Any] | None, *, model: str | None = None
+) -> dict[str, Any]:
+    """Defaults of `name` (and of featurizer `model`) updated with `overrides`; unknown keys
+    raise OodevalError."""
+    hparams = default_hparams(name, model=model)
     unknown = sorted(set(overrides or {}) - set(hparams))
     if unknown:
         raise OodevalError(

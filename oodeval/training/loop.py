@@ -188,7 +188,7 @@ def _fit(
     """Train and select the unit's N LOO models and its full model (`train_models`)."""
     _check_run(steps, options)
     cls = get_algorithm(algorithm)
-    hp = resolve_hparams(algorithm, hparams)
+    hp = resolve_hparams(algorithm, hparams, model=model)
     n = len(given)
     if n < 2:
         raise OodevalError(f"leave-one-out training needs >= 2 given environments, got {n}")
@@ -356,9 +356,11 @@ def run_unit(
     steps : int
         Training updates (each update sees ``batch_size`` rows of every training environment).
     hparams : dict, optional
-        Overrides of the algorithm's defaults (`oodeval.algorithms.default_hparams`).
-    model : one of `oodeval.algorithms.networks.MODELS`: "mlp", "cnn" (both for CPU work) or
-        "mnist_cnn" (DomainBed's MNIST_CNN, for 2x28x28 scenarios)
+        Overrides of the algorithm's defaults (`oodeval.algorithms.default_hparams`), and of
+        the model's (``resnet_dropout`` for the ResNets).
+    model : one of `oodeval.algorithms.networks.MODELS`: "mlp", "cnn" (both for CPU work),
+        "mnist_cnn" (DomainBed's MNIST_CNN, for 2x28x28 scenarios), "resnet18" or "resnet50"
+        (DomainBed's ResNets, randomly initialised; see `oodeval.algorithms.networks.ResNet`)
     progress : callable(step, steps), optional
     **options
         The trainer's options, fields of `TrainerOptions`: selection, eval_every,
