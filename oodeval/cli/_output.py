@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 
-from oodeval._files import names_the_file, refuse_links, write_file
+from oodeval._files import all_or_nothing, names_the_file, refuse_links, write_file
 from oodeval._text import safe_text
 from oodeval.errors import OodevalError
 from oodeval.tables import render_frame, render_rows, to_json
@@ -112,6 +113,28 @@ def render_metrics(metrics: dict[str, Any], fmt: OutputFormat) -> str:
         return render_frame(pd.DataFrame([metrics]), "csv")
     rows = [[k, f"{v:.6f}" if isinstance(v, float) else str(v)] for k, v in metrics.items()]
     return render_rows(["metric", "value"], rows, fmt.value, right=[False, True])
+
+
+_P = TypeVar("_P", str, Path)
+
+
+def echo_metrics_and_file(
+    metrics: dict[str, Any],
+    fmt: OutputFormat,
+    output: str | None,
+    side_file: _P | None,
+    write_side_file: Callable[[_P], Path],
+) -> None:
+    """Write ``write_side_file(side_file)`` (nothing when `side_file` is None), then
+    `render_metrics` of `metrics` with `echo_output`, all or nothing
+    (`oodeval._files.all_or_nothing`: a failed --output takes the side file with it);
+    ``wrote SIDE_FILE`` goes to stderr once both are written."""
+    with all_or_nothing() as written:
+        if side_file is not None:
+            written.append(write_side_file(side_file))
+        echo_output(render_metrics(metrics, fmt), output)
+    if side_file is not None:
+        typer.echo(safe_text(f"wrote {side_file}"), err=True)
 
 
 def lines_frame(lines: list[str]) -> Any:

@@ -39,17 +39,16 @@ import numpy as np
 import pandas as pd
 import typer
 
-from oodeval._files import all_or_nothing, refuse_links, write_file
+from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval._text import safe_text
 from oodeval.cli._common import DefaultCommandGroup, reports_errors
 from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
+    echo_metrics_and_file,
     echo_output,
-    render_metrics,
 )
 from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_curve
@@ -131,12 +130,7 @@ def score(
     ids = parse_class_ids(base_classes) if base_classes is not None else None
     arrays = read_predictions(predictions)
     metrics, samples = score_predictions(arrays, ids, tie)
-    with all_or_nothing() as written:  # a failed --output takes the --curve file with it
-        if curve is not None:
-            written.append(_write_curve(samples, curve))
-        echo_output(render_metrics(metrics, fmt), output)
-    if curve is not None:  # said once both are written
-        typer.echo(safe_text(f"wrote {curve}"), err=True)
+    echo_metrics_and_file(metrics, fmt, output, curve, lambda path: _write_curve(samples, path))
 
 
 def ratio_study_command(

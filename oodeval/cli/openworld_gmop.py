@@ -33,8 +33,7 @@ from oodeval.cli._output import (
     OUTPUT_OPT,
     OutputFormat,
     check_output_path,
-    echo_output,
-    render_metrics,
+    echo_metrics_and_file,
 )
 from oodeval.errors import OodevalError
 from oodeval.study.config.keys import SEED_LIMIT, STEPS_LIMIT
@@ -301,23 +300,20 @@ def evaluate_command(
     test = load_features(features)
     model = zero_shot_model(test) if model_path is None else load_model(model_path)
     metrics = evaluate_model(model, test)
-    with all_or_nothing() as written:  # a failed --output takes the --predictions file with it
-        if predictions is not None:
-            out = model.predict(test.features)
-            written.append(
-                write_npz(
-                    predictions,
-                    probs=out["outputs"],
-                    labels=test.labels,
-                    base_classes=np.asarray(test.base_classes, dtype=np.int64),
-                    scores=out["detector_scores"],
-                    base_predictions=out["base_predictions"],
-                    new_predictions=out["new_predictions"],
-                )
-            )
-        echo_output(render_metrics(metrics, fmt), output)
-    if predictions is not None:
-        typer.echo(safe_text(f"wrote {predictions}"), err=True)
+
+    def write_predictions(path: Path) -> Path:
+        out = model.predict(test.features)
+        return write_npz(
+            path,
+            probs=out["outputs"],
+            labels=test.labels,
+            base_classes=np.asarray(test.base_classes, dtype=np.int64),
+            scores=out["detector_scores"],
+            base_predictions=out["base_predictions"],
+            new_predictions=out["new_predictions"],
+        )
+
+    echo_metrics_and_file(metrics, fmt, output, predictions, write_predictions)
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,7 @@ import csv
 import io
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import typer
@@ -91,6 +92,11 @@ def _finish(rows: list, out: str, header: str, notes: list[str] | None = None) -
     for note in notes or []:
         typer.echo(safe_text(note))
     typer.echo(render_counts(rows))
+
+
+def _domains_option(default: int, flag: str, help: str, *, least: int = 1) -> Any:
+    """An int option `flag` counting domains (per class, or in all): `least` to 100,000."""
+    return typer.Option(default, flag, min=least, max=100_000, help=help)
 
 
 TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
@@ -249,13 +255,9 @@ def _listing(names: list[str], shown: int = 8) -> str:
 def flexible_random_command(
     tree: Path = TREE_ARG,
     out: str = OUT_OPT,
-    n_dominant: int = typer.Option(
-        2, "--n-dominant", min=1, max=100_000, help="Dominant domains per class."
-    ),
-    n_minor: int = typer.Option(
-        12, "--n-minor", min=0, max=100_000, help="Minor training domains per class."
-    ),
-    n_test: int = typer.Option(6, "--n-test", min=1, max=100_000, help="Test domains per class."),
+    n_dominant: int = _domains_option(2, "--n-dominant", "Dominant domains per class."),
+    n_minor: int = _domains_option(12, "--n-minor", "Minor training domains per class.", least=0),
+    n_test: int = _domains_option(6, "--n-test", "Test domains per class."),
     per_minor: int = PER_MINOR_OPT,
     per_test: int = PER_TEST_OPT,
     common: str | None = COMMON_OPT,
@@ -286,16 +288,10 @@ def flexible_compositional_command(
     exclusive: str | None = typer.Option(
         None, "--exclusive", help="Comma-separated exclusive domains (default: drawn)."
     ),
-    n_exclusive: int = typer.Option(
-        4, "--n-exclusive", min=0, max=100_000, help="Exclusive domains to draw."
-    ),
-    n_majority: int = typer.Option(
-        2, "--n-majority", min=1, max=100_000, help="Majority domains per class."
-    ),
-    n_minority: int = typer.Option(
-        12, "--n-minority", min=0, max=100_000, help="Minority domains per class."
-    ),
-    n_test: int = typer.Option(4, "--n-test", min=1, max=100_000, help="Test domains per class."),
+    n_exclusive: int = _domains_option(4, "--n-exclusive", "Exclusive domains to draw.", least=0),
+    n_majority: int = _domains_option(2, "--n-majority", "Majority domains per class."),
+    n_minority: int = _domains_option(12, "--n-minority", "Minority domains per class.", least=0),
+    n_test: int = _domains_option(4, "--n-test", "Test domains per class."),
     per_minor: int = PER_MINOR_OPT,
     per_test: int = PER_TEST_OPT,
     common: str | None = COMMON_OPT,

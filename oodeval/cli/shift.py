@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import Any
 
 import pandas as pd
 import typer
@@ -53,6 +54,13 @@ def explanation(gap: float) -> str:
         f"M_cpt^max - M_cov = {gap:.3f} <= 0 suggests the shift is mostly in P(X) with shared "
         "labelling (a useful DG pair): the estimate gives Theorem 3.3 no positive bound on target "
         "error, and the true M_cov, which this estimate approaches from below, can only be larger."
+    )
+
+
+def _set_option(flag: str, role: str, example: str) -> Any:
+    """The option naming the SPEC of the training or the test set (required; no default)."""
+    return typer.Option(
+        None, flag, metavar="SPEC", help=f"SPEC of the {role} set (required), e.g. {example}."
     )
 
 
@@ -114,18 +122,8 @@ def render_report(names: tuple[str, str], result: object, counts: tuple[int, int
 
 @reports_errors
 def shift_command(
-    train: str | None = typer.Option(
-        None,
-        "--train",
-        metavar="SPEC",
-        help="SPEC of the training set (required), e.g. sr-cmnist:e=0.1.",
-    ),
-    test: str | None = typer.Option(
-        None,
-        "--test",
-        metavar="SPEC",
-        help="SPEC of the test set (required), e.g. sr-cmnist:e=0.9.",
-    ),
+    train: str | None = _set_option("--train", "training", "sr-cmnist:e=0.1"),
+    test: str | None = _set_option("--test", "test", "sr-cmnist:e=0.9"),
     source: str = typer.Option(
         "auto",
         "--source",

@@ -7,8 +7,9 @@ RGB and resized to a square side (default `DEFAULT_FOLDER_SIZE`); hidden files a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,13 +28,7 @@ def load_class_folder(root: str | Path, *, size: int = DEFAULT_FOLDER_SIZE) -> I
     """
     root = Path(root)
     paths, labels, classes = _class_folder_files(root)
-    images = _read_images(paths, size)
-    return ImageSource(
-        f"classfolder:{root}",
-        images,
-        np.asarray(labels, dtype=np.int64),
-        classes,
-    )
+    return _tree_source(f"classfolder:{root}", paths, labels, classes, size)
 
 
 def load_domain_folder(root: str | Path, *, size: int = DEFAULT_FOLDER_SIZE) -> ImageSource:
@@ -43,14 +38,32 @@ def load_domain_folder(root: str | Path, *, size: int = DEFAULT_FOLDER_SIZE) -> 
     """
     root = Path(root)
     paths, labels, domain_ids, class_names, domain_names = _domain_folder_files(root)
-    images = _read_images(paths, size)
-    return ImageSource(
+    return _tree_source(
         f"folder:{root}",
-        images,
-        np.asarray(labels, dtype=np.int64),
+        paths,
+        labels,
         class_names,
+        size,
         domains=np.asarray(domain_ids, dtype=np.int64),
         domain_names=domain_names,
+    )
+
+
+def _tree_source(
+    name: str,
+    paths: list[Path],
+    labels: list[int],
+    class_names: tuple[str, ...],
+    size: int,
+    *,
+    domains: np.ndarray | None = None,
+    domain_names: tuple[str, ...] = (),
+) -> ImageSource:
+    """The source `name` of the images at `paths` (read at side `size`) with their labels."""
+    images = _read_images(paths, size)
+    labels_array = np.asarray(labels, dtype=np.int64)
+    return ImageSource(
+        name, images, labels_array, class_names, domains=domains, domain_names=domain_names
     )
 
 
@@ -125,36 +138,43 @@ def _read_images(paths: list[Path], size: int) -> np.ndarray:
     return out
 
 
+#: Per folder kind: its loader and the lister of its image files (first item: the paths, in the
+#: loader's reading order).
+_TREES: dict[str, tuple[Callable[..., ImageSource], Callable[[Path], tuple[Any, ...]]]] = {
+    "folder": (load_domain_folder, _domain_folder_files),
+    "classfolder": (load_class_folder, _class_folder_files),
+}
+
+
+class _ImageTreeKind(SourceKind):
+    """A folder of image files, read by its `_TREES` loader and identified by every image file
+    under DIR."""
+
+    def load(self, root: Path | None, *, size: int | None) -> ImageSource:
+        loader, _ = _TREES[self.name]
+        return loader(_folder(root), size=size or DEFAULT_FOLDER_SIZE)
+
+    def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
+        _, lister = _TREES[self.name]
+        base = _folder(root)
+        for path in lister(base)[0]:
+            yield path.relative_to(base).as_posix(), path, False
+
+
 @register_source_kind
-class FolderKind(SourceKind):
+class FolderKind(_ImageTreeKind):
     """``folder:DIR``: `load_domain_folder`, identified by every image file under DIR."""
 
     name = "folder"
     summary = "a <domain>/<class>/<image> tree"
 
-    def load(self, root: Path | None, *, size: int | None) -> ImageSource:
-        return load_domain_folder(_folder(root), size=size or DEFAULT_FOLDER_SIZE)
-
-    def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
-        base = _folder(root)
-        for path in _domain_folder_files(base)[0]:
-            yield path.relative_to(base).as_posix(), path, False
-
 
 @register_source_kind
-class ClassFolderKind(SourceKind):
+class ClassFolderKind(_ImageTreeKind):
     """``classfolder:DIR``: `load_class_folder`, identified by every image file under DIR."""
 
     name = "classfolder"
     summary = "a <class>/<image> tree"
-
-    def load(self, root: Path | None, *, size: int | None) -> ImageSource:
-        return load_class_folder(_folder(root), size=size or DEFAULT_FOLDER_SIZE)
-
-    def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
-        base = _folder(root)
-        for path in _class_folder_files(base)[0]:
-            yield path.relative_to(base).as_posix(), path, False
 
 
 def _folder(root: Path | None) -> Path:
