@@ -159,6 +159,7 @@ def check_flag(value: Any, name: str) -> bool:
         raise OodevalError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
+
 MAX_TEXT_BYTES = 1 << 30
 MAX_INFLATED_BYTES = 1 << 30
 MAX_ARRAY_BYTES = 1 << 33
