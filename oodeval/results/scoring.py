@@ -266,7 +266,9 @@ class Scores:
 
     def __repr__(self) -> str:
         """Two lines: the answer, and what the results hold with the names of the tables."""
-        tables = ", ".join(key for key, _, _ in self.sections())
+        # the attributes' names: `sections` keys the choices "selections", as the JSON does
+        names = [{"selections": "choices"}.get(key, key) for key, _, _ in self.sections()]
+        tables = ", ".join(names)
         first = safe_text(f"<Scores: {self.answer}>")
         return f"{first}\n{safe_text(self.header())}; tables: {tables} (print() shows them)"
 
