@@ -159,7 +159,6 @@ def check_flag(value: Any, name: str) -> bool:
         raise OodevalError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
-
 MAX_TEXT_BYTES = 1 << 30
 MAX_INFLATED_BYTES = 1 << 30
 MAX_ARRAY_BYTES = 1 << 33

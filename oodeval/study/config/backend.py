@@ -170,8 +170,9 @@ def _source_file(spec: ModuleSpec) -> Path | None:
 
 
 def _lacks(name: str, missing: list[str]) -> str:
-    return f"backend {name!r} lacks {missing}; a backend module must define " + ", ".join(
-        BACKEND_FUNCTIONS
+    return (
+        f"backend {name!r} lacks {missing}; a backend module must define "
+        + ", ".join(BACKEND_FUNCTIONS)
     )
 
 
