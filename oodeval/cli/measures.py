@@ -23,12 +23,11 @@ from oodeval._text import safe_text
 from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, reports_errors
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.limits import MAX_RESAMPLES, check_confidence, check_resamples
-from oodeval.measures.meta import environment_warning, interval_warning
 from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
 from oodeval.study.config.keys import SEED_LIMIT
-from oodeval.tables import heading, render_frame, to_json
+from oodeval.tables import render_frame, to_json
 
 __all__ = ["MEASURES_OPT", "measures_help", "register", "render", "measures_command"]
 
@@ -48,19 +47,6 @@ def measures_help() -> str:
 
 #: ``--measures``; its help is written by `register`, so it lists the measures of that moment.
 MEASURES_OPT = typer.Option(None, "--measures", help=measures_help())
-
-
-def _header(source: str, tables: Scores) -> str:
-    info = tables.info
-    n_seeds, n_algs = len(info["seeds"]), len(info["algorithms"])
-    seeds = f", {n_seeds} seed{'s' if n_seeds != 1 else ''}" if n_seeds else ""
-    text = (
-        f"{source}: {n_algs} algorithm{'s' if n_algs != 1 else ''}{seeds}, "
-        f"N={info['n_given']} given environments (loo)"
-    )
-    if info["n_all"]:
-        text += f", {info['n_all']} environments in E_all (all)"
-    return text + "; errors as fractions"
 
 
 def _as_long_csv(tables: Scores) -> str:
@@ -93,17 +79,7 @@ def render(tables: Scores, fmt: str, source: str = "results") -> str:
         return to_json({"source": source, **tables.to_dict()})
     if fmt == "csv":
         return _as_long_csv(tables)
-    parts = [safe_text(tables.answer)]
-    if fmt == "markdown":
-        parts.append(safe_text(f"_{_header(source, tables)}_"))
-        for _, title, df in tables.sections():
-            table = render_frame(df, "markdown", compact_rule=True)
-            parts.append(f"{heading(title, 'markdown')}\n\n{table}")
-    else:
-        parts.append(safe_text(_header(source, tables)))
-        for _, title, df in tables.sections():
-            parts.append(f"{safe_text(title)}\n{render_frame(df, 'table')}")
-    return "\n\n".join(parts) + "\n"
+    return tables.render(fmt, source)
 
 
 @reports_errors
@@ -159,10 +135,7 @@ def measures_command(
         typer.echo(safe_text(f"answer: {tables.answer}"), err=True)
     for note in tables.notes:
         typer.echo(safe_text(f"note: {note}"), err=True)
-    warnings = [environment_warning(tables.info["n_given"])]
-    if tables.correlations is not None:
-        warnings.append(interval_warning(len(tables.info["algorithms"])))
-    for warning in filter(None, warnings):
+    for warning in tables.warning_lines():
         typer.echo(safe_text(f"warning: {warning}"), err=True)
 
 

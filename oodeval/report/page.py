@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import jinja2
 import pandas as pd
@@ -135,6 +135,22 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def render_fragment(sections: Sequence[Section], anchor: str) -> str:
+    """The `sections` as one HTML block (no page around them), as a notebook shows a result:
+    the report's markup and escaping (`render_page`), a style that applies inside the block
+    only, and the full text of every shortened name in a collapsed list at its end. `anchor`
+    is the block's id (each section's id and the list's start with it), so that several
+    blocks on one notebook page keep distinct ids.
+    """
+    template = _ENV.get_template("fragment.html.j2")
+    clip = _Clipper()
+    views = [
+        _section_view(replace(s, anchor=s.anchor or f"{anchor}-{i}"), i, clip)
+        for i, s in enumerate(sections)
+    ]
+    return template.render(anchor=anchor, sections=views, full_names=list(clip.full))
 
 
 def render_page(title: str, subtitle: str, sections: Sequence[Section]) -> str:

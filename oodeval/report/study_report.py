@@ -33,7 +33,11 @@ from oodeval.study.analysis import (
     verdict_view,
     verdict_warning,
 )
-from oodeval.study.analysis.leaderboard import leaderboard_footnote, leaderboard_view
+from oodeval.study.analysis.leaderboard import (
+    LEADERBOARD_TITLE,
+    leaderboard_footnote,
+    leaderboard_view,
+)
 from oodeval.study.store import ALL_FOLD, StoreIntegrityWarning, Study, is_export, load_study
 from oodeval.tables import Table, plus_minus
 
@@ -277,7 +281,7 @@ def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
 
 def leaderboard_section(board: pd.DataFrame) -> Section:
     """The measure leaderboard: which measure tracks the ideal measure best over the cells."""
-    table = Table("Measures ranked by mean rho", leaderboard_view(board), leaderboard_footnote())
+    table = Table(LEADERBOARD_TITLE, leaderboard_view(board), leaderboard_footnote())
     return Section(
         PAPER_REFERENCES["leaderboard"],
         intro=leaderboard_sentence(board.to_dict("list")),

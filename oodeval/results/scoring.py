@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from oodeval._text import safe_text
 from oodeval.errors import OodevalError, option
 from oodeval.limits import check_flag, check_resamples, check_seed
 from oodeval.measures.meta import (
@@ -30,7 +31,9 @@ from oodeval.measures.meta import (
     correlation_summary,
     degradation_summary,
     dense_unit_measures,
+    environment_warning,
     ideal_correlations,
+    interval_warning,
     tie_text,
 )
 from oodeval.measures.registry import (
@@ -40,7 +43,7 @@ from oodeval.measures.registry import (
     undefined_measures,
 )
 from oodeval.results.longform import LongResults, read_results, results_from_frame
-from oodeval.tables import frame_records
+from oodeval.tables import Table, frame_records, heading, render_frame
 
 __all__ = ["Scores", "score", "score_results"]
 
@@ -61,7 +64,7 @@ RETIRED: dict[str, tuple[str, type[Warning], str]] = {
 }
 
 
-@dataclass
+@dataclass(repr=False)
 class Scores:
     """The meta-evaluation of a set of results: every table `oodeval measures` prints.
 
@@ -204,6 +207,84 @@ class Scores:
             ),
         ]
         return [(key, title, table) for key, title, table in tables if table is not None]
+
+    def header(self, source: str = "results") -> str:
+        """The line under the answer: what `source` holds (algorithms, seeds, environments).
+
+        >>> rows = [{"algorithm": a, "environment": e, "split": "loo", "error": 0.1}
+        ...         for a in ("ERM", "IRM") for e in ("e1", "e2", "e3")]
+        >>> score(rows).header("sweep.csv")
+        'sweep.csv: 2 algorithms, N=3 given environments (loo); errors as fractions'
+        """
+        info = self.info
+        n_seeds, n_algs = len(info["seeds"]), len(info["algorithms"])
+        seeds = f", {n_seeds} seed{'s' if n_seeds != 1 else ''}" if n_seeds else ""
+        text = (
+            f"{source}: {n_algs} algorithm{'s' if n_algs != 1 else ''}{seeds}, "
+            f"N={info['n_given']} given environments (loo)"
+        )
+        if info["n_all"]:
+            text += f", {info['n_all']} environments in E_all (all)"
+        return text + "; errors as fractions"
+
+    def warning_lines(self) -> list[str]:
+        """The warnings `oodeval measures` prints after the tables: picks over too few given
+        environments (`environment_warning`) and correlations over too few algorithms
+        (`interval_warning`); empty when neither applies."""
+        found = [environment_warning(self.info["n_given"])]
+        if self.correlations is not None:
+            found.append(interval_warning(len(self.info["algorithms"])))
+        return [w for w in found if w]
+
+    def render(self, fmt: str = "table", source: str = "results") -> str:
+        """What ``oodeval measures --format table|markdown`` prints: the answer, the `header`
+        line, then every table of `sections` under its title (floats with 4 decimals).
+
+        >>> rows = [{"algorithm": a, "environment": e, "split": "loo", "error": err}
+        ...         for a, errs in {"ERM": (0.1, 0.2, 0.6), "IRM": (0.3, 0.3, 0.4)}.items()
+        ...         for e, err in zip(("e1", "e2", "e3"), errs)]
+        >>> print(score(rows, measures=["average"]).render().splitlines()[0])
+        average picks ERM
+        """
+        if fmt not in ("table", "markdown"):
+            raise OodevalError(f"fmt is {fmt!r}; Scores.render writes table or markdown")
+        parts = [safe_text(self.answer)]
+        if fmt == "markdown":
+            parts.append(safe_text(f"_{self.header(source)}_"))
+            for _, title, df in self.sections():
+                table = render_frame(df, "markdown", compact_rule=True)
+                parts.append(f"{heading(title, 'markdown')}\n\n{table}")
+        else:
+            parts.append(safe_text(self.header(source)))
+            for _, title, df in self.sections():
+                parts.append(f"{safe_text(title)}\n{render_frame(df, 'table')}")
+        return "\n\n".join(parts) + "\n"
+
+    def __str__(self) -> str:
+        """Every table, as ``oodeval measures`` prints them (`render`)."""
+        return self.render("table")
+
+    def __repr__(self) -> str:
+        """Two lines: the answer, and what the results hold with the names of the tables."""
+        # the attributes' names: `sections` keys the choices "selections", as the JSON does
+        names = [{"selections": "choices"}.get(key, key) for key, _, _ in self.sections()]
+        tables = ", ".join(names)
+        first = safe_text(f"<Scores: {self.answer}>")
+        return f"{first}\n{safe_text(self.header())}; tables: {tables} (print() shows them)"
+
+    def _repr_markdown_(self) -> str:
+        """A notebook's display without the ``report`` extra: `render` as markdown."""
+        return self.render("markdown")
+
+    def _repr_html_(self) -> str | None:
+        """A notebook's display: the answer, then every table of `render` in the HTML report's
+        markup (`oodeval.report.notebook.result_html`); None without Jinja2 (the ``report``
+        extra), when Jupyter shows `_repr_markdown_`."""
+        from oodeval.report.notebook import result_html
+
+        tables = [Table(title, df, digits=4) for _, title, df in self.sections()]
+        notes = [*self.notes, *(f"Warning: {w}" for w in self.warning_lines())]
+        return result_html(self.answer, tables, lines=[self.header()], notes=notes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: info, one list of records per table, notes; NaN becomes None."""

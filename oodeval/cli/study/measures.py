@@ -169,7 +169,7 @@ def _text(
     fmt: str,
     n_resamples: int,
 ) -> str:
-    from oodeval.study.analysis.leaderboard import leaderboard_footnote, leaderboard_view
+    from oodeval.study.analysis.leaderboard import Leaderboard, leaderboard_footnote
 
     parts = []
     studies = [label for label in boards if label != POOLED]
@@ -178,8 +178,7 @@ def _text(
         if label == POOLED:
             title = f"Pooled over {len(studies)} studies ({', '.join(studies)})"
         parts.append(heading(title, fmt))
-        parts.append(safe_text(leaderboard_sentence(board.to_dict("list"))))
-        parts.append(render_frame(leaderboard_view(board), fmt, digits=3))
+        parts.append(Leaderboard(board, n_resamples).render(fmt, footnote=False))
     if boards:
         parts.append(leaderboard_footnote(n_resamples))
     for label, ranks in rankings.items():

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval._text import safe_text
 from oodeval.cli._common import reports_errors
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
-from oodeval.tables import frame_records, render_frame, text_table, to_json
-
-if TYPE_CHECKING:  # the study stack is imported when the command runs
-    from oodeval.study import Study
+from oodeval.tables import frame_records, render_frame, to_json
 
 
 def status_command(
@@ -35,72 +30,22 @@ def status_command(
     check_output_path(output)
     refuse_aliases([("--output", output)], Inputs().source("DIR", directory))
     study = load_study(directory, exclude_damaged=True)
-    counts = study.counts()
-    damaged = f"{counts['damaged']} damaged, " if counts["damaged"] else ""
-    title = safe_text(
-        f"study {study.config.get('name')}: {counts['done']} done, {counts['failed']} failed, "
-        f"{damaged}{counts['pending']} pending (of {counts['planned']})"
-    )
-    coverage = study.coverage()
-    if not coverage["damaged"].any():
-        coverage = coverage.drop(columns="damaged")
-    notes = status_notes(study, directory)
     if fmt is OutputFormat.csv:
-        text = render_frame(coverage, "csv")
+        text = render_frame(study.status_table(), "csv")
     elif fmt is OutputFormat.json:
         text = to_json(
             {
                 "study": study.config.get("name"),
-                "counts": counts,
-                "coverage": frame_records(coverage),
-                "notes": notes,
+                "counts": study.counts(),
+                "coverage": frame_records(study.status_table()),
+                "notes": study.status_notes(directory),
             }
         )
-    elif fmt is OutputFormat.markdown:
-        bullets = "\n".join(safe_text(f"- {n}") for n in notes)
-        text = "\n\n".join([title, render_frame(coverage, "markdown"), bullets])
     else:
-        rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
-        text = "\n".join([title, text_table(list(coverage.columns), rows), *map(safe_text, notes)])
+        text = study.render(fmt.value, directory)
     echo_output(text, output)
 
 
 def register(group: typer.Typer) -> None:
     """Add `status` to the `study` group."""
     group.command("status")(reports_errors(status_command))
-
-
-def status_notes(study: Study, directory: Path) -> list[str]:
-    """The lines `study status` prints under the coverage table: notes, failures, damage, store."""
-    from oodeval.study.store import printable
-
-    notes = [study.data_note(), study.outside_note(), *study.code_notes()]
-    lines = [f"note: {n}" for n in filter(None, notes)]
-    failed = study.units[study.units["status"] == "failed"]
-    for unit in failed.itertuples(index=False):
-        lines.append(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
-    health = study.health
-    assert health is not None  # a study loaded from its store has the store's health
-    lines += [f"damaged: {key}: {reason}" for key, reason in health.damaged.items()]
-    for key, reason in health.history_damage.items():
-        lines.append(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
-    if not health.sqlite_ok:
-        lines.append(f"store: SQLite's {health.check_kind} FAILED: {health.sqlite_problem()}")
-    if health.stray_problem():
-        lines.append(f"damaged: {health.stray_problem()}")
-    verify = f"`oodeval study verify {directory}` lists every problem"
-    if not health.trusted:
-        lines.append(
-            "damaged store: analyze, report and variance refuse it; `oodeval study run` with the "
-            f"same config moves the damage aside and runs the damaged units again; {verify}"
-        )
-    elif health.history_damage:
-        lines.append(
-            f"damaged store: its config history (the numbers do not depend on it: "
-            f"{health.verified} units verified); {verify}"
-        )
-    elif health.unverified:
-        lines.append(f"store: {health.notes()[-1]}")
-    else:
-        lines.append(f"store: verified ({health.verified} units match their checksums)")
-    return lines

@@ -7,6 +7,8 @@ analyze` writes of them.
   counts), in one place, and the tables that set a study's beside them;
 - `oodeval.study.analysis.output`: the verdict block in words, ``analysis.md`` and the CSVs
   (`write_analysis`);
+- `oodeval.study.analysis.leaderboard`: the measure leaderboard (`leaderboard_of` a study, a
+  `Leaderboard` that prints and shows itself in a notebook);
 - `oodeval.study.analysis.versions`: the code digests of the measures an analysis computed with
   ``--measures``, and the warnings when it mixes versions of a measure's code.
 
@@ -16,6 +18,7 @@ All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses
 import warnings
 from typing import Any
 
+from oodeval.study.analysis.leaderboard import Leaderboard
 from oodeval.study.analysis.output import (
     BOUNDS_SENTENCE,
     TABLE5_PAPER_NOTE,
@@ -47,6 +50,7 @@ from oodeval.study.analysis.paper import (
     distance_to_ideal_by_scale,
     errors_table,
     ideal_measure_pairs,
+    leaderboard_of,
     selected_algorithms,
     selection_agreement,
     study_unit_measures,
@@ -62,6 +66,7 @@ from oodeval.study.analysis.versions import measure_digests, measure_version_not
 
 __all__ = [
     "ABLATION_MEASURES",
+    "Leaderboard",
     "BOUNDS_SENTENCE",
     "CORRELATION_MEASURES",
     "PAPER_REFERENCES",
@@ -88,6 +93,7 @@ __all__ = [
     "distance_to_ideal_by_scale",
     "errors_table",
     "ideal_measure_pairs",
+    "leaderboard_of",
     "measure_digests",
     "measure_version_notes",
     "selected_algorithms",

@@ -2,13 +2,17 @@
 the ``leaderboard`` table of `study analyze` (``leaderboard.csv``), its section of
 ``analysis.md`` and of the HTML report, and `oodeval study measures`.
 
-One row per measure, best first; how to read it is `leaderboard_footnote`.
+One row per measure, best first; how to read it is `leaderboard_footnote`. `Leaderboard` is
+the table with its sentence and footnote as one object, which prints as ``oodeval study
+measures`` prints one study and shows itself in a notebook (`leaderboard_of` computes it for a
+study; ``Leaderboard(analyze(study)["leaderboard"])`` wraps the table `analyze` returns).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -20,8 +24,11 @@ from oodeval.measures.meta import (
     measure_leaderboard,
 )
 from oodeval.measures.registry import measure_label
+from oodeval.tables import Table, render_frame
 
 __all__ = [
+    "LEADERBOARD_TITLE",
+    "Leaderboard",
     "leaderboard_footnote",
     "leaderboard_measures",
     "leaderboard_text",
@@ -169,3 +176,75 @@ def leaderboard_text(
         table = render(view)
     sentence = safe_text(leaderboard_sentence(board.to_dict("list")))
     return [sentence, "", table, "", leaderboard_footnote(), ""]
+
+
+#: The title of the leaderboard's table in the HTML report and in a notebook.
+LEADERBOARD_TITLE = "Measures ranked by mean rho"
+
+
+@dataclass(repr=False)
+class Leaderboard:
+    """A measure leaderboard with the sentence that reads it and its footnote.
+
+    ``print(board)`` gives what ``oodeval study measures`` prints for one study (`render`); in a
+    notebook it shows the sentence first, then the table (`leaderboard_view`) in the HTML
+    report's markup, the footnote under it.
+
+    Attributes
+    ----------
+    board : pandas.DataFrame
+        `study_leaderboard`'s table (``analyze(study)["leaderboard"]``): one row per measure.
+    n_resamples : int
+        The bootstrap draws behind its intervals, which the footnote states.
+    """
+
+    board: pd.DataFrame
+    n_resamples: int = BOOTSTRAP_RESAMPLES
+
+    @property
+    def sentence(self) -> str:
+        """The leading measure and how it fares (`oodeval.measures.meta.leaderboard_sentence`)."""
+        return leaderboard_sentence(self.board.to_dict("list"))
+
+    @property
+    def view(self) -> pd.DataFrame:
+        """The table as printed (`leaderboard_view`)."""
+        return leaderboard_view(self.board)
+
+    @property
+    def footnote(self) -> str:
+        """How to read the table (`leaderboard_footnote`)."""
+        return leaderboard_footnote(self.n_resamples)
+
+    def render(self, fmt: str = "table", *, footnote: bool = True) -> str:
+        """The sentence, the table (3 decimals) and, with `footnote`, the footnote, in output
+        format ``table`` or ``markdown``, as ``oodeval study measures`` prints one study."""
+        from oodeval._text import safe_text
+
+        if fmt not in ("table", "markdown"):
+            raise OodevalError(f"fmt is {fmt!r}; Leaderboard.render writes table or markdown")
+        parts = [safe_text(self.sentence), render_frame(self.view, fmt, digits=3)]
+        return "\n\n".join(parts + [self.footnote] * footnote)
+
+    def __str__(self) -> str:
+        """`render` as a plain-text table."""
+        return self.render("table")
+
+    def __repr__(self) -> str:
+        """One line: how many measures, and the sentence."""
+        from oodeval._text import safe_text
+
+        return safe_text(f"<Leaderboard of {len(self.board)} measures: {self.sentence}>")
+
+    def _repr_markdown_(self) -> str:
+        """A notebook's display without the ``report`` extra: `render` as markdown."""
+        return self.render("markdown")
+
+    def _repr_html_(self) -> str | None:
+        """A notebook's display: the sentence, then the table under `LEADERBOARD_TITLE` with
+        the footnote as its caption, in the HTML report's markup
+        (`oodeval.report.notebook.result_html`); None without Jinja2."""
+        from oodeval.report.notebook import result_html
+
+        table = Table(LEADERBOARD_TITLE, self.view, self.footnote)
+        return result_html(self.sentence, [table])

@@ -42,7 +42,7 @@ import pandas as pd
 
 from oodeval.errors import OodevalError
 from oodeval.measures import check_measures, get_measure, meta
-from oodeval.study.analysis.leaderboard import study_leaderboard
+from oodeval.study.analysis.leaderboard import Leaderboard, study_leaderboard
 from oodeval.study.analysis.paper_values import (
     PAPER_TABLE1,
     PAPER_TABLE2,
@@ -437,6 +437,32 @@ def analyze(
         analysed = [c for c in frame.columns if c not in (*_META, "algorithm", "seed", "n_given")]
         results["measure_digests"] = measure_digests(analysed)
     return results
+
+
+def leaderboard_of(
+    study: Study | str | Path,
+    measures: Sequence[str] | None = None,
+    *,
+    n_resamples: int = meta.BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> Leaderboard:
+    """The measure leaderboard of a study (``analyze(study)["leaderboard"]``) as a
+    `Leaderboard`, which prints as ``oodeval study measures`` does and shows itself in a
+    notebook: the sentence first, then the table.
+
+    `measures` (names or specs): rank exactly these, as ``oodeval study measures --measures``
+    does (average and worst+gap are computed too, for the head to head); default: every
+    measure `analyze` ranks. `n_resamples` and `seed` are the bootstrap draws of (scenario,
+    seed) cells behind the intervals (0: none), as ``--bootstrap`` and ``--seed``.
+    """
+    study = study if isinstance(study, Study) else load_study(study)
+    if measures is None:
+        frame, names = study_unit_measures(study), None
+    else:
+        names = check_measures(list(measures))
+        frame = study_unit_measures(study, list(dict.fromkeys([*names, *meta.VERSUS])))
+    board = study_leaderboard(correlatable(frame), names, n_resamples=n_resamples, seed=seed)
+    return Leaderboard(board, n_resamples)
 
 
 def _with_extra(base: Sequence[str], extra: Sequence[str]) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from oodeval._text import safe_text
 from oodeval.errors import OodevalError, option
 from oodeval.study.config import IMPORT_VERSION_PREFIX, scenario_key
 from oodeval.study.store._exported import is_export, read_export
@@ -29,6 +30,7 @@ from oodeval.study.store.records import (
 )
 from oodeval.study.store.result_store import ResultStore
 from oodeval.study.store.schema import UNIT_COLUMNS
+from oodeval.tables import Table, render_frame, text_table
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def current_checkpoints(directory: str | Path) -> pd.DataFrame:
     return current_contents(contents)[0].checkpoints_frame()
 
 
-@dataclass
+@dataclass(repr=False)
 class Study:
     """A stored study, loaded: its current config, the units it asks for and their results.
 
@@ -259,6 +261,68 @@ class Study:
                 )
         return notes
 
+    def status_line(self) -> str:
+        """The first line of `oodeval study status`: the study's name and its unit counts
+        (`counts`), e.g. ``study s: 8 done, 0 failed, 4 pending (of 12)``."""
+        counts = self.counts()
+        damaged = f"{counts['damaged']} damaged, " if counts["damaged"] else ""
+        return (
+            f"study {self.config.get('name')}: {counts['done']} done, {counts['failed']} "
+            f"failed, {damaged}{counts['pending']} pending (of {counts['planned']})"
+        )
+
+    def status_table(self) -> pd.DataFrame:
+        """The table of `oodeval study status`: `coverage`, without its ``damaged`` column when
+        no unit is damaged."""
+        coverage = self.coverage()
+        return coverage if coverage["damaged"].any() else coverage.drop(columns="damaged")
+
+    def status_notes(self, directory: str | Path | None = None) -> list[str]:
+        """The lines `oodeval study status` prints under its table: notes, failures, damage
+        and the store's verification; `directory` is the folder as the user named it (default:
+        `directory`), which the hint to ``oodeval study verify`` repeats."""
+        notes = [self.data_note(), self.outside_note(), *self.code_notes()]
+        lines = [f"note: {n}" for n in filter(None, notes)]
+        failed = self.units[self.units["status"] == "failed"]
+        for unit in failed.itertuples(index=False):
+            lines.append(f"failed: {printable(unit.unit_key)}: {printable(unit.failure)}")
+        if self.health is not None:
+            lines += _health_lines(self.health, self.directory if directory is None else directory)
+        return lines
+
+    def render(self, fmt: str = "table", directory: str | Path | None = None) -> str:
+        """What ``oodeval study status --format table|markdown`` prints: `status_line`, the
+        `status_table` and the `status_notes` (a bullet list in markdown)."""
+        title = safe_text(self.status_line())
+        coverage, notes = self.status_table(), self.status_notes(directory)
+        if fmt == "markdown":
+            bullets = "\n".join(safe_text(f"- {n}") for n in notes)
+            return "\n\n".join([title, render_frame(coverage, "markdown"), bullets])
+        if fmt != "table":
+            raise OodevalError(f"fmt is {fmt!r}; Study.render writes table or markdown")
+        rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
+        return "\n".join([title, text_table(list(coverage.columns), rows), *map(safe_text, notes)])
+
+    def __str__(self) -> str:
+        """The study's status, as ``oodeval study status`` prints it (`render`)."""
+        return self.render("table")
+
+    def __repr__(self) -> str:
+        """One line: the folder and `status_line`."""
+        return safe_text(f"<Study {self.directory}: {self.status_line()}>")
+
+    def _repr_markdown_(self) -> str:
+        """A notebook's display without the ``report`` extra: `render` as markdown."""
+        return self.render("markdown")
+
+    def _repr_html_(self) -> str | None:
+        """A notebook's display: `status_line`, the `status_notes`, then `status_table` in the
+        HTML report's markup (`oodeval.report.notebook.result_html`); None without Jinja2."""
+        from oodeval.report.notebook import result_html
+
+        table = Table("Units per scenario, algorithm and seed", self.status_table())
+        return result_html(self.status_line(), [table], lines=self.status_notes())
+
     def _import_digests(self) -> dict[str, dict[str, set[str]]]:
         """{imported module: {algorithm: the digests its done units recorded}}."""
         done = self.units[self.units["status"] == "done"] if len(self.units) else self.units
@@ -269,6 +333,34 @@ class Study:
                     name = key[len(IMPORT_VERSION_PREFIX) :]
                     seen.setdefault(name, {}).setdefault(algorithm, set()).add(str(digest))
         return seen
+
+
+def _health_lines(health: StoreHealth, directory: str | Path) -> list[str]:
+    """The lines of `Study.status_notes` on the store: damaged units and history, SQLite's
+    check, stray rows, and what verification found."""
+    lines = [f"damaged: {key}: {reason}" for key, reason in health.damaged.items()]
+    for key, reason in health.history_damage.items():
+        lines.append(f"damaged: config history {key}: {reason} (`study run` sets it aside)")
+    if not health.sqlite_ok:
+        lines.append(f"store: SQLite's {health.check_kind} FAILED: {health.sqlite_problem()}")
+    if health.stray_problem():
+        lines.append(f"damaged: {health.stray_problem()}")
+    verify = f"`oodeval study verify {directory}` lists every problem"
+    if not health.trusted:
+        lines.append(
+            "damaged store: analyze, report and variance refuse it; `oodeval study run` with the "
+            f"same config moves the damage aside and runs the damaged units again; {verify}"
+        )
+    elif health.history_damage:
+        lines.append(
+            f"damaged store: its config history (the numbers do not depend on it: "
+            f"{health.verified} units verified); {verify}"
+        )
+    elif health.unverified:
+        lines.append(f"store: {health.notes()[-1]}")
+    else:
+        lines.append(f"store: verified ({health.verified} units match their checksums)")
+    return lines
 
 
 def load_study(directory: str | Path, *, exclude_damaged: bool = False) -> Study:
