@@ -22,10 +22,11 @@ from __future__ import annotations
 import importlib.util
 import uuid
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from oodeval.tables import Table
 
-__all__ = ["result_html"]
+__all__ = ["Displayed", "HtmlParts", "result_html"]
 
 
 def result_html(
@@ -49,3 +50,42 @@ def result_html(
     items = [("", line) for line in lines]
     section = Section("", intro=answer, tables=list(tables), notes=list(notes), items=items)
     return render_fragment([section], f"oodeval-{uuid.uuid4().hex[:12]}")
+
+
+class HtmlParts(NamedTuple):
+    """What `result_html` shows for a result: its answer, tables, lines and notes."""
+
+    answer: str
+    tables: Sequence[Table]
+    lines: Sequence[str] = ()
+    notes: Sequence[str] = ()
+
+
+class Displayed:
+    """How a result shows itself: ``print()`` gives `render` ("table"), a notebook the HTML of
+    `html_parts` (`result_html`), or `render` ("markdown") without Jinja2.
+
+    A result class defines ``render(fmt)`` (``table`` or ``markdown``, as its command prints
+    it) and ``html_parts()``; `oodeval.Scores`, `oodeval.study.Study` and
+    `oodeval.study.analysis.Leaderboard` do.
+    """
+
+    def render(self, fmt: str = "table") -> str:
+        raise NotImplementedError
+
+    def html_parts(self) -> HtmlParts:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        """`render` as plain text, as the result's command prints it."""
+        return self.render("table")
+
+    def _repr_markdown_(self) -> str:
+        """A notebook's display without the ``report`` extra: `render` as markdown."""
+        return self.render("markdown")
+
+    def _repr_html_(self) -> str | None:
+        """A notebook's display: `html_parts` in the HTML report's markup; None without
+        Jinja2, when Jupyter shows `_repr_markdown_`."""
+        parts = self.html_parts()
+        return result_html(parts.answer, parts.tables, lines=parts.lines, notes=parts.notes)

@@ -42,6 +42,7 @@ from oodeval.measures.registry import (
     get_measure,
     undefined_measures,
 )
+from oodeval.report.notebook import Displayed, HtmlParts
 from oodeval.results.longform import LongResults, read_results, results_from_frame
 from oodeval.tables import Table, frame_records, heading, render_frame
 
@@ -65,7 +66,7 @@ RETIRED: dict[str, tuple[str, type[Warning], str]] = {
 
 
 @dataclass(repr=False)
-class Scores:
+class Scores(Displayed):
     """The meta-evaluation of a set of results: every table `oodeval measures` prints.
 
     Returned by `oodeval.score`. Measures are errors (lower is better), as fractions in [0, 1].
@@ -260,10 +261,6 @@ class Scores:
                 parts.append(f"{safe_text(title)}\n{render_frame(df, 'table')}")
         return "\n\n".join(parts) + "\n"
 
-    def __str__(self) -> str:
-        """Every table, as ``oodeval measures`` prints them (`render`)."""
-        return self.render("table")
-
     def __repr__(self) -> str:
         """Two lines: the answer, and what the results hold with the names of the tables."""
         # the attributes' names: `sections` keys the choices "selections", as the JSON does
@@ -272,19 +269,12 @@ class Scores:
         first = safe_text(f"<Scores: {self.answer}>")
         return f"{first}\n{safe_text(self.header())}; tables: {tables} (print() shows them)"
 
-    def _repr_markdown_(self) -> str:
-        """A notebook's display without the ``report`` extra: `render` as markdown."""
-        return self.render("markdown")
-
-    def _repr_html_(self) -> str | None:
-        """A notebook's display: the answer, then every table of `render` in the HTML report's
-        markup (`oodeval.report.notebook.result_html`); None without Jinja2 (the ``report``
-        extra), when Jupyter shows `_repr_markdown_`."""
-        from oodeval.report.notebook import result_html
-
+    def html_parts(self) -> HtmlParts:
+        """The answer, then every table of `render`, with the header line and the notes and
+        warnings (a notebook's display, `Displayed`)."""
         tables = [Table(title, df, digits=4) for _, title, df in self.sections()]
         notes = [*self.notes, *(f"Warning: {w}" for w in self.warning_lines())]
-        return result_html(self.answer, tables, lines=[self.header()], notes=notes)
+        return HtmlParts(self.answer, tables, [self.header()], notes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: info, one list of records per table, notes; NaN becomes None."""

@@ -24,6 +24,7 @@ from oodeval.measures.meta import (
     measure_leaderboard,
 )
 from oodeval.measures.registry import measure_label
+from oodeval.report.notebook import Displayed, HtmlParts
 from oodeval.tables import Table, render_frame
 
 __all__ = [
@@ -183,7 +184,7 @@ LEADERBOARD_TITLE = "Measures ranked by mean rho"
 
 
 @dataclass(repr=False)
-class Leaderboard:
+class Leaderboard(Displayed):
     """A measure leaderboard with the sentence that reads it and its footnote.
 
     ``print(board)`` gives what ``oodeval study measures`` prints for one study (`render`); in a
@@ -226,25 +227,13 @@ class Leaderboard:
         parts = [safe_text(self.sentence), render_frame(self.view, fmt, digits=3)]
         return "\n\n".join(parts + [self.footnote] * footnote)
 
-    def __str__(self) -> str:
-        """`render` as a plain-text table."""
-        return self.render("table")
-
     def __repr__(self) -> str:
         """One line: how many measures, and the sentence."""
         from oodeval._text import safe_text
 
         return safe_text(f"<Leaderboard of {len(self.board)} measures: {self.sentence}>")
 
-    def _repr_markdown_(self) -> str:
-        """A notebook's display without the ``report`` extra: `render` as markdown."""
-        return self.render("markdown")
-
-    def _repr_html_(self) -> str | None:
-        """A notebook's display: the sentence, then the table under `LEADERBOARD_TITLE` with
-        the footnote as its caption, in the HTML report's markup
-        (`oodeval.report.notebook.result_html`); None without Jinja2."""
-        from oodeval.report.notebook import result_html
-
-        table = Table(LEADERBOARD_TITLE, self.view, self.footnote)
-        return result_html(self.sentence, [table])
+    def html_parts(self) -> HtmlParts:
+        """The sentence, then the table under `LEADERBOARD_TITLE` with the footnote as its
+        caption (a notebook's display, `Displayed`)."""
+        return HtmlParts(self.sentence, [Table(LEADERBOARD_TITLE, self.view, self.footnote)])

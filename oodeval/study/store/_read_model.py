@@ -19,6 +19,7 @@ import pandas as pd
 
 from oodeval._text import safe_text
 from oodeval.errors import OodevalError, option
+from oodeval.report.notebook import Displayed, HtmlParts
 from oodeval.study.config import IMPORT_VERSION_PREFIX, scenario_key
 from oodeval.study.store._exported import is_export, read_export
 from oodeval.study.store._integrity import NAMED_IN_LINE, StoreHealth, printable
@@ -123,7 +124,7 @@ def current_checkpoints(directory: str | Path) -> pd.DataFrame:
 
 
 @dataclass(repr=False)
-class Study:
+class Study(Displayed):
     """A stored study, loaded: its current config, the units it asks for and their results.
 
     ``units`` has one row per recorded unit of the current config (its scenarios x algorithms x
@@ -303,25 +304,15 @@ class Study:
         rows = [[str(v) for v in row] for row in coverage.itertuples(index=False)]
         return "\n".join([title, text_table(list(coverage.columns), rows), *map(safe_text, notes)])
 
-    def __str__(self) -> str:
-        """The study's status, as ``oodeval study status`` prints it (`render`)."""
-        return self.render("table")
-
     def __repr__(self) -> str:
         """One line: the folder and `status_line`."""
         return safe_text(f"<Study {self.directory}: {self.status_line()}>")
 
-    def _repr_markdown_(self) -> str:
-        """A notebook's display without the ``report`` extra: `render` as markdown."""
-        return self.render("markdown")
-
-    def _repr_html_(self) -> str | None:
-        """A notebook's display: `status_line`, the `status_notes`, then `status_table` in the
-        HTML report's markup (`oodeval.report.notebook.result_html`); None without Jinja2."""
-        from oodeval.report.notebook import result_html
-
+    def html_parts(self) -> HtmlParts:
+        """`status_line`, the `status_notes`, then `status_table` (a notebook's display,
+        `Displayed`)."""
         table = Table("Units per scenario, algorithm and seed", self.status_table())
-        return result_html(self.status_line(), [table], lines=self.status_notes())
+        return HtmlParts(self.status_line(), [table], self.status_notes())
 
     def _import_digests(self) -> dict[str, dict[str, set[str]]]:
         """{imported module: {algorithm: the digests its done units recorded}}."""
