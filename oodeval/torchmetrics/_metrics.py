@@ -58,6 +58,16 @@ class _PerSample(Metric):
         self.add_state("is_base", default=[], dist_reduce_fx="cat")
         self.add_state("correct", default=[], dist_reduce_fx="cat")
 
+    def forward(self, *args: Any, **kwargs: Any) -> None:
+        """Add a batch, as ``update``, and return None: no value of the batch alone is computed
+        (a batch may lack base or new samples, and its pairs are only part of the total).
+
+        torchmetrics' own ``forward`` would compute the batch's value on its states swapped
+        out, and an error there would leave the metric holding that batch only.
+        """
+        self.update(*args, **kwargs)
+        self._forward_cache = None
+
     def _append(self, scores: torch.Tensor, base: torch.Tensor, right: torch.Tensor) -> None:
         """Add a checked batch to the states, refusing a score kind unlike the earlier ones."""
         if self.score and self.score[0].dtype != scores.dtype:

@@ -144,6 +144,19 @@ def test_without_predictions_overall_acc_is_nan_as_without_outputs() -> None:
     assert got == expected
 
 
+def test_calling_the_metric_adds_the_batch_and_returns_none() -> None:
+    d = scored_samples(4)
+    metric = OpenworldAUC()
+    for cut in batches(np.random.default_rng(4), d["score"].size):
+        args = [torch.from_numpy(d[k][cut]) for k in ("score", "is_base", "correct")]
+        assert metric(*args) is None
+    metric(T([0.5]), T([True]), T([True]))  # a batch of one domain: no batch value to fail on
+    b, s, c = (
+        np.append(d[k], v) for k, v in (("is_base", True), ("score", 0.5), ("correct", True))
+    )
+    assert metric.compute().item() == reference_auc({"score": s, "is_base": b, "correct": c}, 0.5)
+
+
 def test_reset_forgets_every_sample() -> None:
     first, second = scored_samples(1), scored_samples(2)
     metric = fed_auc(first, [slice(0, 301)])
