@@ -1,10 +1,10 @@
 """Running a function on several torch.distributed processes (gloo, on the CPU) for the tests of
 metrics synced across processes.
 
-`run_on_ranks` spawns the processes, each joining one process group on a free local port with a
+`run_on_ranks` starts the processes (torch.multiprocessing, forkserver), each joining one process group on a free local port with a
 timeout on every collective, and waits for them through `wait_until`, so a hang fails the test
 instead of stalling the suite; each rank's result comes back through a JSON file.
-`openworld_metrics_on_rank` is the rank function of tests/torchmetrics: spawned processes import
+`openworld_metrics_on_rank` is the rank function of tests/torchmetrics: the new processes import
 the function by name, so it lives here rather than in a test module.
 """
 
@@ -53,17 +53,21 @@ def _rank_main(
 def run_on_ranks(
     fn: Callable, args: tuple, out_dir: Path, *, world_size: int = 2, seconds: float = 120.0
 ) -> list[Any]:
-    """``fn(rank, world_size, *args)`` on `world_size` spawned processes in one gloo group; the
+    """``fn(rank, world_size, *args)`` on `world_size` new processes in one gloo group; the
     JSON-able value each returns, by rank. A process that raises fails the test with its
     traceback; one that does not end within `seconds` is killed and fails it."""
     import torch.multiprocessing as mp
 
+    # forkserver: a fresh server process imports torch and the metrics once, and forks the ranks
+    # from it; spawning each rank would import them once per rank (seconds each), and forking
+    # pytest itself would copy its threads' state
+    mp.get_context("forkserver").set_forkserver_preload(["torch", "oodeval.torchmetrics"])
     context = mp.start_processes(
         _rank_main,
         args=(world_size, free_port(), fn, args, str(out_dir)),
         nprocs=world_size,
         join=False,
-        start_method="spawn",
+        start_method="forkserver",
     )
     try:
         wait_until(lambda: context.join(timeout=0.2), "the ranks to finish", seconds=seconds)
