@@ -3,7 +3,8 @@
 The core install scores a results CSV or a DomainBed sweep (numpy, scipy, pandas, typer, rich,
 tqdm). Everything else comes with an extra of pyproject.toml's [project.optional-dependencies]:
 ``pip install 'oodeval[report]'`` for plots and the HTML report, ``'oodeval[train]'`` for training
-(the measure study, GMoP, the shift metrics, image folders)... A command that reaches a missing
+(the measure study, GMoP, the shift metrics, image folders), ``'oodeval[torchmetrics]'`` for the
+streaming open-world metrics of `oodeval.torchmetrics`... A command that reaches a missing
 one stops with `missing_extra_message` as its only line (exit status 2): the CLI's error wrapper
 (`oodeval.cli._common.reports_errors`) turns any ModuleNotFoundError of a module listed here into
 that line, and `require_extra` checks up front where a command would otherwise work for a while
@@ -30,6 +31,7 @@ EXTRAS: dict[str, str] = {
     "ray": "ray",
     "submitit": "slurm",
     "open_clip": "clip",
+    "torchmetrics": "torchmetrics",
 }
 
 

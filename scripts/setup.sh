@@ -11,4 +11,4 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 # every extra the tests and the docs build need (not clip: open_clip_torch pulls torchvision)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-    -e ".[report,train,corruptions,test,ray,slurm,docs]"
+    -e ".[report,train,corruptions,test,ray,slurm,docs,torchmetrics]"

@@ -38,6 +38,10 @@ API_MODULES = (
     ("oodeval.measures", "The measures, as plain functions over arrays (numpy/scipy only)."),
     ("oodeval.results", "Readers of users' files and the scoring behind `oodeval.score`."),
     ("oodeval.study", "Study configs, presets, runs and the results store."),
+    (
+        "oodeval.torchmetrics",
+        "The OpenworldAUC suite as torchmetrics metrics (the 'torchmetrics' extra).",
+    ),
 )
 
 
