@@ -23,7 +23,7 @@ loop's seconds over oodeval's.
 
 Run:
 
-    python benchmarks/resnet_step.py                  # N = 4, B = 4, 3x64x64, 2 steps, 1 thread
+    python benchmarks/resnet_step.py                  # N = 4, B = 4, 3x64x64, 4 steps, 1 thread
     python benchmarks/resnet_step.py --size 224       # DomainBed's image side (about 12x the work)
     python benchmarks/resnet_step.py --layouts grouped,per_model --threads 2
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=4, help="given environments N (N + 1 models)")
     parser.add_argument("--batch", type=int, default=4, help="rows per environment per step")
     parser.add_argument("--size", type=int, default=64, help="image side (DomainBed's: 224)")
-    parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps after one warm-up")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(
         "--layouts", default="per_model", help="oodeval conv layouts, comma-separated"
