@@ -4,7 +4,7 @@ Run from a bare checkout (oodeval need not be installed; this script puts the re
 ``sys.path``):
 
     python benchmarks/gpu_check.py                 # CUDA; sized for 4-5 min on an H100 (never run)
-    python benchmarks/gpu_check.py --device cpu    # the same sections, tiny sizes (CI, ~1 min)
+    python benchmarks/gpu_check.py --device cpu    # the same sections, tiny sizes (CI, a few min)
 
 Needs only torch and numpy. The MNIST test set for the faithful sizes is looked for at
 ``$OODEVAL_MNIST``, ``shared/data/mnist`` inside the checkout, ``../shared/data/mnist`` and last
@@ -28,15 +28,30 @@ Sections of the report:
    loop on the same device (one model at a time, its own algorithm instance with M = 1, a
    shuffling DataLoader per environment, minibatches copied to the device every step), and the
    achieved TFLOP/s (the step's matmul/conv FLOPs counted by
-   ``torch.utils.flop_counter.FlopCounterMode`` over one oodeval step, checked against
-   benchmarks/roofline.py's analytic count for ERM) as a share of the measured TF32 conv peak;
+   ``torch.utils.flop_counter.FlopCounterMode`` over one oodeval step in the per-model layout,
+   the same arithmetic as the grouped one, whose weight gradients FlopCounterMode counts `groups`
+   times over; checked against benchmarks/roofline.py's analytic count for ERM) as a share of
+   the measured TF32 conv peak;
 5. the projected wall time of the whole ``paper`` grid (oodeval/study/presets.py: 14 algorithms x
    Ratio 3:1/4:1/5:1 x Scale 1-4 x 3 seeds, 5001 steps, a checkpoint every 100) from every
    algorithm's measured step time at N = 4 and N = 12 (in the conv layout that was faster for
    ERM at that N; a power law in N between and beyond them), ERM's measured checkpoint
-   evaluation and test at the same two N, one unit at a time on this one device.
+   evaluation and test at the same two N, one unit at a time on this one device;
+6. a ResNet-50 unit (``model="resnet50"``: DomainBed's featurizer, randomly initialised, frozen
+   BatchNorms), ERM, N = 4 given environments (5 models), B = 32 per environment, 3x224x224
+   random images (benchmarks/resnet_step.py's `RandomImages`: a step's cost does not depend on
+   the pixels), 7 classes: seconds per step of oodeval's step (`StackedUnit`, the trainer's
+   minibatch draw and updates) in each conv layout, 3 timed steps after 1 warm-up, against the
+   DomainBed-style loop of section 4, and the achieved TFLOP/s as there. One step is 12.4 TFLOP
+   (24.3 GFLOP per 224x224 image trained, 512 images); with the counting step, the warm-ups and
+   the loop (LOO model 0 and the full model, 4 steps each) the section does about 135 TFLOP:
+   under 2 s at a conservative 100 TFLOP/s, 14 s at 10, plus building the 7 models on the host
+   (the section prints its own estimate, an upper bound, before it times anything).
+   On the CPU it runs at tiny sizes (N = 2, B = 2, 32x32, 1 timed step): a smoke run of the
+   section, and says so.
 
-Each section prints the seconds spent so far, so that a run cut short still says where it was.
+Each section prints the seconds spent so far (stdout is line-buffered), so that a run cut short
+still says where it was.
 """
 
 from __future__ import annotations
@@ -59,6 +74,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import device_check  # noqa: E402  (benchmarks/device_check.py, run as it is)
+from resnet_step import RandomImages, StackedUnit, counted_flops  # noqa: E402
 from roofline import forward_gemms, training_flops  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -84,6 +100,7 @@ SIZES = {
         "matmul": 8192,
         "conv_batch": 512,
         "check_steps": 20,
+        "resnet": {"n": 4, "batch": 32, "size": 224, "steps": 3},
     },
     "cpu": {
         "size": 8,
@@ -94,6 +111,7 @@ SIZES = {
         "matmul": 256,
         "conv_batch": 4,
         "check_steps": 2,
+        "resnet": {"n": 2, "batch": 2, "size": 32, "steps": 1},
     },
 }
 SCALE_OF_N = {4: 1, 12: 3}  # N given environments -> the SR-CMNIST Ratio 3:1 Scale giving it
@@ -217,7 +235,9 @@ def oodeval_step_seconds(sc, algorithm: str, device: str, sizes: dict, layout: s
 
 def step_flops(sc, algorithm: str, device: str, batch: int) -> float:
     """FLOPs (matmul + conv, forward and backward) of one oodeval step of the unit's N + 1
-    models, counted by PyTorch's FlopCounterMode on one update of each run."""
+    models, counted by PyTorch's FlopCounterMode on one update of each run, in the per-model
+    conv layout (FlopCounterMode counts a grouped convolution's weight gradient `groups` times
+    over; the grouped layout does the same arithmetic)."""
     n = len(sc.given_names)
     hp = resolve_hparams(algorithm, None)
     shape = tuple(sc.input_shape)
@@ -234,31 +254,33 @@ def step_flops(sc, algorithm: str, device: str, batch: int) -> float:
         torch.rand(n, batch, *shape, device=device),
         torch.randint(0, 2, (n, batch), device=device),
     )
-    with FlopCounterMode(display=False) as counter:
+    with conv_layout("per_model"), FlopCounterMode(display=False) as counter:
         loo.update(x, y)
         full.update(xs, ys)
     return float(counter.get_total_flops())
 
 
-def loop_step_seconds(sc, algorithm: str, device: str, sizes: dict) -> float:
+def loop_step_seconds(
+    sc, algorithm: str, device: str, sizes: dict, model: str = "mnist_cnn"
+) -> float:
     """Seconds per step of a DomainBed-style loop: one model at a time (an M = 1 instance of the
     algorithm, DomainBed's update), a shuffling DataLoader per environment yielding CPU
     minibatches copied to the device every step. LOO model 0 and the full model are timed; a
     step of the unit is N x the first + the second (all LOO models cost the same)."""
     n = len(sc.given_names)
-    hp = resolve_hparams(algorithm, None)
+    hp = resolve_hparams(algorithm, None, model=model)
     parts = [env.split(0.2, 0)[0] for env in sc.given()]
     data = [TensorDataset(torch.from_numpy(p.images), torch.from_numpy(p.labels)) for p in parts]
     times = []
     for envs in (list(range(1, n)), list(range(n))):
         torch.manual_seed(0)
-        model = (
+        single = (
             get_algorithm(algorithm)(
                 tuple(sc.input_shape),
                 sc.num_classes,
                 torch.ones(1, len(envs), dtype=torch.bool),
                 hp,
-                model="mnist_cnn",
+                model=model,
             )
             .to(device)
             .train()
@@ -272,7 +294,7 @@ def loop_step_seconds(sc, algorithm: str, device: str, sizes: dict) -> float:
         ]
         iters = [iter(dl) for dl in loaders]
 
-        def step(model=model, loaders=loaders, iters=iters) -> None:
+        def step(single=single, loaders=loaders, iters=iters) -> None:
             batches = []
             for i, dl in enumerate(loaders):
                 try:
@@ -282,7 +304,7 @@ def loop_step_seconds(sc, algorithm: str, device: str, sizes: dict) -> float:
                     batches.append(next(iters[i]))
             x = torch.stack([b[0] for b in batches]).to(device)
             y = torch.stack([b[1] for b in batches]).to(device)
-            model.update(x, y)
+            single.update(x, y)
 
         with conv_layout("per_model"):  # M = 1: one model, one plain convolution per layer
             step()
@@ -309,6 +331,72 @@ def eval_seconds(sc, device: str, sizes: dict) -> tuple[float, float]:
         device=device,
     )
     return result.timings["selection_eval"] / 2, result.timings["test_eval"]
+
+
+def unit_step_seconds(unit: StackedUnit, layout: str, steps: int, device: str) -> float:
+    """Seconds per step of oodeval's step of `unit` (its minibatch draw and every run's update)
+    in conv `layout`: `steps` timed steps after one warm-up, the device synchronised."""
+    with conv_layout(layout):
+        unit.step(*unit.minibatches())
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            unit.step(*unit.minibatches())
+        sync(device)
+    return (time.perf_counter() - t0) / steps
+
+
+def resnet_section(device: str, sizes: dict, ref_mode: str, ref: float, t_start: float) -> None:
+    """Section 6: the ResNet-50 unit's seconds per step in both layouts against the loop."""
+    r = sizes["resnet"]
+    n, b, side, steps = r["n"], r["batch"], r["size"], r["steps"]
+    cpu = device == "cpu"
+    print("\n## ResNet-50 unit: seconds per step (all N + 1 models), vs a DomainBed-style loop\n")
+    print(
+        f"oodeval's `resnet50` (DomainBed's ResNet-50 featurizer, random initialisation, frozen "
+        f"BatchNorms), ERM, N = {n} given environments ({n + 1} models), B = {b} per "
+        f"environment, 3x{side}x{side} random images (uniform in [0, 1), 7 classes: a step's "
+        f"cost does not depend on the pixels), {steps} timed steps after 1 warm-up per layout; "
+        f"the loop as in the faithful unit's section; TFLOP/s from FlopCounterMode's count of "
+        f"one step, as a share of the {ref_mode} conv peak ({ref:.2f} TFLOP/s)."
+        + (
+            f" **CPU run: tiny sizes (N = {n}, B = {b}, {side}x{side}), a smoke run of this "
+            "section, not ResNet-50's cost at 224x224.**"
+            if cpu
+            else ""
+        )
+        + "\n"
+    )
+    sc = RandomImages(n, side, rows=max(2 * b, 8))
+    unit = StackedUnit(sc, "ERM", "resnet50", device, b)
+    flops = counted_flops(unit.step, *unit.minibatches())
+    # the counting step, 2 layouts x (1 + steps), the loop's 2 models x (1 + steps) at <= 1 step
+    total = flops * (1 + 2 * (1 + steps) + (1 + steps))
+    print(
+        f"{flops / 1e9:.1f} GFLOP per step; the section's steps about {total / 1e12:.2f} TFLOP, "
+        f"{total / 100e12:.2f} s at 100 TFLOP/s ({time.perf_counter() - t_start:.0f} s so far)\n"
+    )
+    seconds = {
+        layout: unit_step_seconds(unit, layout, steps, device)
+        for layout in ("grouped", "per_model")
+    }
+    del unit
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    loop = loop_step_seconds(sc, "ERM", device, {"batch": b, "steps": steps}, model="resnet50")
+    fast = min(seconds.values())
+    achieved = flops / fast / 1e12
+    print(
+        "| model | N | B | image | GFLOP/step | oodeval grouped ms | oodeval per-model ms | "
+        "DomainBed-style loop ms | best oodeval vs loop | oodeval TFLOP/s | of peak |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        f"| resnet50 | {n} | {b} | {side}x{side} | {flops / 1e9:.1f} | "
+        f"{seconds['grouped'] * 1e3:.1f} | {seconds['per_model'] * 1e3:.1f} | {loop * 1e3:.1f} | "
+        f"{loop / fast:.2f}x | {achieved:.2f} | {100 * achieved / ref:.0f}% |"
+    )
+    print(f"\n({time.perf_counter() - t_start:.0f} s so far)")
 
 
 def power_law(t4: float, t12: float, n: int) -> float:
@@ -345,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     parser.add_argument("--skip-device-check", action="store_true")
     args = parser.parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):  # a run cut short keeps every line it printed
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         device = resolve_device(args.device)
     except OodevalError as exc:
@@ -481,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{evals[4][1]:.2f} s / {evals[12][1]:.2f} s at N = 4 / 12)"
         + (f"; without {', '.join(left_out)}" if left_out else "")
     )
+    print(f"\n({time.perf_counter() - t_start:.0f} s so far)")
+    resnet_section(device, sizes, ref_mode, ref, t_start)
     print(f"\nThe check took {time.perf_counter() - t_start:.0f} s.")
     return 0
 

@@ -3,6 +3,7 @@ dependencies, and prints every section of its report."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -62,6 +63,7 @@ def test_gpu_check_on_the_cpu_prints_every_section_with_torch_and_numpy_only(tmp
         "## device_check: CPU vs this device, every algorithm",
         "## Faithful unit: seconds per step",
         "## Projected wall time of the `paper` grid on this device",
+        "## ResNet-50 unit: seconds per step (all N + 1 models), vs a DomainBed-style loop",
     ):
         assert heading in out
     assert re.search(r"\| matmul 256\^3 \| [\d.]+ \| [\d.]+ \|", out)  # fp32 and bf16 on a CPU
@@ -76,6 +78,30 @@ def test_gpu_check_on_the_cpu_prints_every_section_with_torch_and_numpy_only(tmp
     assert sorted(rows) == sorted((a, n) for a in ("ERM", "MLDG", "ARM") for n in ("4", "12"))
     units = algorithms * 36  # 12 scenarios x 3 seeds
     assert re.search(rf"\*\*Projected: [\d.]+ h for {units} units\*\* \(12 scenarios", out)
+    # the ResNet-50 unit at the CPU's tiny sizes, said so, after the seconds so far
+    resnet = out.split("## ResNet-50 unit")[1]
+    assert "**CPU run: tiny sizes (N = 2, B = 2, 32x32), a smoke run of this section" in resnet
+    assert re.search(r"^[\d.]+ GFLOP per step; .* \(\d+ s so far\)$", resnet, flags=re.M)
+    assert re.search(r"^\| resnet50 \| 2 \| 2 \| 32x32 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| "
+                     r"[\d.]+ \| [\d.]+x \| [\d.]+ \| \d+% \|$", resnet, flags=re.M)  # fmt: skip
+    assert re.search(r"\(\d+ s so far\)\n\nThe check took \d+ s\.\n$", out)
+
+
+def test_step_flops_count_a_grouped_step_once():
+    # FlopCounterMode counts a grouped convolution's weight gradient `groups` times over: the
+    # count of an ERM step must still be the analytic one of benchmarks/roofline.py when the
+    # grouped layout (a GPU's default) is in force
+    spec = importlib.util.spec_from_file_location("gpu_check_module", SCRIPT)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    from oodeval.algorithms.networks import conv_layout
+
+    sc, b = check.RandomImages(3, 8, rows=8), 2
+    shape = tuple(sc.input_shape)
+    analytic = 3 * check.training_flops(check.forward_gemms("mnist_cnn", shape, b * 2))
+    analytic += check.training_flops(check.forward_gemms("mnist_cnn", shape, b * 3))
+    with conv_layout("grouped"):
+        assert check.step_flops(sc, "ERM", "cpu", b) == analytic
 
 
 def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
