@@ -20,6 +20,7 @@ from oodeval.errors import OodevalError
 __all__ = ["checked_tie", "comparable", "pair_counts", "pair_fraction"]
 
 _INT64_MAX = np.iinfo(np.int64).max
+_MAX_BINS = 1 << 16  # buckets of `pair_counts`: two int64 counts each, cache-sized
 
 
 def checked_tie(tie: Any) -> float:
@@ -103,23 +104,97 @@ def _residual(values: np.ndarray, nearest: np.ndarray) -> np.ndarray:
 def pair_counts(pos: np.ndarray, neg: np.ndarray) -> tuple[int, int]:
     """Return (#pairs with pos > neg, #pairs with pos == neg) in O(n log n) time, O(n) memory.
 
-    ``greater = sum_{p, n} 1[p > n]`` and ``equal = sum_{p, n} 1[p == n]``. Both sides are
-    sorted; for each positive score, searchsorted gives how many negatives lie strictly below it
-    (side="left") and at or below it (side="right"). Sorted keys make searchsorted walk the array
-    forward, which is much faster than random queries. Give arrays from `comparable`.
+    ``greater = sum_{p, n} 1[p > n]`` and ``equal = sum_{p, n} 1[p == n]``, in int64 (exact up
+    to 2**63 pairs). The scores first go into ``nbins`` buckets by an order-preserving map
+    (`_buckets`: a value never lands below a smaller one), counted with bincount: a pair in two
+    buckets is ordered by its buckets, which cumulative counts give at once, and a pair in a
+    bucket whose scores are all equal is a tie. Only the buckets holding both sides and more
+    than one value are sorted (`_sorted_pair_counts`). Scores with few distinct values (rounded
+    scores, heavy ties) are counted in O(n); spread-out scores fall back to sorting. Give
+    arrays from `comparable`.
 
     >>> pair_counts(np.array([3.0, 1.0]), np.array([1.0, 0.0]))
     (3, 1)
     """
     if pos.size == 0 or neg.size == 0:
         return 0, 0
-    pos_sorted = np.sort(pos)
-    neg_sorted = np.sort(neg)
-    below = np.searchsorted(neg_sorted, pos_sorted, side="left")
-    at_or_below = np.searchsorted(neg_sorted, pos_sorted, side="right")
-    greater = int(below.sum(dtype=np.int64))
-    equal = int(at_or_below.sum(dtype=np.int64)) - greater
+    nbins = min(_MAX_BINS, 1 << int(pos.size + neg.size).bit_length())
+    buckets = _buckets(pos, neg, nbins)
+    if buckets is None:
+        return _sorted_pair_counts(pos, neg)
+    pos_bin, neg_bin = buckets
+    pos_at = np.bincount(pos_bin, minlength=nbins)
+    neg_at = np.bincount(neg_bin, minlength=nbins)
+    greater = _cross_bucket_pairs(pos_at, neg_at)
+    # one score per bucket, then every score of a bucket compared with its bucket's one
+    first = np.empty(nbins, pos.dtype)
+    first[pos_bin] = pos
+    mixed = np.zeros(nbins, bool)
+    mixed[pos_bin[pos != first[pos_bin]]] = True
+    mixed[neg_bin[neg != first[neg_bin]]] = True
+    mixed &= (pos_at > 0) & (neg_at > 0)  # both sides, more than one value: sort these
+    one_value = (pos_at > 0) & (neg_at > 0) & ~mixed
+    equal = int(np.dot(pos_at[one_value], neg_at[one_value]))
+    if mixed.any():
+        more, tied = _sorted_pair_counts(pos[mixed[pos_bin]], neg[mixed[neg_bin]])
+        pos_at[~mixed] = 0
+        neg_at[~mixed] = 0
+        greater += more - _cross_bucket_pairs(pos_at, neg_at)  # keep the in-bucket pairs only
+        equal += tied
     return greater, equal
+
+
+def _cross_bucket_pairs(pos_at: np.ndarray, neg_at: np.ndarray) -> int:
+    """``sum_{i > j} pos_at[i] * neg_at[j]``: the pairs whose positive is in a higher bucket."""
+    neg_below = np.cumsum(neg_at)
+    neg_below -= neg_at
+    return int(np.dot(pos_at, neg_below))
+
+
+def _buckets(pos: np.ndarray, neg: np.ndarray, nbins: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Bucket numbers in [0, nbins) of the scores, never decreasing with the score; or None.
+
+    ``floor((f(x)/2 - f(lo)/2) * (nbins - 1) / (f(hi)/2 - f(lo)/2))`` with f = float64 and
+    lo, hi the extreme scores: every step (rounding to float64, halving, subtracting, scaling by
+    a positive number, flooring) is monotone, so x < y gives bucket(x) <= bucket(y), equal
+    scores share a bucket, and no order is ever reversed; halving keeps the span finite. None
+    when the extremes are one float64 (say integers beyond 2**53) or the scale overflows.
+    """
+    lo = float(min(pos.min(), neg.min())) * 0.5
+    span = float(max(pos.max(), neg.max())) * 0.5 - lo
+    scale = (nbins - 1) / span if span > 0 else np.inf
+    if not np.isfinite(scale):
+        return None
+
+    def bucket(scores: np.ndarray) -> np.ndarray:
+        t = np.multiply(scores, 0.5, dtype=np.float64)
+        t -= lo
+        t *= scale
+        np.minimum(t, nbins - 1, out=t)
+        return t.astype(np.intp)
+
+    return bucket(pos), bucket(neg)
+
+
+def _sorted_pair_counts(pos: np.ndarray, neg: np.ndarray) -> tuple[int, int]:
+    """`pair_counts` by sorting each side and merging them, O(n log n).
+
+    A stable argsort of ``[sorted neg, sorted pos]`` merges the two runs in linear time and puts
+    a negative before a positive of the same score, so the negatives seen up to a positive are
+    those at or below it: ``greater + equal``. ``equal = sum_v #pos(v) * #neg(v)`` over the
+    runs of equal scores of the merge, counted at each run's end.
+    """
+    both = np.concatenate([np.sort(neg), np.sort(pos)])
+    order = np.argsort(both, kind="stable")
+    is_pos = order >= neg.size
+    neg_seen = np.cumsum(~is_pos)
+    at_or_below = int(neg_seen[is_pos].sum(dtype=np.int64))
+    merged = both[order]
+    run_ends = np.append(np.flatnonzero(merged[1:] != merged[:-1]), merged.size - 1)
+    neg_at = np.diff(neg_seen[run_ends], prepend=0)
+    pos_at = np.diff(run_ends + 1, prepend=0) - neg_at
+    equal = int(np.dot(pos_at, neg_at))
+    return at_or_below - equal, equal
 
 
 def pair_fraction(greater: int, equal: int, tie: float, n_pairs: int) -> float:
