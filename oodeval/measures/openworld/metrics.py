@@ -97,7 +97,7 @@ def openworld_auc(
     base, new, base_ok, new_ok = _scored_inputs(base_scores, new_scores, base_correct, new_correct)
     tie = checked_tie(tie)
     base, new = comparable(base, new)
-    greater, equal = pair_counts(base[base_ok], new[new_ok])
+    greater, equal = pair_counts(np.compress(base_ok, base), np.compress(new_ok, new))
     return pair_fraction(greater, equal, tie, base.size * new.size)
 
 
@@ -194,7 +194,7 @@ def openworld_curve(
     ([0.0, 0.5, 0.5, 1.0], [0.0, 0.0, 0.5, 0.5])
     """
     base, new, base_ok, new_ok = _scored_inputs(base_scores, new_scores, base_correct, new_correct)
-    pos, neg = base[base_ok], new[new_ok]
+    pos, neg = np.compress(base_ok, base), np.compress(new_ok, new)
     keys, first, inverse = np.unique(
         np.concatenate(comparable(pos, neg)), return_index=True, return_inverse=True
     )
@@ -262,5 +262,7 @@ def openworld_summary(
         "new_acc": new_acc,
         "hm": _harmonic_mean(base_acc, new_acc),
         "auroc": pair_fraction(*pair_counts(base, new), tie, n_pairs),
-        "openworld_auc": pair_fraction(*pair_counts(base[base_ok], new[new_ok]), tie, n_pairs),
+        "openworld_auc": pair_fraction(
+            *pair_counts(np.compress(base_ok, base), np.compress(new_ok, new)), tie, n_pairs
+        ),
     }

@@ -154,23 +154,30 @@ def _cross_bucket_pairs(pos_at: np.ndarray, neg_at: np.ndarray) -> int:
 def _buckets(pos: np.ndarray, neg: np.ndarray, nbins: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Bucket numbers in [0, nbins) of the scores, never decreasing with the score; or None.
 
-    ``floor((f(x)/2 - f(lo)/2) * (nbins - 1) / (f(hi)/2 - f(lo)/2))`` with f = float64 and
-    lo, hi the extreme scores: every step (rounding to float64, halving, subtracting, scaling by
-    a positive number, flooring) is monotone, so x < y gives bucket(x) <= bucket(y), equal
-    scores share a bucket, and no order is ever reversed; halving keeps the span finite. None
-    when the extremes are one float64 (say integers beyond 2**53) or the scale overflows.
+    ``floor((f(x) - f(lo)) * (nbins - 1) / (f(hi) - f(lo)))`` with f = float64 and lo, hi the
+    extreme scores (all halved first when the span would overflow). Every step (rounding to
+    float64, halving, subtracting, scaling by a positive number, flooring) is monotone, so
+    x < y gives bucket(x) <= bucket(y), equal scores share a bucket and no order is reversed.
+    ``f(x) - f(lo)`` lies in [0, span] (span is the same subtraction at hi), so the scaled value
+    is below ``(nbins - 1) * (1 + 2**-52) < nbins``. None when the extremes are one float64
+    (say integers beyond 2**53) or the scale overflows.
     """
-    lo = float(min(pos.min(), neg.min())) * 0.5
-    span = float(max(pos.max(), neg.max())) * 0.5 - lo
+    lo, hi = float(min(pos.min(), neg.min())), float(max(pos.max(), neg.max()))
+    halve = not np.isfinite(hi - lo)
+    if halve:
+        lo, hi = lo * 0.5, hi * 0.5
+    span = hi - lo
     scale = (nbins - 1) / span if span > 0 else np.inf
     if not np.isfinite(scale):
         return None
 
     def bucket(scores: np.ndarray) -> np.ndarray:
-        t = np.multiply(scores, 0.5, dtype=np.float64)
-        t -= lo
+        if halve:
+            t = np.multiply(scores, 0.5, dtype=np.float64)
+            t -= lo
+        else:
+            t = np.subtract(scores, lo, dtype=np.float64)
         t *= scale
-        np.minimum(t, nbins - 1, out=t)
         return t.astype(np.intp)
 
     return bucket(pos), bucket(neg)
