@@ -127,7 +127,7 @@ def pair_counts(pos: np.ndarray, neg: np.ndarray) -> tuple[int, int]:
     neg_at = np.bincount(neg_bin, minlength=nbins)
     greater = _cross_bucket_pairs(pos_at, neg_at)
     # one score per bucket, then every score of a bucket compared with its bucket's one
-    first = np.empty(nbins, pos.dtype)
+    first = np.zeros(nbins, pos.dtype)
     first[pos_bin] = pos
     mixed = np.zeros(nbins, bool)
     mixed[pos_bin[pos != first[pos_bin]]] = True
