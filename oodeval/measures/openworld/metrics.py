@@ -7,8 +7,9 @@ This module scores them, given r's scores and whether g / h are right on each sa
 
 - ``openworld_auc`` -- Prop. 4.2 / App. C.5: the fraction of (base, new) pairs where ``g`` is right
   on the base sample, ``r`` ranks the base sample above the new one, and ``h`` is right on the new
-  sample; counted exactly in O(n log n) by sorting, never by moving misclassified scores to
-  ``min - eps`` (that trick breaks when the detector separates the sets or scores are large);
+  sample; counted exactly (O(n) when the scores have few distinct values, O(n log n) at worst),
+  never by moving misclassified scores to ``min - eps`` (that trick breaks when the detector
+  separates the sets or scores are large);
 - ``auroc`` -- Sec. 3.3, base samples as the positive class;
 - ``openworld_curve`` -- the MissRate_b(t) / HitRate_n(t) curve of Sec. 4.2 whose area is
   OpenworldAUC;
@@ -70,7 +71,9 @@ def openworld_auc(
 
     with a tied pair ``r(x_b) == r(x_n)`` counting ``tie``. With ``tie=0.5`` this equals
     ``BaseAcc * NewAcc * AUROC(correct base vs correct new)``, and it is 0 when either correct set
-    is empty. Computed exactly by sorting: O(n log n) time, O(n) memory.
+    is empty. Counted exactly in int64 (`oodeval.measures.openworld.ranking.pair_counts`): O(n)
+    time when the scores have few distinct values (rounded scores, heavy ties), O(n log n) when
+    they are spread out, O(n) memory.
 
     Parameters
     ----------

@@ -5,7 +5,9 @@ The ranking metrics of the OpenworldAUC suite (`oodeval.measures.openworld.metri
 compared exactly as given, so no tie is created or broken: floats as float64 (float16/float32
 convert exactly), integers as integers (int64, uint64: float64 would merge neighbours beyond
 2**53), and integers against floats by exact keys (`comparable`). `pair_counts` counts the pairs
-in O(n log n) and `pair_fraction` turns the counts into a rate with a tie credit (`checked_tie`).
+in int64 with histograms of order-preserving buckets, sorting only buckets that mix values
+(O(n) for heavily tied scores, O(n log n) at worst), and `pair_fraction` turns the counts into a
+rate with a tie credit (`checked_tie`).
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def _residual(values: np.ndarray, nearest: np.ndarray) -> np.ndarray:
 
 
 def pair_counts(pos: np.ndarray, neg: np.ndarray) -> tuple[int, int]:
-    """Return (#pairs with pos > neg, #pairs with pos == neg) in O(n log n) time, O(n) memory.
+    """Return (#pairs with pos > neg, #pairs with pos == neg), O(n log n) at worst, O(n) memory.
 
     ``greater = sum_{p, n} 1[p > n]`` and ``equal = sum_{p, n} 1[p == n]``, in int64 (exact up
     to 2**63 pairs). The scores first go into ``nbins`` buckets by an order-preserving map
@@ -136,11 +138,14 @@ def pair_counts(pos: np.ndarray, neg: np.ndarray) -> tuple[int, int]:
     one_value = (pos_at > 0) & (neg_at > 0) & ~mixed
     equal = int(np.dot(pos_at[one_value], neg_at[one_value]))
     if mixed.any():
-        more, tied = _sorted_pair_counts(pos[mixed[pos_bin]], neg[mixed[neg_bin]])
+        more, tied = _sorted_pair_counts(
+            np.compress(mixed[pos_bin], pos), np.compress(mixed[neg_bin], neg)
+        )
+        # sorted together, the mixed buckets also counted their pairs across buckets: drop them
         pos_at[~mixed] = 0
         neg_at[~mixed] = 0
-        greater += more - _cross_bucket_pairs(pos_at, neg_at)  # keep the in-bucket pairs only
-        equal += tied
+        greater += more - _cross_bucket_pairs(pos_at, neg_at)
+        equal += tied  # equal scores share a bucket
     return greater, equal
 
 
@@ -159,8 +164,9 @@ def _buckets(pos: np.ndarray, neg: np.ndarray, nbins: int) -> tuple[np.ndarray, 
     float64, halving, subtracting, scaling by a positive number, flooring) is monotone, so
     x < y gives bucket(x) <= bucket(y), equal scores share a bucket and no order is reversed.
     ``f(x) - f(lo)`` lies in [0, span] (span is the same subtraction at hi), so the scaled value
-    is below ``(nbins - 1) * (1 + 2**-52) < nbins``. None when the extremes are one float64
-    (say integers beyond 2**53) or the scale overflows.
+    is below ``(nbins - 1) * (1 + 2**-52) < nbins``; integers are clipped to [0, nbins - 1] as
+    well, in case numpy rounds an array element and a scalar differently. None when the
+    extremes are one float64 (say integers beyond 2**53) or the scale overflows.
     """
     lo, hi = float(min(pos.min(), neg.min())), float(max(pos.max(), neg.max()))
     halve = not np.isfinite(hi - lo)
@@ -178,6 +184,8 @@ def _buckets(pos: np.ndarray, neg: np.ndarray, nbins: int) -> tuple[np.ndarray, 
         else:
             t = np.subtract(scores, lo, dtype=np.float64)
         t *= scale
+        if scores.dtype.kind != "f":
+            np.clip(t, 0, nbins - 1, out=t)
         return t.astype(np.intp)
 
     return bucket(pos), bucket(neg)
