@@ -157,13 +157,17 @@ def test_counts_beyond_2_to_the_53_are_exact_integers():
     assert float(got) != got  # a float64 sum would have rounded it
 
 
-@pytest.mark.parametrize("decimals", [2, 3, 5, None])
-def test_large_inputs_agree_with_searchsorted_and_sklearn(decimals):
-    # 60,000 scores: 65,536 buckets, one-valued when rounded, sorted when not
+@pytest.mark.parametrize(("decimals", "jittered"), [(2, 0), (3, 0), (3, 0.05), (5, 0), (None, 0)])
+def test_large_inputs_agree_with_searchsorted_and_sklearn(decimals, jittered):
+    # 60,000 scores, 65,536 buckets: one-valued when rounded, all sorted when spread out, and
+    # a few buckets sorted when a fraction of the rounded scores is moved off the grid
     rng = np.random.default_rng(13)
     base, new = rng.normal(0.6, 0.15, 30_000), rng.normal(0.45, 0.15, 30_000)
     if decimals is not None:
         base, new = np.round(base, decimals), np.round(new, decimals)
+    for side in (base, new):
+        moved = rng.random(side.size) < jittered
+        side[moved] += rng.normal(0, 1e-5, int(moved.sum()))
     neg_sorted = np.sort(new)
     below = np.searchsorted(neg_sorted, base, side="left").sum()
     at_or_below = np.searchsorted(neg_sorted, base, side="right").sum()
