@@ -5,8 +5,8 @@
   per-sample correctness;
 - `oodeval.measures.openworld.outputs`: the same suite plus OverallAcc from model outputs over
   all classes (Algorithm 1 of the paper), with the validation of outputs, labels and predictions;
-- `oodeval.measures.openworld.ranking`: the exact comparison keys and O(n log n) pair counts the
-  ranking metrics share.
+- `oodeval.measures.openworld.ranking`: the exact comparison keys and the exact pair
+  counts (O(n log n) at worst, O(n) for tied scores) the ranking metrics share.
 """
 
 from oodeval.measures.openworld.metrics import (

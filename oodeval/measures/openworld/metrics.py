@@ -7,8 +7,9 @@ This module scores them, given r's scores and whether g / h are right on each sa
 
 - ``openworld_auc`` -- Prop. 4.2 / App. C.5: the fraction of (base, new) pairs where ``g`` is right
   on the base sample, ``r`` ranks the base sample above the new one, and ``h`` is right on the new
-  sample; counted exactly in O(n log n) by sorting, never by moving misclassified scores to
-  ``min - eps`` (that trick breaks when the detector separates the sets or scores are large);
+  sample; counted exactly (O(n) when the scores have few distinct values, O(n log n) at worst),
+  never by moving misclassified scores to ``min - eps`` (that trick breaks when the detector
+  separates the sets or scores are large);
 - ``auroc`` -- Sec. 3.3, base samples as the positive class;
 - ``openworld_curve`` -- the MissRate_b(t) / HitRate_n(t) curve of Sec. 4.2 whose area is
   OpenworldAUC;
@@ -70,7 +71,9 @@ def openworld_auc(
 
     with a tied pair ``r(x_b) == r(x_n)`` counting ``tie``. With ``tie=0.5`` this equals
     ``BaseAcc * NewAcc * AUROC(correct base vs correct new)``, and it is 0 when either correct set
-    is empty. Computed exactly by sorting: O(n log n) time, O(n) memory.
+    is empty. Counted exactly in int64 (`oodeval.measures.openworld.ranking.pair_counts`): O(n)
+    time when the scores have few distinct values (rounded scores, heavy ties), O(n log n) when
+    they are spread out, O(n) memory.
 
     Parameters
     ----------
@@ -97,7 +100,7 @@ def openworld_auc(
     base, new, base_ok, new_ok = _scored_inputs(base_scores, new_scores, base_correct, new_correct)
     tie = checked_tie(tie)
     base, new = comparable(base, new)
-    greater, equal = pair_counts(base[base_ok], new[new_ok])
+    greater, equal = pair_counts(np.compress(base_ok, base), np.compress(new_ok, new))
     return pair_fraction(greater, equal, tie, base.size * new.size)
 
 
@@ -194,7 +197,7 @@ def openworld_curve(
     ([0.0, 0.5, 0.5, 1.0], [0.0, 0.0, 0.5, 0.5])
     """
     base, new, base_ok, new_ok = _scored_inputs(base_scores, new_scores, base_correct, new_correct)
-    pos, neg = base[base_ok], new[new_ok]
+    pos, neg = np.compress(base_ok, base), np.compress(new_ok, new)
     keys, first, inverse = np.unique(
         np.concatenate(comparable(pos, neg)), return_index=True, return_inverse=True
     )
@@ -262,5 +265,7 @@ def openworld_summary(
         "new_acc": new_acc,
         "hm": _harmonic_mean(base_acc, new_acc),
         "auroc": pair_fraction(*pair_counts(base, new), tie, n_pairs),
-        "openworld_auc": pair_fraction(*pair_counts(base[base_ok], new[new_ok]), tie, n_pairs),
+        "openworld_auc": pair_fraction(
+            *pair_counts(np.compress(base_ok, base), np.compress(new_ok, new)), tie, n_pairs
+        ),
     }
