@@ -51,9 +51,10 @@ from oodeval.study.config import (
     config_from_dict,
     import_backend,
     is_path_import,
+    weights_change,
 )
 from oodeval.study.store import UnitRecord
-from oodeval.training.options import TF32_MODES
+from oodeval.training.options import NOT_PRETRAINED, TF32_MODES
 
 #: The failure reason of a unit whose worker process died under it.
 WORKER_DIED = (
@@ -218,6 +219,7 @@ def unit_result(task: UnitTask) -> Any:
     else:
         backend, scenario = _STATE["backend"], scenario_at(task.scenario_index)
         trainer, extra = _STATE["trainer"], _STATE["config"].unit_options
+        _check_weights(_STATE["config"])
     return backend.run_unit(
         scenario,
         task.algorithm,
@@ -230,13 +232,28 @@ def unit_result(task: UnitTask) -> Any:
     )
 
 
+def _check_weights(config: StudyConfig) -> None:
+    """Refuse the unit when the config's ``[trainer] pretrained`` file is not the one the study
+    was made with (`weights_change`: its SHA-256 is checked again before every unit)."""
+    path, sha256 = config.trainer.get("pretrained"), config.pretrained_sha256
+    if path is not None and sha256 is not None:
+        changed = weights_change(path, sha256)
+        if changed is not None:
+            raise OodevalError(changed)
+
+
 def run_task(task: UnitTask) -> UnitRecord:
     """Run one unit in a process set up by `setup_worker`; an exception fails this unit only."""
     started = now()
     t0 = time.perf_counter()
+    settings = run_settings()
     with warnings.catch_warnings(record=True) as caught:
         try:
-            fields = _done(task, unit_result(task), t0)
+            result = unit_result(task)
+            fields = _done(task, result, t0)
+            settings["run:pretrained"] = str(
+                getattr(result, "pretrained", None) or settings["run:pretrained"]
+            )  # what the trainer loaded
         except Exception as exc:  # failure isolation: any error fails this unit only
             fields = {
                 "status": "failed",
@@ -248,7 +265,7 @@ def run_task(task: UnitTask) -> UnitRecord:
         **fields,
         started=started,
         finished=now(),
-        versions={**versions(), **_STATE.get("import_versions", {}), **run_settings()},
+        versions={**versions(), **_STATE.get("import_versions", {}), **settings},
         warnings=tuple(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught)),
     )
 
@@ -314,12 +331,18 @@ def versions() -> dict[str, str]:
 
 
 def run_settings() -> dict[str, str]:
-    """``{"run:device", "run:tf32"}``: where this process trains its units and under which TF32
-    policy (`oodeval._torch.tf32_mode`), stored with each unit beside its versions."""
+    """``{"run:device", "run:tf32", "run:pretrained"}``: where this process trains its units,
+    under which TF32 policy (`oodeval._torch.tf32_mode`) and from which weights (the SHA-256 of
+    the config's ``[trainer] pretrained`` file, or ``"not pretrained"``; `run_task` replaces it
+    by the digest the trainer reports having loaded), stored with each unit beside its
+    versions."""
     trainer = _STATE.get("trainer", {})
+    config = _STATE.get("config")
+    weights = getattr(config, "pretrained_sha256", None) if "pretrained" in trainer else None
     return {
         "run:device": str(trainer.get("device", "cpu")),
         "run:tf32": str(trainer.get("tf32", TF32_MODES[0])),
+        "run:pretrained": str(weights or NOT_PRETRAINED),
     }
 
 
