@@ -210,6 +210,8 @@ def unit_result(task: UnitTask) -> Any:
     A study's task runs the backend of the config this process was set up with (`setup_worker`),
     with the config's trainer options (this worker's device) and ``unit_options``; a task that
     carries its scenario (`UnitTask.for_scenario`) runs the default backend with its `options`.
+    A study's ``[trainer] pretrained`` file must still be the one it was made with, before the
+    unit trains and as the trainer loaded it (its result's ``pretrained``).
     """
     if task.build is not None:
         backend = importlib.import_module(DEFAULT_BACKEND)
@@ -220,7 +222,7 @@ def unit_result(task: UnitTask) -> Any:
         backend, scenario = _STATE["backend"], scenario_at(task.scenario_index)
         trainer, extra = _STATE["trainer"], _STATE["config"].unit_options
         _check_weights(_STATE["config"])
-    return backend.run_unit(
+    result = backend.run_unit(
         scenario,
         task.algorithm,
         seed=task.seed,
@@ -230,16 +232,30 @@ def unit_result(task: UnitTask) -> Any:
         **trainer,
         **extra,
     )
+    loaded = getattr(result, "pretrained", None)  # a backend may not report its weights
+    if task.build is None and loaded is not None:
+        _check_weights(_STATE["config"], str(loaded))
+    return result
 
 
-def _check_weights(config: StudyConfig) -> None:
+def _check_weights(config: StudyConfig, loaded: str | None = None) -> None:
     """Refuse the unit when the config's ``[trainer] pretrained`` file is not the one the study
-    was made with (`weights_change`: its SHA-256 is checked again before every unit)."""
+    was made with (`weights_change`: its SHA-256 is checked again before every unit), or when
+    the trainer reports having `loaded` other weights (the file changed while the unit ran)."""
     path, sha256 = config.trainer.get("pretrained"), config.pretrained_sha256
-    if path is not None and sha256 is not None:
+    if path is None or sha256 is None:
+        return
+    if loaded is None:
         changed = weights_change(path, sha256)
         if changed is not None:
             raise OodevalError(changed)
+    elif loaded != sha256:
+        what = "no weights" if loaded == NOT_PRETRAINED else f"SHA-256 {loaded[:16]}..."
+        raise OodevalError(
+            f"pretrained weights {path} changed since the study was made: the unit loaded "
+            f"{what}, the study's are {sha256[:16]}...; put the study's file back, or start a "
+            "new study"
+        )
 
 
 def run_task(task: UnitTask) -> UnitRecord:

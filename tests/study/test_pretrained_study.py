@@ -185,3 +185,22 @@ def test_a_bad_weights_file_is_refused_in_one_line_before_anything_trains(
     code, stdout, stderr = invoke(argv)
     assert_refused(code, stdout, stderr, argv)
     assert said in stderr and not out.exists()
+
+
+def test_a_file_changed_while_a_unit_trains_fails_the_unit(tmp_path, monkeypatch):
+    from oodeval.study import trainer_backend
+
+    write_weights(tmp_path / "w.pth")
+    config = load_config(write_config(tmp_path, "w.pth"))
+    setup_worker(config.to_json())
+    real = trainer_backend.run_unit
+
+    def edited_meanwhile(*args, **kwargs):
+        write_weights(tmp_path / "w.pth", seed=2)  # after the unit's own check, before loading
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_backend, "run_unit", edited_meanwhile)
+    record = run_task(UnitTask(0, "colored", "colored", {}, "ERM", 0, {}, 1, "resnet18"))
+    assert record.status == "failed" and "changed since the study was made: the unit loaded" in (
+        record.failure or ""
+    )
