@@ -304,8 +304,9 @@ def config_page() -> str:
         )
     out += [
         "",
-        "`source_identity` and `import_digests` are computed from the data and the imported "
-        "files, never written in a config; a stored study carries them.",
+        "`source_identity`, `import_digests` and `pretrained_sha256` are computed from the data, "
+        "the imported files and the `[trainer] pretrained` weights file, never written in a "
+        "config; a stored study carries them.",
         "",
     ]
     out += trainer_section(schema)

@@ -1,7 +1,8 @@
 """The default study backend: real scenarios, the registered algorithms and the oodeval trainer.
 
 It defines the functions of `oodeval.study.config.backend.TrainerBackend` (``build_scenario``,
-``available``, ``default_hparams``, ``sample_hparams``, ``run_unit``) and ``available_models``.
+``available``, ``default_hparams``, ``sample_hparams``, ``run_unit``), ``available_models``
+and ``check_pretrained``.
 Every study config names its backend by dotted path, and this module's,
 ``oodeval.study.trainer_backend`` (`oodeval.study.config.keys.DEFAULT_BACKEND`), is stored with
 every study that uses it, so the module keeps its name and place. It forwards to
@@ -47,6 +48,13 @@ def available_models() -> list[str]:
     from oodeval.algorithms.networks import MODELS
 
     return list(MODELS)
+
+
+def check_pretrained(path: str, model: str) -> None:
+    """Refuse weights file `path` unless `model` loads it (`oodeval.training.check_pretrained`)."""
+    from oodeval.training import check_pretrained as _check
+
+    _check(path, model)
 
 
 def default_hparams(name: str) -> dict:

@@ -51,9 +51,10 @@ from oodeval.study.config import (
     config_from_dict,
     import_backend,
     is_path_import,
+    weights_change,
 )
 from oodeval.study.store import UnitRecord
-from oodeval.training.options import TF32_MODES
+from oodeval.training.options import NOT_PRETRAINED, TF32_MODES
 
 #: The failure reason of a unit whose worker process died under it.
 WORKER_DIED = (
@@ -209,6 +210,8 @@ def unit_result(task: UnitTask) -> Any:
     A study's task runs the backend of the config this process was set up with (`setup_worker`),
     with the config's trainer options (this worker's device) and ``unit_options``; a task that
     carries its scenario (`UnitTask.for_scenario`) runs the default backend with its `options`.
+    A study's ``[trainer] pretrained`` file must still be the one it was made with, before the
+    unit trains and as the trainer loaded it (its result's ``pretrained``).
     """
     if task.build is not None:
         backend = importlib.import_module(DEFAULT_BACKEND)
@@ -218,7 +221,8 @@ def unit_result(task: UnitTask) -> Any:
     else:
         backend, scenario = _STATE["backend"], scenario_at(task.scenario_index)
         trainer, extra = _STATE["trainer"], _STATE["config"].unit_options
-    return backend.run_unit(
+        _check_weights(_STATE["config"])
+    result = backend.run_unit(
         scenario,
         task.algorithm,
         seed=task.seed,
@@ -228,15 +232,44 @@ def unit_result(task: UnitTask) -> Any:
         **trainer,
         **extra,
     )
+    loaded = getattr(result, "pretrained", None)  # a backend may not report its weights
+    if task.build is None and loaded is not None:
+        _check_weights(_STATE["config"], str(loaded))
+    return result
+
+
+def _check_weights(config: StudyConfig, loaded: str | None = None) -> None:
+    """Refuse the unit when the config's ``[trainer] pretrained`` file is not the one the study
+    was made with (`weights_change`: its SHA-256 is checked again before every unit), or when
+    the trainer reports having `loaded` other weights (the file changed while the unit ran)."""
+    path, sha256 = config.trainer.get("pretrained"), config.pretrained_sha256
+    if path is None or sha256 is None:
+        return
+    if loaded is None:
+        changed = weights_change(path, sha256)
+        if changed is not None:
+            raise OodevalError(changed)
+    elif loaded != sha256:
+        what = "no weights" if loaded == NOT_PRETRAINED else f"SHA-256 {loaded[:16]}..."
+        raise OodevalError(
+            f"pretrained weights {path} changed since the study was made: the unit loaded "
+            f"{what}, the study's are {sha256[:16]}...; put the study's file back, or start a "
+            "new study"
+        )
 
 
 def run_task(task: UnitTask) -> UnitRecord:
     """Run one unit in a process set up by `setup_worker`; an exception fails this unit only."""
     started = now()
     t0 = time.perf_counter()
+    settings = run_settings()
     with warnings.catch_warnings(record=True) as caught:
         try:
-            fields = _done(task, unit_result(task), t0)
+            result = unit_result(task)
+            fields = _done(task, result, t0)
+            settings["run:pretrained"] = str(
+                getattr(result, "pretrained", None) or settings["run:pretrained"]
+            )  # what the trainer loaded
         except Exception as exc:  # failure isolation: any error fails this unit only
             fields = {
                 "status": "failed",
@@ -248,7 +281,7 @@ def run_task(task: UnitTask) -> UnitRecord:
         **fields,
         started=started,
         finished=now(),
-        versions={**versions(), **_STATE.get("import_versions", {}), **run_settings()},
+        versions={**versions(), **_STATE.get("import_versions", {}), **settings},
         warnings=tuple(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught)),
     )
 
@@ -314,12 +347,18 @@ def versions() -> dict[str, str]:
 
 
 def run_settings() -> dict[str, str]:
-    """``{"run:device", "run:tf32"}``: where this process trains its units and under which TF32
-    policy (`oodeval._torch.tf32_mode`), stored with each unit beside its versions."""
+    """``{"run:device", "run:tf32", "run:pretrained"}``: where this process trains its units,
+    under which TF32 policy (`oodeval._torch.tf32_mode`) and from which weights (the SHA-256 of
+    the config's ``[trainer] pretrained`` file, or ``"not pretrained"``; `run_task` replaces it
+    by the digest the trainer reports having loaded), stored with each unit beside its
+    versions."""
     trainer = _STATE.get("trainer", {})
+    config = _STATE.get("config")
+    weights = getattr(config, "pretrained_sha256", None) if "pretrained" in trainer else None
     return {
         "run:device": str(trainer.get("device", "cpu")),
         "run:tf32": str(trainer.get("tf32", TF32_MODES[0])),
+        "run:pretrained": str(weights or NOT_PRETRAINED),
     }
 
 

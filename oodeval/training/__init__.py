@@ -40,7 +40,14 @@ __all__, __getattr__, __dir__ = lazy_package(
         ".options": ("CHECKPOINT_SELECTIONS", "PRECISIONS", "TF32_MODES", "TrainerOptions"),
         ".results": ("FULL_FOLD", "CheckpointRow", "ResultRow", "TrainingDiverged", "UnitResult"),
         ".evaluation": ("predict_labels",),
-        ".loop": ("TrainedUnit", "run_unit", "train_models", "native_bf16"),
+        ".loop": (
+            "TrainedUnit",
+            "run_unit",
+            "train_models",
+            "native_bf16",
+            "check_pretrained",
+            "pretrained_model_problem",
+        ),
         ".augment": ("domainbed_augmented", "imagenet_normalized"),
     },
 )

@@ -74,7 +74,8 @@ import torch
 
 from oodeval._torch import deterministic_device, resolve_device, tf32_mode
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
-from oodeval.algorithms.networks import compute_precision, native_bf16
+from oodeval.algorithms.networks import FEATURIZERS, ResNet, compute_precision, native_bf16
+from oodeval.algorithms.pretrained import checked_weights, read_weights
 from oodeval.environments.base import Environment, Scenario
 from oodeval.errors import OodevalError
 from oodeval.training.augment import domainbed_augmented
@@ -86,7 +87,12 @@ from oodeval.training.checkpoints import (
 )
 from oodeval.training.data import TrainingRun, UnitData, prepare_data
 from oodeval.training.evaluation import environment_error, full_model_rows
-from oodeval.training.options import DEFAULT_EVAL_EVERY, PRECISIONS, TrainerOptions
+from oodeval.training.options import (
+    DEFAULT_EVAL_EVERY,
+    NOT_PRETRAINED,
+    PRECISIONS,
+    TrainerOptions,
+)
 from oodeval.training.results import (
     FULL_FOLD,
     CheckpointRow,
@@ -116,6 +122,8 @@ class TrainedUnit:
     precision: str = PRECISIONS[0]
     #: the device the models live on (resolved: never ``"auto"``)
     device: str = "cpu"
+    #: the SHA-256 of the pretrained weights the models started from, or ``"not pretrained"``
+    pretrained: str = NOT_PRETRAINED
 
 
 class DivergenceWatch:
@@ -187,6 +195,8 @@ def _fit(
 ) -> TrainedUnit:
     """Train and select the unit's N LOO models and its full model (`train_models`)."""
     _check_run(steps, options)
+    if options.pretrained is not None:
+        pretrained_model_problem(model, raise_it=True)
     cls = get_algorithm(algorithm)
     hp = resolve_hparams(algorithm, hparams, model=model)
     n = len(given)
@@ -211,6 +221,9 @@ def _fit(
     ):
         torch.manual_seed(seed)
         runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
+        pretrained = NOT_PRETRAINED
+        if options.pretrained is not None:  # before anything trains, on the CPU
+            pretrained = load_pretrained(runs, options.pretrained, algorithm)
         for run in runs:  # initialised on the CPU: every device starts from the same weights
             run.algorithm.to(device)
         loop_start = time.perf_counter()
@@ -225,8 +238,64 @@ def _fit(
     records.sort(key=lambda c: (folds.index(c.fold), c.step))
     return TrainedUnit(
         algorithm, folds, models, selected, accuracy, hp, timings, records, options.precision,
-        device,
+        device, pretrained,
     )  # fmt: skip
+
+
+#: the models pretrained weights are for (`oodeval.algorithms.networks.ResNet`)
+RESNET_MODELS = tuple(name for name, cls in FEATURIZERS.items() if issubclass(cls, ResNet))
+
+
+def pretrained_model_problem(model: str, *, raise_it: bool = False) -> str | None:
+    """Why `model` cannot take pretrained weights (it is not a ResNet), or None; with
+    `raise_it` the reason is raised as an OodevalError.
+
+    >>> pretrained_model_problem("mlp")
+    "pretrained weights are for model resnet18 or resnet50, not 'mlp'; set model to one of them or drop pretrained"
+    """  # noqa: E501
+    if model in RESNET_MODELS:
+        return None
+    problem = (
+        f"pretrained weights are for model {' or '.join(RESNET_MODELS)}, not {model!r}; set "
+        "model to one of them or drop pretrained"
+    )
+    if raise_it:
+        raise OodevalError(problem)
+    return problem
+
+
+def check_pretrained(path: str, model: str) -> None:
+    """Refuse, in one OodevalError line, weights file `path` unless it is a torchvision
+    state_dict that `model` (``resnet18`` or ``resnet50``) loads: readable, the right keys and
+    shapes (`oodeval.algorithms.pretrained.checked_weights`). Nothing is built or drawn: the
+    shapes come from a network on the meta device."""
+    pretrained_model_problem(model, raise_it=True)
+    cls = FEATURIZERS[model]
+    assert issubclass(cls, ResNet)  # RESNET_MODELS
+    with torch.device("meta"):
+        shapes = cls(1, (3, 32, 32)).torchvision_shapes()
+    checked_weights(read_weights(path), shapes, model, str(path))
+
+
+def load_pretrained(runs: list[TrainingRun], path: str, algorithm: str) -> str:
+    """Load weights file `path` into every ResNet (found among ``.modules()``) of every run's
+    algorithm; its SHA-256. An algorithm holding no ResNet is refused, as is a file that
+    changed between two loads."""
+    digests: set[str] = set()
+    for run in runs:
+        nets = [m for m in run.algorithm.modules() if isinstance(m, ResNet)]
+        if not nets:
+            raise OodevalError(
+                f"algorithm {algorithm} holds no ResNet to load pretrained weights {path} into; "
+                "build its networks with oodeval.algorithms.networks.build_featurizer, or drop "
+                "pretrained"
+            )
+        digests.update(net.load_pretrained(path) for net in nets)
+    if len(digests) > 1:
+        raise OodevalError(
+            f"pretrained weights {path} changed while the models were loaded; run the unit again"
+        )
+    return digests.pop()
 
 
 def _rng_devices(device: str) -> list[int]:
@@ -360,12 +429,15 @@ def run_unit(
         the model's (``resnet_dropout`` for the ResNets).
     model : one of `oodeval.algorithms.networks.MODELS`: "mlp", "cnn" (both for CPU work),
         "mnist_cnn" (DomainBed's MNIST_CNN, for 2x28x28 scenarios), "resnet18" or "resnet50"
-        (DomainBed's ResNets, randomly initialised; see `oodeval.algorithms.networks.ResNet`)
+        (DomainBed's ResNets, randomly initialised unless ``pretrained``; see
+        `oodeval.algorithms.networks.ResNet`)
     progress : callable(step, steps), optional
     **options
         The trainer's options, fields of `TrainerOptions`: selection, eval_every,
         holdout_fraction, batch_size, precision, device (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
-        ``"auto"``), tf32 (``"default"``, ``"off"``).
+        ``"auto"``), tf32 (``"default"``, ``"off"``), augment, pretrained (a torchvision
+        ``state_dict`` file loaded into the ResNets before training; its SHA-256 is the
+        result's ``pretrained``).
 
     Returns
     -------
@@ -403,6 +475,7 @@ def run_unit(
         int(steps),
         timings,
         trained.checkpoints,
+        trained.pretrained,
     )
 
 

@@ -8,6 +8,7 @@ config's ``[trainer]`` table; `CHECKPOINT_SELECTIONS` (how a unit's reported che
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -21,10 +22,13 @@ CHECKPOINT_SELECTIONS = ("training_domain", "last")
 PRECISIONS = ("fp32", "bf16")
 #: DomainBed's checkpoint frequency for the MNIST datasets
 DEFAULT_EVAL_EVERY = 100
+#: what a unit records for its weights when it loads none (else their SHA-256)
+NOT_PRETRAINED = "not pretrained"
 
 __all__ = [
     "CHECKPOINT_SELECTIONS",
     "DEFAULT_EVAL_EVERY",
+    "NOT_PRETRAINED",
     "PRECISIONS",
     "TF32_MODES",
     "TrainerOptions",
@@ -74,6 +78,12 @@ class TrainerOptions:
         from the unit's seeded generator after the minibatch itself; the images keep their size.
         Images of 1 or 3 channels only; checkpoint validation and testing see them unaugmented,
         as in DomainBed. Off by default.
+    pretrained : the path of a torchvision ``state_dict`` file (``.pth``, ``.pt`` or
+        ``.safetensors``) loaded into every ResNet the unit's models hold
+        (`oodeval.algorithms.networks.ResNet.load_pretrained`), right after they are built and
+        before any step; models ``resnet18`` and ``resnet50`` only. The unit records the file's
+        SHA-256 (`UnitResult.pretrained`), else `NOT_PRETRAINED`. None (default): the seeded
+        random initialisation.
     """
 
     selection: str = "training_domain"
@@ -84,6 +94,7 @@ class TrainerOptions:
     device: str = "cpu"
     tf32: str = TF32_MODES[0]
     augment: bool = False
+    pretrained: str | None = None
 
     def __post_init__(self) -> None:
         if self.selection not in CHECKPOINT_SELECTIONS:
@@ -104,6 +115,14 @@ class TrainerOptions:
         check_device_spec(self.device)
         if not isinstance(self.augment, bool):
             raise OodevalError(f"augment must be true or false, got {self.augment!r}")
+        if isinstance(self.pretrained, os.PathLike):  # a pathlib.Path is a path too
+            object.__setattr__(self, "pretrained", os.fspath(self.pretrained))
+        if self.pretrained is not None and not (
+            isinstance(self.pretrained, str) and self.pretrained.strip()
+        ):
+            raise OodevalError(
+                f"pretrained must be the path of a weights file, got {self.pretrained!r}"
+            )
         if self.tf32 not in TF32_MODES:
             raise OodevalError(
                 f"unknown tf32 mode {self.tf32!r}; choose one of {', '.join(TF32_MODES)}"

@@ -15,6 +15,7 @@ import numpy as np
 
 from oodeval.errors import OodevalError
 from oodeval.measures.domain import MEASURES, domain_measures, ideal, undefined_measures
+from oodeval.training.options import NOT_PRETRAINED
 
 #: fold name of the model trained on all given environments
 FULL_FOLD = "all"
@@ -68,7 +69,7 @@ class CheckpointRow:
 
 @dataclass
 class UnitResult:
-    """All test errors of one unit, with its hyperparameters and timings (seconds)."""
+    """All test errors of one unit, with its hyperparameters, timings (seconds) and weights."""
 
     algorithm: str
     seed: int
@@ -79,6 +80,8 @@ class UnitResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: every checkpoint of every LOO model (empty with ``selection="last"``), by fold then step
     checkpoints: list[CheckpointRow] = field(default_factory=list)
+    #: the SHA-256 of the pretrained weights loaded into the models, or ``"not pretrained"``
+    pretrained: str = NOT_PRETRAINED
 
     def loo_errors(self) -> dict[str, float]:
         """LOO test errors {e_n: R_{e_n}(f^{E_given \\ e_n})}, in given-environment order."""

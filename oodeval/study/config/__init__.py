@@ -41,8 +41,10 @@ from oodeval.study.config.backend import (
     available_models,
     build,
     import_backend,
+    pretrained_problems,
     resolved_hparams,
     validate_config,
+    weights_change,
 )
 from oodeval.study.config.growth import (
     ConfigChanges,
@@ -113,9 +115,11 @@ __all__ = [
     "is_path_import",
     "load_config",
     "one_of",
+    "pretrained_problems",
     "resolved_hparams",
     "resolved_import",
     "scenario_key",
     "stored_meaning",
     "validate_config",
+    "weights_change",
 ]

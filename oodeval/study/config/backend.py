@@ -36,6 +36,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from oodeval._digest import file_sha256
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import get_measure, undefined_measures
@@ -50,7 +51,10 @@ class TrainerBackend(Protocol):
     """What a study backend module defines (`typing.Protocol`: a module fits it structurally).
 
     A backend may also define ``available_models() -> list[str]``; without it the config's
-    ``model`` is checked only by its own ``run_unit`` (`available_models`). A new backend is a
+    ``model`` is checked only by its own ``run_unit`` (`available_models`); and
+    ``check_pretrained(path, model)``, raising an OodevalError when the ``[trainer] pretrained``
+    file is not weights `model` loads (without it, only the file's digest is checked up
+    front: `pretrained_problems`). A new backend is a
     new module with these five functions (in its source: ``def``, an assignment or a named
     import), named by ``backend = "my.module"`` in a config or by an entry point of
     `BACKEND_GROUP`.
@@ -404,9 +408,54 @@ def _grid_problems(
             problems += found
             if found:
                 clean.remove(algorithm)
+    if "model" not in skip:
+        problems += pretrained_problems(config, backend)
     hparams = {(a, s): resolved_hparams(config, backend, a, s) for a in clean for s in config.seeds}
     built = () if "scenarios" in skip else _scenario_problems(config, backend, problems)
     return problems, ValidatedConfig(scenarios=built, hparams=hparams)
+
+
+def pretrained_problems(config: StudyConfig, backend: TrainerBackend | None = None) -> list[str]:
+    """What is wrong with the config's ``[trainer] pretrained`` file: gone, changed since its
+    ``pretrained_sha256`` was taken (`weights_change`), or (asked of the backend's optional
+    ``check_pretrained``) not weights the config's model loads."""
+    path = config.trainer.get("pretrained")
+    if path is None or config.pretrained_sha256 is None:
+        return []  # no weights, or a file the parser could not read (reported there)
+    changed = weights_change(path, config.pretrained_sha256)
+    if changed is not None:
+        return [changed]
+    check = getattr(backend, "check_pretrained", None)
+    if not callable(check):
+        return []
+    try:
+        check(path, config.model)
+    except OodevalError as exc:
+        return [f"[trainer] pretrained: {str(exc).splitlines()[0]}"]
+    return []
+
+
+def weights_change(path: str, sha256: str) -> str | None:
+    """Why weights file `path` is no longer the one whose SHA-256 a study recorded (`sha256`):
+    unreadable, or other bytes; None when it is the same file.
+
+    >>> weights_change("/no/such/weights.pth", "0" * 64)  # doctest: +ELLIPSIS
+    'pretrained weights /no/such/weights.pth cannot be read (no such file); the study was made...'
+    """
+    try:
+        now = file_sha256(path)
+    except OSError as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
+        return (
+            f"pretrained weights {path} cannot be read ({reason}); the study was made with the "
+            f"file of SHA-256 {sha256[:16]}...: put it back there"
+        )
+    if now == sha256:
+        return None
+    return (
+        f"pretrained weights {path} changed since the study was made (SHA-256 {now[:16]}..., "
+        f"the study's {sha256[:16]}...); put the study's file back, or start a new study"
+    )
 
 
 def _device_problems(config: StudyConfig) -> list[str]:

@@ -9,7 +9,9 @@ lists the keys that differ at all.
 The data is compared by what it is: a resolved source carries a ``source_identity`` (kind and
 content digest) and its path is only a hint, so the same data at another path differs in
 nothing and other data at the same path differs in ``source``. A ``.py`` import is compared by
-its file name and code digest (``my_algorithm.py@<digest>``). A stored config is read with the
+its file name and code digest (``my_algorithm.py@<digest>``), and ``[trainer] pretrained`` by
+the SHA-256 of its weights file alone (``sha256:<digest>``): the same weights at another path
+differ in nothing, other weights at the same path differ. A stored config is read with the
 defaults of the time it was written (`stored_meaning`).
 
 >>> old = {"algorithms": ["ERM"], "seeds": [0], "steps": 5, "scenarios": ["a"]}
@@ -64,7 +66,8 @@ def stored_meaning(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _by_identity(stored: dict[str, Any], new: dict[str, Any]) -> None:
     """Compare the source by what it is when both configs know it (by path for older stores),
-    and a ``.py`` import by its file name and digest (``my_algorithm.py@<digest>``)."""
+    a ``.py`` import by its file name and digest (``my_algorithm.py@<digest>``) and the
+    pretrained weights by their SHA-256 (``sha256:<digest>``)."""
     mine, theirs = stored.pop("source_identity", None), new.pop("source_identity", None)
     if mine and theirs:
         stored["source"], new["source"] = mine, theirs
@@ -75,6 +78,10 @@ def _by_identity(stored: dict[str, Any], new: dict[str, Any]) -> None:
             f"{Path(i).name}@{digests[i]}" if isinstance(i, str) and i in digests else i
             for i in config.get("imports") or ()
         ]
+        weights = config.pop("pretrained_sha256", None)
+        trainer = config.get("trainer")
+        if isinstance(weights, str) and isinstance(trainer, dict) and "pretrained" in trainer:
+            config["trainer"] = {**trainer, "pretrained": f"sha256:{weights}"}
 
 
 def differing_keys(

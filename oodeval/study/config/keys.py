@@ -137,6 +137,13 @@ def _holdout_fraction(value: Any, table: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _weights_path(value: Any, _table: Mapping[str, Any]) -> str | None:
+    # the file itself (found, its SHA-256, a state dict for the model) is checked by the config
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"must be the path of a weights file (.pth, .pt or .safetensors), got {shown(value)}"
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -201,6 +208,8 @@ TRAINER_OPTIONS: dict[str, TrainerOption] = {
     "device": TrainerOption(_device, default="cpu", compared=_device_kind),
     "tf32": TrainerOption(one_of(TF32_MODES), default=TF32_MODES[0]),
     "augment": TrainerOption(_boolean, default=False),
+    # compared by the file's SHA-256 (the config's ``pretrained_sha256``), never by its path
+    "pretrained": TrainerOption(_weights_path),
 }
 TRAINER_KEYS = tuple(TRAINER_OPTIONS)
 

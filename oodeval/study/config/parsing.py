@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
+from oodeval._digest import file_sha256
 from oodeval._json import MAX_DEPTH, bracket_depth, depth_problem, structure_depth
 from oodeval._names import lookalike_problem
 from oodeval._text import parse_problem, read_text
@@ -62,15 +63,22 @@ _KEY_TEXT = re.compile(r"[A-Za-z0-9_\- \t]+")
 _DOTS = 4 * MAX_DEPTH
 
 #: Keys a config file may not write: the config computes them (a stored config carries them).
-_COMPUTED_KEYS = (("source_identity", "the data"), ("import_digests", "the imported files"))
+_COMPUTED_KEYS = (
+    ("source_identity", "the data"),
+    ("import_digests", "the imported files"),
+    ("pretrained_sha256", "the [trainer] pretrained weights file"),
+)
+#: A SHA-256 as `oodeval._digest.file_sha256` writes it.
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The table of a TOML config file, ready for `parsed_fields`, and its problems so far.
 
     ``name`` defaults to the file's stem; a computed key (``source_identity``,
-    ``import_digests``) is a problem and dropped; a ``.py`` import is made absolute relative to
-    the file's folder. A missing or unreadable file raises `OodevalError`.
+    ``import_digests``, ``pretrained_sha256``) is a problem and dropped; a ``.py`` import and
+    ``[trainer] pretrained`` are made absolute relative to the file's folder. A missing or
+    unreadable file raises `OodevalError`.
     """
     if not path.exists():
         raise OodevalError(f"study config {path} not found; pass a TOML file or --preset NAME")
@@ -94,7 +102,23 @@ def toml_table(path: Path) -> tuple[dict[str, Any], list[str]]:
     imports = data.get("imports")
     if isinstance(imports, list):  # a .py file is named relative to the config file
         data["imports"] = [resolved_import(i, path.parent) for i in imports]
+    trainer = data.get("trainer")
+    if isinstance(trainer, dict) and "pretrained" in trainer:  # relative to the config file too
+        trainer["pretrained"] = resolved_path(trainer["pretrained"], path.parent)
     return data, problems
+
+
+def resolved_path(value: Any, base: Path) -> Any:
+    """A path string made absolute (relative to `base`, ``~`` expanded); anything else
+    unchanged, for the parser to report.
+
+    >>> resolved_path("w/resnet18.pth", Path("/data"))
+    '/data/w/resnet18.pth'
+    """
+    if not isinstance(value, str) or not value.strip():
+        return value
+    path = Path(value).expanduser()
+    return str((path if path.is_absolute() else base / path).resolve())
 
 
 def _check_depth(path: Path, depth: int, *, at_least: bool = False) -> None:
@@ -139,6 +163,7 @@ def parsed_fields(
     values.update(_grid_fields(data, problems, bad))
     values["hparams"] = _hparams_table(data.get("hparams", {}), problems)
     values["trainer"] = _trainer_table(data.get("trainer", {}), problems)
+    values["pretrained_sha256"] = _pretrained_sha256(data, values["trainer"], problems)
     values["unit_options"] = _unit_options(data.get("unit_options", {}), problems)
     count = len(problems)
     values["source"], values["source_identity"] = _source(data, problems)
@@ -371,7 +396,36 @@ def _trainer_table(value: Any, problems: list[str]) -> dict[str, Any]:
             problems.append(problem)
         elif option.stored(value[key]):
             out[key] = value[key]  # the default is never stored: naming it is the same study
+    if "pretrained" in out:  # stored absolute: a relative path is relative to the working folder
+        out["pretrained"] = resolved_path(out["pretrained"], Path.cwd())
     return out
+
+
+def _pretrained_sha256(
+    data: Mapping[str, Any], trainer: Mapping[str, Any], problems: list[str]
+) -> str | None:
+    """The SHA-256 of the ``[trainer] pretrained`` file: the one `data` carries (a stored
+    config's ``pretrained_sha256``), else read from the file; None without the key."""
+    given = data.get("pretrained_sha256")
+    path = trainer.get("pretrained")
+    if path is None:
+        if given is not None:
+            problems.append("pretrained_sha256 is given without a [trainer] pretrained file")
+        return None
+    if given is not None:
+        if isinstance(given, str) and _SHA256.fullmatch(given):
+            return given
+        problems.append(f"pretrained_sha256 must be 64 hex digits, got {shown(given)}")
+        return None
+    try:
+        return file_sha256(path)
+    except OSError as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
+        problems.append(
+            f"[trainer] pretrained: cannot read {path} ({reason}); a relative path is relative "
+            "to the config file"
+        )
+        return None
 
 
 def _unit_options(value: Any, problems: list[str]) -> dict[str, Any]:

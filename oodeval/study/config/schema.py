@@ -76,7 +76,12 @@ class StudyConfig:
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
         batch_size, precision: ``"fp32"`` or ``"bf16"``, device: ``"cpu"``, ``"cuda"``,
         ``"cuda:N"`` or ``"auto"``, tf32: ``"default"`` or ``"off"``, augment: ``true`` for
-        DomainBed's image training augmentation; rules in `TRAINER_OPTIONS`).
+        DomainBed's image training augmentation, pretrained: the path of a torchvision
+        ``state_dict`` file for the ResNets, relative to the config file and stored absolute;
+        rules in `TRAINER_OPTIONS`).
+    pretrained_sha256 : the SHA-256 of the ``[trainer] pretrained`` file, computed when the
+        config is built unless given (a stored config carries it); studies compare their
+        weights by it, never by the path. None without pretrained weights.
     measures : the measures the analyses use; ``worst_plus_gap`` requires >= 3 given environments.
     unit_options : extra keyword arguments for the backend's ``run_unit`` that are not trainer
         settings (used by the synthetic backend, e.g. ``fail_algorithms``).
@@ -97,6 +102,7 @@ class StudyConfig:
     hparams_mode: str = "default"
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
     trainer: dict[str, Any] = field(default_factory=dict)
+    pretrained_sha256: str | None = None
     measures: tuple[str, ...] = DEFAULT_MEASURES
     unit_options: dict[str, Any] = field(default_factory=dict)
 
@@ -106,6 +112,8 @@ class StudyConfig:
         out["scenarios"] = [s.to_dict() for s in self.scenarios]
         for key in ("algorithms", "seeds", "imports", "measures"):
             out[key] = list(out[key])
+        if out["pretrained_sha256"] is None:  # the stored configs of studies without weights
+            del out["pretrained_sha256"]
         return out
 
     def to_json(self) -> str:
@@ -113,16 +121,21 @@ class StudyConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     def replace(self, **changes: Any) -> StudyConfig:
-        """A copy with some fields changed, re-validated; a new source gets its own identity."""
+        """A copy with some fields changed, re-validated; a new source gets its own identity,
+        a new ``[trainer] pretrained`` file its own digest."""
         data = self.to_dict()
         if "source" in changes and changes["source"] != self.source:
             data.pop("source_identity")
+        if "trainer" in changes and (changes["trainer"] or {}).get("pretrained") != (
+            self.trainer.get("pretrained")
+        ):
+            data.pop("pretrained_sha256", None)
         data.update(changes)
         return config_from_dict(data)
 
 
-#: The top-level keys a config may hold: the fields of StudyConfig (``source_identity`` and
-#: ``import_digests`` are computed; only a stored config writes them).
+#: The top-level keys a config may hold: the fields of StudyConfig (``source_identity``,
+#: ``import_digests`` and ``pretrained_sha256`` are computed; only a stored config writes them).
 CONFIG_KEYS = frozenset(f.name for f in fields(StudyConfig))
 
 
