@@ -1,9 +1,10 @@
 """Running a function on several torch.distributed processes (gloo, on the CPU) for the tests of
 metrics synced across processes.
 
-`run_on_ranks` starts the processes (torch.multiprocessing, forkserver), each joining one process group on a free local port with a
-timeout on every collective, and waits for them through `wait_until`, so a hang fails the test
-instead of stalling the suite; each rank's result comes back through a JSON file.
+`run_on_ranks` starts the processes (torch.multiprocessing, forkserver), each joining one
+process group on a free local port with a timeout on every collective, and waits for them
+through `wait_until`, so a hang fails the test instead of stalling the suite; each rank's result
+comes back through a JSON file.
 `openworld_metrics_on_rank` is the rank function of tests/torchmetrics: the new processes import
 the function by name, so it lives here rather than in a test module.
 """

@@ -3,7 +3,6 @@ dependencies, and prints every section of its report."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -11,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.benchmarks import benchmark_module
 
 pytest.importorskip("torch")
 
@@ -91,9 +92,7 @@ def test_step_flops_count_a_grouped_step_once():
     # FlopCounterMode counts a grouped convolution's weight gradient `groups` times over: the
     # count of an ERM step must still be the analytic one of benchmarks/roofline.py when the
     # grouped layout (a GPU's default) is in force
-    spec = importlib.util.spec_from_file_location("gpu_check_module", SCRIPT)
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
+    check = benchmark_module("gpu_check")
     from oodeval.algorithms.networks import conv_layout
 
     sc, b = check.RandomImages(3, 8, rows=8), 2

@@ -3,13 +3,14 @@ of the benchmark printing every line."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.benchmarks import benchmark_module
 
 torch = pytest.importorskip("torch")
 
@@ -19,10 +20,7 @@ SCRIPT = REPO / "benchmarks" / "resnet_step.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("resnet_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("resnet_step")
 
 
 def test_plain_resnet50_has_the_layers_of_one_stacked_model(bench):

@@ -3,13 +3,14 @@ counter, its plain MNIST_CNN against oodeval's, and a tiny run of ``--roofline``
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.benchmarks import benchmark_module
 
 torch = pytest.importorskip("torch")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -20,10 +21,7 @@ SCRIPT = REPO / "benchmarks" / "training_throughput.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("training_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("training_throughput")
 
 
 @pytest.mark.parametrize(
