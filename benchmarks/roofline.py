@@ -87,7 +87,7 @@ def plain_model(model: str, input_shape: tuple[int, ...], n_classes: int) -> nn.
     return plain_mnist_cnn(input_shape[0], n_classes)
 
 
-# -- roofline: achieved GFLOP/s of the training steps against the GEMM peak at their shapes ---
+# -- roofline: the training steps' GEMMs at their shapes and their FLOPs ----------------------
 #: conv channels of oodeval's conv models (3x3, padding 1, stride 2 in the second conv)
 CONV_CHANNELS = {"cnn": (32, 64, 64), "mnist_cnn": (64, 128, 128, 128)}
 MLP_WIDTH = 256
