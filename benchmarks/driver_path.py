@@ -50,16 +50,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp, "study.toml")
         config.write_text(CONFIG, encoding="utf-8")
-        argv = [
-            "study",
-            "run",
-            str(config),
-            "--out",
-            str(Path(tmp, "out")),
-            "--workers",
-            "2",
-            "--no-progress",
-        ]
+        argv = ["study", "run", str(config), "--out", str(Path(tmp, "out")), "--workers", "2",
+                "--no-progress"]
         sys.setprofile(hook)
         try:
             app(argv, standalone_mode=False)
