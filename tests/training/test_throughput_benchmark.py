@@ -1,5 +1,6 @@
 """benchmarks/training_throughput.py's roofline: the analytic FLOP count against PyTorch's own
-counter, its plain MNIST_CNN against oodeval's, and a tiny run of ``--roofline``."""
+counter, its plain MNIST_CNN against oodeval's, the conv layer shapes of its bound against the
+layers the plain networks run, and a tiny run of ``--roofline``."""
 
 from __future__ import annotations
 
@@ -56,6 +57,36 @@ def test_plain_mnist_cnn_has_oodevals_layers(bench):
     assert stacked(torch.zeros(4, 2, 28, 28)).shape[-1] == plain[-1].in_features == 128
 
 
+@pytest.mark.parametrize(
+    ("model", "shape"), [("cnn", (2, 14, 14)), ("mnist_cnn", (2, 28, 28)), ("mlp", (2, 14, 14))]
+)
+def test_conv_layers_are_the_convolutions_the_network_runs(bench, model, shape):
+    # the shapes the bound is measured at, against what each nn.Conv2d of the plain network is
+    # given when it runs (a forward hook), and its own channels, stride and 3x3 padding-1 kernel
+    seen = []
+
+    def hook(module, inputs, _output):
+        assert module.kernel_size == (3, 3) and module.padding == (1, 1)
+        _, c, h, w = inputs[0].shape
+        seen.append((c, module.out_channels, h, w, module.stride[0]))
+
+    net = bench.plain_model(model, shape, 2)
+    for module in net.modules():
+        if isinstance(module, torch.nn.Conv2d):
+            module.register_forward_hook(hook)
+    net(torch.zeros(3, *shape))
+    assert bench.conv_layers(model, shape) == seen
+    assert (model == "mlp") == (seen == [])
+
+
+def test_conv_pass_seconds_times_every_pass_with_a_tried_setting(bench):
+    best = bench.conv_pass_seconds((2, 8, 6, 6, 2), 4, torch.float32, 1)
+    assert set(best) == set(bench.CONV_PASSES)
+    settings = {f"{fmt}, {'oneDNN' if on else 'no oneDNN'}" for fmt, on in bench.CONV_SETTINGS}
+    for seconds, setting in best.values():
+        assert seconds > 0 and setting in settings
+
+
 def test_roofline_runs_and_prints_every_contender(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--roofline", "--source", "digits", "--steps", "2",
@@ -69,4 +100,12 @@ def test_roofline_runs_and_prints_every_contender(tmp_path):
     rows = [line for line in lines if "% of " in line]
     assert len(rows) == 10  # 2 models x (oodeval fp32/bf16, plain tensors/DataLoader, plain bf16)
     for row in rows:
-        assert re.search(r"ms/step +\d+\.\d\dx vs plain DataLoader +[\d.]+ GFLOP/s = +\d+% of", row)
+        share = r"ms/step +\d+\.\d\dx vs plain DataLoader +[\d.]+ GFLOP/s = +(\d+)% of (fp32|bf16) "
+        found = re.search(share + "bound", row)
+        assert found, row
+        assert int(found[1]) <= 100, row  # a share of the fastest kernels' time never exceeds it
+    # the bound's table: every conv layer of MNIST_CNN but the first in all three passes, for the
+    # LOO and the full models, each with the setting that was fastest
+    table = [line.split() for line in lines if re.match(r" +(LOO|full) +x\d+ +conv\d", line)]
+    assert len(table) == 2 * 2 * (2 + 3 * 3)  # 2 precisions x 2 kinds x (conv1: 2, conv2-4: 3)
+    assert {row[-1].replace(".", "", 1).isdigit() for row in table} == {True}
