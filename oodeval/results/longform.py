@@ -267,9 +267,10 @@ def _spans(
         spans = [_Span(0, size, 1)]
         for k in range(1, threads):
             stream.seek(max(size * k // threads, spans[-1].start) - 1)
-            stream.readline()  # to the end of the line holding that byte
+            if _bounded_line(stream) is None:  # to the end of the line holding that byte
+                break
             start = stream.tell()
-            while (row := stream.readline()) and (
+            while (row := _bounded_line(stream)) and (
                 row.strip(b"\r\n") == b"" or row.startswith(codecs.BOM_UTF8)
             ):  # blank lines stay with the span before, and so does a row that begins with
                 start = stream.tell()  # U+FEFF (the parser would drop it as a byte-order mark)
@@ -282,6 +283,17 @@ def _spans(
             spans[-1] = _Span(spans[-1].start, start, spans[-1].line)
             spans.append(_Span(start, size, line))
     return spans
+
+
+#: The longest line `_spans` reads to find a cut: a longer one ends the cutting there (the rest
+#: of the input stays in one span), so finding the cuts never holds more than this.
+LINE_MOST = 1 << 20
+
+
+def _bounded_line(stream: BinaryIO) -> bytes | None:
+    """The rest of the line at `stream`'s position (b"" at the end), or None past `LINE_MOST`."""
+    line = stream.readline(LINE_MOST)
+    return None if len(line) == LINE_MOST and not line.endswith(b"\n") else line
 
 
 def _newlines(stream: BinaryIO, count: int) -> int:

@@ -295,3 +295,19 @@ def test_spaces_after_a_comma_are_skipped_with_and_without_quotes(tmp_path, monk
         got = read_results(path)
         assert got.algorithms == ("A",) and got.given_environments == ("e1", "e2")
         np.testing.assert_array_equal(got.loo, [[[0.25, 0.5]]])
+
+
+def test_a_line_too_long_to_cut_at_keeps_the_rest_in_one_span(tmp_path, monkeypatch):
+    # finding a cut reads at most LINE_MOST bytes of a line: a longer row (here a long label)
+    # where a cut would fall ends the cutting, and the file reads as it does whole
+    rows = _rows(20, ["0"], 10, 0, seed=7)
+    path = _write(tmp_path / "r.csv", rows)
+    k = _spans_of(path, 2, monkeypatch)[1].line - 3  # the row that holds the cut byte
+    alg, rest = rows[k].split(",", 1)
+    rows[k] = f"{alg}{'x' * 400},{rest}"
+    _write(path, rows)
+    monkeypatch.setattr(longform, "LINE_MOST", 64)
+    assert len(_spans_of(path, 2, monkeypatch)) == 1
+    monkeypatch.setattr(longform, "LINE_MOST", 1 << 20)
+    assert len(_spans_of(path, 2, monkeypatch)) == 2
+    _same_results(_read_in_spans(path, 2, monkeypatch), _read_in_spans(path, 1, monkeypatch))
