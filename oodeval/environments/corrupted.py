@@ -37,6 +37,7 @@ import numpy as np
 from oodeval._extras import require_extra
 from oodeval._files import write_file
 from oodeval._npz import read_npy
+from oodeval.environments._pools import check_eval_fraction, domain_pools
 from oodeval.environments.base import Environment, Scenario
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.sources import as_image_source
@@ -238,8 +239,7 @@ class CorruptedScenario(Scenario):
         if not isinstance(workers, int) or workers < 1:
             raise OodevalError(f"workers must be a positive integer, got {workers!r}")
         parse_pattern(pattern, None)
-        if not (0.0 < float(eval_fraction) < 1.0):
-            raise OodevalError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}")
+        eval_fraction = check_eval_fraction(eval_fraction)
         require_extra("corruptions", "the corrupted family")
         images = source.images
         if images.ndim != 4 or images.shape[1] not in (1, 3):
@@ -271,7 +271,7 @@ class CorruptedScenario(Scenario):
         self.input_shape = (3, int(images.shape[2]), int(images.shape[3]))
         self.params = {"pattern": pattern, "severity": severity, "source": source.name}
         self._uint8 = to_uint8_hwc(images if images.shape[1] == 3 else np.repeat(images, 3, 1))
-        self._split(np.asarray(domain_ids), float(eval_fraction))
+        self._split(np.asarray(domain_ids), eval_fraction)
         self._prepared = False
 
     def _split(self, domain_ids: np.ndarray, eval_fraction: float) -> None:
@@ -279,14 +279,12 @@ class CorruptedScenario(Scenario):
         self.domain_indices: list[np.ndarray] = []
         self.eval_indices: list[np.ndarray] = []
         self.given_plan: list[tuple[int, str, np.ndarray]] = []
-        for j, domain in enumerate(self.domains):
-            idx = np.flatnonzero(domain_ids == j)
-            order = np.random.default_rng([self.seed, 0, j]).permutation(idx)
-            n_eval = int(round(eval_fraction * len(idx)))
-            eval_pool, given_pool = np.sort(order[:n_eval]), order[n_eval:]
+        pools = domain_pools(domain_ids, len(self.domains), eval_fraction, self.seed)
+        for j, (eval_pool, given_pool) in enumerate(pools):
+            domain, idx = self.domains[j], np.flatnonzero(domain_ids == j)
             count = self.counts[j]
             chosen = [self.corruptions[c] for c in draw.permutation(len(self.corruptions))[:count]]
-            if n_eval < 1 or (count and len(given_pool) // count < 1):
+            if len(eval_pool) < 1 or (count and len(given_pool) // count < 1):
                 raise OodevalError(
                     f"domain {domain!r} has too few images ({len(idx)}) for a held-out pool and "
                     f"{count} given environment(s); add images or lower the pattern's count"

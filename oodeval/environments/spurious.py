@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from oodeval.environments._pools import check_eval_fraction
 from oodeval.environments.base import Environment, Scenario, SharedEvaluation
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.errors import OodevalError, listing, repeats
@@ -204,8 +205,7 @@ class SpuriousScenario(Scenario):
     def _split_pools(
         self, eval_fraction: float, n_per_given: int | None, n_eval: int | None, source: str
     ) -> None:
-        if not (0.0 < float(eval_fraction) < 1.0):
-            raise OodevalError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}")
+        eval_fraction = check_eval_fraction(eval_fraction)
         total = self._preliminary.shape[0]
         n_given_envs = len(self.given_values)
         order = np.random.default_rng([self.seed, 0]).permutation(total)
