@@ -3,8 +3,11 @@
 The options of ``show`` and ``preview`` after ``--seed`` are the families' parameters: one option
 per parameter of any family in `oodeval.environments.FAMILIES` (`family_options`), typed and
 described from its builder (`Family.parameter_hints`, `Family.parameter_docs`), so a new family's
-parameters need no edit here. `envs_app` builds the command group from the families registered
-when it is called (`family_command`); the commands read the parameters from ``ctx.params``.
+parameters need no edit here. A parameter families type differently (``--given``: numbers for the
+spurious families, domain names for ``domains``) is read as text and converted to the chosen
+family's own type (`family_values`). `envs_app` builds the command group from the families
+registered when it is called (`family_command`); the commands read the parameters from
+``ctx.params``.
 """
 
 from __future__ import annotations
@@ -71,44 +74,78 @@ def cli_type(hint: Any) -> Any:
     return None
 
 
-def family_options(taken: Sequence[str] = ()) -> list[TyperOption]:
-    """One option per family parameter of a type `cli_type` can read (the union over
-    `FAMILIES`, in their order): a Typer option ``--<name>`` (dashes for underscores), default
-    None (the family's own default), described by the first family documenting it, naming the
-    families that take it. A parameter called like one of `taken` (the command's own) is a
-    TypeError.
+def family_parameters() -> dict[str, dict[Any, tuple[str, list[str]]]]:
+    """Every family parameter of `FAMILIES` (in their order): per command-line type the families
+    give it (`cli_type`; None: not readable there), the first description and those families.
+
+    >>> family_parameters()["scale"]
+    {<class 'int'>: ('Scale >= 1 multiplying both counts.', ['sr-cmnist'])}
     """
-    found: dict[str, tuple[Any, str, list[str]]] = {}
+    found: dict[str, dict[Any, tuple[str, list[str]]]] = {}
     for fam in FAMILIES.values():
         hints, docs = fam.parameter_hints(), fam.parameter_docs()
         for name in fam.parameters():
-            kind, doc, names = found.setdefault(name, (cli_type(hints[name]), "", []))
-            if not doc and docs[name]:
-                found[name] = (kind, docs[name], names)
-            names.append(fam.name)
+            kinds, kind = found.setdefault(name, {}), cli_type(hints[name])
+            doc, names = kinds.get(kind, ("", []))
+            kinds[kind] = (doc or docs[name], [*names, fam.name])
+    return found
+
+
+def option_type(name: str, kinds: Sequence[Any]) -> Any:
+    """The type the option of family parameter `name` is read as, the families typing it as
+    `kinds` (`cli_type`s; None left out): their type when they agree, else text (a list of texts
+    when any is a list), which `family_values` turns into the chosen family's own type. None: no
+    option. A switch in one family and a value in another is a TypeError.
+
+    >>> option_type("n", [int]), option_type("given", [list[float], list[str]])
+    (<class 'int'>, list[str])
+    """
+    known = list(dict.fromkeys(k for k in kinds if k is not None))
+    if len(known) <= 1:
+        return known[0] if known else None
+    if bool in known:
+        raise TypeError(f"family parameter {name!r} is a switch in one family, not in another")
+    return list[str] if any(typing.get_origin(k) is list for k in known) else str
+
+
+def family_options(taken: Sequence[str] = ()) -> list[TyperOption]:
+    """One option per family parameter of a type `cli_type` can read (the union over
+    `FAMILIES`, in their order): a Typer option ``--<name>`` (dashes for underscores) of type
+    `option_type`, default None (the family's own default), described by the first family
+    documenting it (by type, when families type it differently), naming the families that take
+    it. A parameter called like one of `taken` (the command's own) is a TypeError.
+    """
     out = []
-    for name, (kind, doc, names) in found.items():
+    for name, kinds in family_parameters().items():
+        kind = option_type(name, list(kinds))
         if kind is None:
             continue
         if name in taken:
-            raise TypeError(f"family parameter {name!r} of {names[0]} clashes with an option")
-        out.append(_family_option(name, kind, doc, names))
+            first = next(names[0] for _, names in kinds.values())
+            raise TypeError(f"family parameter {name!r} of {first} clashes with an option")
+        out.append(_family_option(name, kind, [v for k, v in kinds.items() if k is not None]))
     return out
 
 
-def _family_option(name: str, kind: Any, doc: str, families: list[str]) -> TyperOption:
-    """The option of `family_options` for the family parameter `name`."""
+def _family_option(name: str, kind: Any, docs: list[tuple[str, list[str]]]) -> TyperOption:
+    """The option of `family_options` for the family parameter `name`, read as `kind`, with the
+    descriptions `docs` (one per type the families give it, with those families)."""
     flag = "--" + name.replace("_", "-")
-    decls, metavar, text = [flag], None, doc.replace("`", "")
+    decls, metavar, repeat = [flag], None, ""
     if kind is bool:
         decls = [f"{flag}/--no-{flag[2:]}"]
     elif kind is Path:
         metavar = "DIR" if name.endswith("_dir") else "FILE"
     elif typing.get_origin(kind) is list:
         metavar = f"<{typing.get_args(kind)[0].__name__}>"
-        text += " Repeat the option for several values."
-    text = f"{text} ({', '.join(families)})".strip()
-    option = typer.Option(None, *decls, metavar=metavar, help=text, show_default=False)
+        repeat = " Repeat the option for several values."
+    if len(docs) == 1:
+        doc, names = docs[0]
+        text = f"{doc.replace('`', '')}{repeat} ({', '.join(names)})"
+    else:  # families typing it differently: each description after its families
+        text = " ".join(f"{', '.join(names)}: {doc.replace('`', '')}" for doc, names in docs)
+        text += repeat
+    option = typer.Option(None, *decls, metavar=metavar, help=text.strip(), show_default=False)
     annotation = typing.Optional[kind]  # noqa: UP045 (typer reads Optional of a list alias)
     return typer_option(name, option, annotation)
 
@@ -118,6 +155,36 @@ def family_command(command: Callable[..., None]) -> type[RegistryCommand]:
     `family_options` after ``--seed``, the family argument's help listing the families."""
     extra = family_options(list(inspect.signature(command).parameters))
     return command_class(extra, after="seed", helps={"family": f"Family: {', '.join(FAMILIES)}."})
+
+
+def family_values(ctx: typer.Context, family: str) -> dict[str, Any]:
+    """The family parameters on the command line (`added_values`), each in the type `family`
+    gives it: an option read as text because families type it differently (`option_type`) is
+    converted as Typer converts an option of that type, a bad value refused in one line."""
+    values = added_values(ctx)
+    fam = FAMILIES.get(str(family).lower())
+    if fam is None:  # build_scenario names the families
+        return values
+    hints, parameters = fam.parameter_hints(), family_parameters()
+    options = {str(p.name): p for p in ctx.command.params}
+    for name, value in values.items():
+        own = cli_type(hints[name]) if name in hints else None
+        if value is None or own is None or own == option_type(name, list(parameters[name])):
+            continue
+        values[name] = _converted(value, own, options[name], ctx, fam.name)
+    return values
+
+
+def _converted(value: Any, kind: Any, option: Any, ctx: typer.Context, family: str) -> Any:
+    """`value` (text, or a list of texts) as an option of the command-line type `kind` reads it:
+    Typer's own conversion, so a bad value is the usage error (one line) such an option gives."""
+    if typing.get_origin(kind) is not list and isinstance(value, list):
+        if len(value) != 1:
+            raise OodevalError(f"{option.opts[0]} takes one value for {family}, got {len(value)}")
+        value = value[0]
+    annotation = typing.Optional[kind]  # noqa: UP045 (as `_family_option` declares it)
+    typed = typer_option(str(option.name), typer.Option(None, *option.opts), annotation)
+    return typed.process_value(ctx, value)
 
 
 def scenario_of(family: str, source: str, seed: int, params: dict[str, Any]) -> Scenario:
@@ -176,7 +243,7 @@ def show(
 
     check_output_path(output)
     refuse_aliases([("--output", output)], Inputs().spec("--source", source))
-    sc = scenario_of(family, source, seed, added_values(ctx))
+    sc = scenario_of(family, source, seed, family_values(ctx, family))
     sizes = sc.sizes()
     eval_counts = sorted(set(sizes["evaluation"].values()))
     given = pd.DataFrame(
@@ -239,7 +306,7 @@ def preview(
     refuse_aliases([("--out", out)], Inputs().spec("--source", source))
     if out.is_dir():  # matplotlib would write OUT.png beside it and say nothing
         raise OodevalError(f"--out {out} is a folder; give a PNG file name, e.g. {out}/grid.png")
-    sc = scenario_of(family, source, seed, added_values(ctx))
+    sc = scenario_of(family, source, seed, family_values(ctx, family))
     rows = [(f"given {env.name}", env) for env in sc.given()]
     n_all = len(sc.all_names)
     picks = (

@@ -94,3 +94,48 @@ def test_a_parameter_named_like_an_option_is_refused(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(FAMILIES, "clash", Family("clash", build_clash, "clashes"))
     with pytest.raises(TypeError, match="family parameter 'output' of clash clashes"):
         envs_app()
+
+
+def build_named(*, source: str = "digits", seed: int = 0, width: str = "wide") -> SpuriousScenario:
+    """A family whose `width` is a word, where the toy family's is a number.
+
+    Parameters
+    ----------
+    source : spec
+        The images.
+    seed : int
+        The seed.
+    width : str
+        A word recorded in the name.
+    """
+    sc = build_colored(source=source, seed=seed, given=[0.1, 0.9])
+    sc.name = f"named/width={width}"
+    return sc
+
+
+def test_a_parameter_families_type_differently_is_read_as_text_then_typed(
+    toy: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(FAMILIES, "named", Family("named", build_named, "width is a word"))
+    args = ["--source", "digits", "--width", "3", "-f", "json"]
+    shown = runner.invoke(envs_app(), ["show", "toy", *args])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["params"]["width"] == 3  # the number toy's builder takes
+    named = runner.invoke(envs_app(), ["show", "named", *args])
+    assert named.exit_code == 0 and json.loads(named.output)["scenario"] == "named/width=3"
+    help_text = " ".join(runner.invoke(envs_app(), ["show", "--help"]).output.split())
+    assert "--width <str>" in help_text and "--width <int>" not in help_text
+    assert "toy: Tenths of the first given environment's e. named: A word recorded" in help_text
+    bad = runner.invoke(envs_app(), ["show", "toy", "--source", "digits", "--width", "three"])
+    assert bad.exit_code == 2 and "Invalid value for '--width'" in bad.output  # as an int option
+
+
+def test_a_switch_in_one_family_and_a_value_in_another_is_refused(
+    toy: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def build_quiet(*, source: str = "digits", seed: int = 0, loud: str = "no") -> None:
+        """A family whose `loud` takes a value, where the toy family's is a switch."""
+
+    monkeypatch.setitem(FAMILIES, "quiet", Family("quiet", build_quiet, "loud takes a value"))
+    with pytest.raises(TypeError, match="family parameter 'loud' is a switch in one family"):
+        envs_app()
