@@ -17,6 +17,7 @@ from typing import Any
 from oodeval.environments.base import Scenario
 from oodeval.environments.colored import build_colored
 from oodeval.environments.corrupted import build_corrupted
+from oodeval.environments.domains import build_domains
 from oodeval.environments.lined import build_lined
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.srcmnist import build_cmnist, build_srcmnist
@@ -127,6 +128,11 @@ FAMILIES: dict[str, Family] = {
             "corrupted",
             build_corrupted,
             "PACS/VLCS-corrupted style: K domains x (clean + 15 corruptions) (Sec. 4.3)",
+        ),
+        Family(
+            "domains",
+            build_domains,
+            "NICO++ classic DG: E_given the given domains, E_all every domain (NICO++ Sec. 4.2)",
         ),
     )
 }

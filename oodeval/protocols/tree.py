@@ -20,16 +20,17 @@ import numpy as np
 from oodeval._files import write_file
 from oodeval._names import refuse_lookalikes
 from oodeval._text import read_text
+from oodeval.environments.domains import NICO_COMMON_DOMAINS as NICO_COMMON_DOMAINS
+from oodeval.environments.domains import NICO_TEST_DOMAINS as NICO_TEST_DOMAINS
+from oodeval.environments.domains import NICO_TRAIN_DOMAINS as NICO_TRAIN_DOMAINS
+from oodeval.environments.domains import check_domain_names
 from oodeval.environments.folders import IMAGE_SUFFIXES
-from oodeval.errors import OodevalError, listing, repeats
+from oodeval.errors import OodevalError, listing
 
 ROLES: tuple[str, ...] = ("train", "val", "test")
 CSV_COLUMNS: tuple[str, ...] = ("path", "class", "domain", "role")
-
-# NICO++'s ten common domains and its first classic assignment (Section 4.2, Table 2, left half).
-NICO_TRAIN_DOMAINS: tuple[str, ...] = ("grass", "water", "rock", "autumn", "indoor", "dim")
-NICO_TEST_DOMAINS: tuple[str, ...] = ("sand", "winter", "outdoor", "dark")
-NICO_COMMON_DOMAINS: tuple[str, ...] = NICO_TRAIN_DOMAINS + NICO_TEST_DOMAINS
+# NICO_TRAIN_DOMAINS, NICO_TEST_DOMAINS and NICO_COMMON_DOMAINS (Sec. 4.2, Table 2), imported above,
+# are defined with the domains family (`oodeval.environments.domains`), which defaults to them.
 
 
 @dataclass(frozen=True)
@@ -155,17 +156,7 @@ def with_validation(
 
 def check_domains(tree: ImageTree, names: Sequence[str], what: str) -> tuple[str, ...]:
     """Return `names` as a tuple after checking they are distinct domains of the tree."""
-    names = tuple(names)
-    unknown = [d for d in names if d not in tree.domains]
-    if unknown:
-        raise OodevalError(
-            f"{what} domain(s) {listing(unknown)} not in the tree; available: "
-            f"{listing(tree.domains)}"
-        )
-    if len(set(names)) != len(names):
-        repeated = repeats(names)
-        raise OodevalError(f"{what} domains repeat a name: {listing(repeated)}")
-    return names
+    return check_domain_names(names, tree.domains, what, where="the tree")
 
 
 def write_assignment_csv(rows: Iterable[AssignmentRow], path: str | Path) -> int:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from oodeval.cli.main import app
+from tests.helpers.cli import assert_refused, invoke
+from tests.helpers.images import write_domain_tree
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_list_names_every_family():
     result = runner.invoke(app, ["envs", "list"])
     assert result.exit_code == 0, result.output
-    for family in ("sr-cmnist", "cmnist", "colored", "lined", "corrupted"):
+    for family in ("sr-cmnist", "cmnist", "colored", "lined", "corrupted", "domains"):
         assert family in result.output
     assert "ratio='3:1'" in result.output
 
@@ -113,3 +117,41 @@ def test_show_corrupted_over_a_folder_tree_without_corrupting(tmp_path):
     assert "E_given (3 environments)" in result.output
     assert "E_all: 64 environments (art ... sketch/jpeg_compression)" in result.output
     assert not cache.exists()
+
+
+def test_show_domains_over_a_folder_tree(tmp_path):
+    root = write_domain_tree(tmp_path / "nico", ("autumn", "dim", "grass", "sand"), side=8)
+    argv = ["envs", "show", "domains", "--source", f"folder:{root}", "--image-size", "8"]
+    code, out, err = invoke([*argv, "--given", "grass", "--given", "dim", "-f", "json"])
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["scenario"] == "domains/given=dim,grass"
+    assert shown["given"] == {"dim": 8, "grass": 8}
+    assert shown["held_out_images"] == {"autumn": 10, "dim": 2, "grass": 2, "sand": 10}
+    assert shown["input_shape"] == [3, 8, 8]
+    code, out, err = invoke([*argv, "--given", "grass", "--given", "dim"])
+    assert code == 0 and "E_all: 4 environments (autumn ... sand), 2/10 held-out images" in out
+    bad = [*argv, "--given", "grass", "--given", "ice"]
+    assert_refused(*invoke(bad), bad)
+    assert "ice not in the source; available: autumn, dim, grass, sand" in invoke(bad)[2]
+    no_domains = ["envs", "show", "domains", "--source", "digits", "--given", "a", "--given", "b"]
+    assert_refused(*invoke(no_domains), no_domains)
+
+
+def test_given_is_read_as_each_family_types_it():
+    """--given names domains for `domains` and numbers for the spurious families: read as text,
+    then converted to the family's own type, a bad number refused as a float option refuses it."""
+    argv = ["envs", "show", "sr-cmnist", "--source", "digits", "--given", "0.1", "--given", ".9"]
+    code, out, err = invoke([*argv, "-f", "json"])
+    assert code == 0, err
+    assert json.loads(out)["params"]["given"] == [0.1, 0.9]  # numbers, not texts
+    assert json.loads(out)["all"][:2] == ["e=0.00", "e=0.01"]
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "1e20", "99999999999999999999", "nan", "inf"])
+def test_a_bad_number_for_given_is_refused_in_one_line(value):
+    argv = ["envs", "show", "sr-cmnist", "--source", "digits", "--given", value]
+    code, out, err = invoke(argv)
+    assert_refused(code, out, err, argv)
+    if value == "x":
+        assert "Invalid value for '--given': Input should be a valid number" in err

@@ -179,9 +179,7 @@ ACCEPTED: dict[tuple[str, str], set[str]] = {
     ("study measures", "--seed"): {"0"},
     ("study summary", "--seed"): {"0"},
     ("envs show", "--seed"): {"0"},
-    ("envs show", "--given"): {"0"},  # e = 0: no label noise
     ("envs preview", "--seed"): {"0"},
-    ("envs preview", "--given"): {"0"},
     ("envs preview", "--max-eval"): {"0"},  # the given environments only
     ("protocols classic", "--seed"): {"0"},
     ("protocols classic", "--val-fraction"): {"0"},
@@ -280,7 +278,7 @@ def test_the_walk_finds_the_options_it_must() -> None:
         ("openworld ratio-study", "--n-repeats"),
         ("study run", "--workers"),
         ("study run", "--slurm-mem"),
-        ("envs show", "--given"),
+        ("envs show", "--scale"),
         ("shift", "--lr"),
     ]:
         assert known in found

@@ -254,9 +254,8 @@ def test_a_family_parameter_reads_and_checks_as_a_declared_option(recording_fami
     order = list(ours)
     assert order.index("--seed") < order.index("--ratio") < order.index("--level")
     assert order.index("--loud") < order.index("-f")
-    assert "family <str> Family: sr-cmnist, cmnist, colored, lined, corrupted, rec." in " ".join(
-        shown.split()
-    )
+    families = "sr-cmnist, cmnist, colored, lined, corrupted, domains, rec"
+    assert f"family <str> Family: {families}." in " ".join(shown.split())
     bad = ["--level", "many"]
     assert usage_error(envs_app(), ["show", "rec", *bad]) == usage_error(family_reference(), bad)
     assert RECORDED == []

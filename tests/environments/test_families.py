@@ -10,6 +10,7 @@ from scipy import stats
 
 from oodeval.environments import FAMILIES, ImageSource, build_scenario, load_source
 from oodeval.environments.colored import TINTS, colored_given_values
+from oodeval.environments.domains import NICO_TRAIN_DOMAINS
 from oodeval.environments.lined import line_colors, lined_given_values
 from oodeval.environments.spurious import compact_pixels, replaced_labels, unit_pixels
 from oodeval.errors import OodevalError
@@ -28,9 +29,10 @@ def digits():
 
 
 def test_registry_lists_every_family_with_parameters():
-    assert list(FAMILIES) == ["sr-cmnist", "cmnist", "colored", "lined", "corrupted"]
+    assert list(FAMILIES) == ["sr-cmnist", "cmnist", "colored", "lined", "corrupted", "domains"]
     assert FAMILIES["sr-cmnist"].parameters()["ratio"] == "3:1"
     assert FAMILIES["corrupted"].parameters()["severity"] == 3
+    assert FAMILIES["domains"].parameters()["given"] == NICO_TRAIN_DOMAINS
 
 
 def test_colored_default_and_ratio_variants():

@@ -8,6 +8,7 @@
   every process of one study.
 - `tests.helpers.training`: tiny synthetic scenarios for the trainer.
 - `tests.helpers.mnist`: a fake MNIST test split in IDX format.
+- `tests.helpers.images`: `write_domain_tree`, a tiny ``<domain>/<class>/<image>`` PNG tree.
 - `tests.helpers.browser`: a headless Chromium look at a local HTML page.
 - `tests.helpers.cli`: `invoke` (``oodeval ARGV`` in-process, as the console script runs it)
   and `assert_refused` (the bad-input contract: one ``error:`` line, exit 2, no traceback).
