@@ -88,7 +88,7 @@ def plan_units(config: StudyConfig, validated: ValidatedConfig | None = None) ->
 def prepare_config(config: StudyConfig) -> StudyConfig:
     """Resolve ``source = "auto"`` and ``[trainer] device = "auto"`` so the stored config names
     the data and the device kind actually used (the resolved device is printed on stderr)."""
-    source = resolve_source(config.source)
+    source = resolve_source(config.source) if config.reads_source() else config.source
     if source != config.source:
         config = config.replace(source=source)
     if config.trainer.get("device") == "auto":
@@ -196,11 +196,8 @@ def _stored_scenario_names(
         spec = {"family": data} if isinstance(data, str) else dict(data)
         if scenario_key(spec) in known:
             continue
-        params = {k: v for k, v in spec.items() if k != "family"}
         try:
-            out[scenario_key(spec)] = build(
-                backend, config, ScenarioSpec(spec["family"], params)
-            ).name
+            out[scenario_key(spec)] = build(backend, config, ScenarioSpec.from_dict(spec)).name
         except OodevalError:
             continue
     return out

@@ -18,8 +18,10 @@ PRESET_OPT: Any = typer.Option(
     "--preset",
     help="Built-in study: quick (minutes), paper-cpu (the paper's grid shortened for a 2-core CPU: "
     "MLP, 14x14, 450 steps) or paper (the faithful DomainBed protocol: mnist_cnn, 28x28, 5001 "
-    "steps). All three use the source auto: real MNIST, the bundled test set unless "
-    "OODEVAL_MNIST names the full set.",
+    "steps). These three use the source auto: real MNIST, the bundled test set unless "
+    "OODEVAL_MNIST names the full set. The image experiments: paper-images (Tables 2-4, "
+    "ResNet-50), nico and nico-resnet18 (NICO++ Tables 2 and 5), on the folders named by "
+    "OODEVAL_CATS_DOGS, OODEVAL_CIFAR10, OODEVAL_PACS, OODEVAL_VLCS and OODEVAL_NICO.",
 )
 DEVICE_OPT: Any = typer.Option(
     None,
@@ -52,12 +54,12 @@ def study_config(
     """The study config a command was given: CONFIG.toml or --preset NAME (exactly one), with
     the command line's --precision, --device and --tf32 written into its ``[trainer]`` table."""
     from oodeval._torch import TF32_MODES, device_problem
-    from oodeval.study import load_config, preset
+    from oodeval.study import load_config, preset, preset_names
     from oodeval.study.config import PRECISIONS
 
     if (config is None) == (preset_name is None):
         raise OodevalError(
-            "give exactly one of CONFIG.toml or --preset NAME (quick, paper-cpu, paper)"
+            f"give exactly one of CONFIG.toml or --preset NAME ({', '.join(preset_names())})"
         )
     # exactly one is given: without a preset name, the config path
     chosen = preset(preset_name) if preset_name is not None else load_config(cast(Path, config))

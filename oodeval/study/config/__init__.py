@@ -14,6 +14,17 @@ A config file looks like ``examples/study.toml``::
     ratio = "3:1"
     scale = 1
 
+A scenario may read data of its own: ``source = "folder:DIR"`` in its table (identified by its
+content like the study's source) and ``dataset = "PACS-corrupted"``, a name that leads the
+scenario's name; the image presets (`oodeval.study.presets`) give each dataset's scenarios
+their folder this way::
+
+    [[scenarios]]
+    family = "corrupted"
+    pattern = "1-1-1-1"
+    dataset = "PACS-corrupted"
+    source = "folder:/data/PACS"
+
 The package, one responsibility per module, each importing only the ones above it:
 
 - `keys`: the keys' names, limits and value rules, `ConfigError`, the ``[trainer]`` table

@@ -372,9 +372,10 @@ def grid_problems_of_partial(partial: StudyConfig, bad: set[str]) -> list[str]:
     backend, problem = _loaded_backend(partial.backend)  # oodeval's own code
     if backend is None:
         return [problem] if problem else []
-    source = resolve_source(partial.source)
-    if source != partial.source:
-        partial = dataclasses.replace(partial, source=source)
+    if partial.reads_source():
+        source = resolve_source(partial.source)
+        if source != partial.source:
+            partial = dataclasses.replace(partial, source=source)
     skip = {"model"} & bad
     if "source" in bad:
         skip.add("scenarios")
@@ -510,8 +511,8 @@ def _scenario_problems(
 def build(backend: TrainerBackend, config: StudyConfig, spec: ScenarioSpec) -> Any:
     """Build one scenario through the backend, turning its complaints into one clear line."""
     try:
-        return backend.build_scenario(
-            spec.family, source=config.source, seed=config.data_seed, **spec.params
+        scenario = backend.build_scenario(
+            spec.family, source=spec.source or config.source, seed=config.data_seed, **spec.params
         )
     except OodevalError as exc:
         raise OodevalError(f"scenario {spec.label()}: {exc}") from None
@@ -520,3 +521,10 @@ def build(backend: TrainerBackend, config: StudyConfig, spec: ScenarioSpec) -> A
         raise OodevalError(
             f"scenario {spec.label()}: {type(exc).__name__}: {line}; check its parameters"
         ) from None
+    prefix = f"{spec.dataset}/" if spec.dataset else ""
+    if prefix and not scenario.name.startswith(prefix):  # a backend may hand out one object
+        # the data's name leads: "PACS-corrupted/corrupted/pattern=1-1-1-1/severity=3"
+        scenario.name = prefix + scenario.name
+        params = getattr(scenario, "params", None) or spec.params
+        scenario.params = {**params, "dataset": spec.dataset}
+    return scenario

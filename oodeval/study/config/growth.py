@@ -38,13 +38,14 @@ _GROWING_KEYS = ("algorithms", "seeds", "scenarios", "imports")
 
 
 def scenario_key(spec: ScenarioSpec | Mapping[str, Any]) -> str:
-    """The canonical JSON of a scenario spec (family and parameters), to match specs by.
+    """The canonical JSON of a scenario spec (family and parameters), to match specs by; a
+    scenario's own source is matched by its identity, not its path.
 
     >>> scenario_key({"scale": 1, "family": "sr-cmnist", "ratio": "3:1"})
     '{"family": "sr-cmnist", "ratio": "3:1", "scale": 1}'
     """
     data = spec.to_dict() if isinstance(spec, ScenarioSpec) else dict(spec)
-    return json.dumps(data, sort_keys=True)
+    return json.dumps(_scenario_by_identity(data), sort_keys=True)
 
 
 def _plain(config: StudyConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -71,6 +72,9 @@ def _by_identity(stored: dict[str, Any], new: dict[str, Any]) -> None:
     mine, theirs = stored.pop("source_identity", None), new.pop("source_identity", None)
     if mine and theirs:
         stored["source"], new["source"] = mine, theirs
+    for config in (stored, new):  # a scenario's own source: its identity alone, when it has one
+        if isinstance(config.get("scenarios"), list):
+            config["scenarios"] = [_scenario_by_identity(s) for s in config["scenarios"]]
     for config in (stored, new):
         digests = config.pop("import_digests", None)
         digests = digests if isinstance(digests, dict) else {}
@@ -82,6 +86,15 @@ def _by_identity(stored: dict[str, Any], new: dict[str, Any]) -> None:
         trainer = config.get("trainer")
         if isinstance(weights, str) and isinstance(trainer, dict) and "pretrained" in trainer:
             config["trainer"] = {**trainer, "pretrained": f"sha256:{weights}"}
+
+
+def _scenario_by_identity(scenario: Any) -> Any:
+    """A stored scenario whose own source has an identity, with that identity as its source."""
+    if isinstance(scenario, dict) and isinstance(scenario.get("source_identity"), dict):
+        identity = scenario["source_identity"]
+        scenario = {k: v for k, v in scenario.items() if k != "source_identity"}
+        scenario["source"] = identity
+    return scenario
 
 
 def differing_keys(
@@ -168,9 +181,7 @@ class ConfigChanges:
 def _axis_label(value: Any) -> str:
     """A value of a growing axis as shown: a scenario spec by `ScenarioSpec.label`."""
     if isinstance(value, Mapping) and "family" in value:
-        return ScenarioSpec(
-            value["family"], {k: v for k, v in value.items() if k != "family"}
-        ).label()
+        return ScenarioSpec.from_dict(value).label()
     return str(value)
 
 
@@ -255,6 +266,7 @@ def _reparametrised(
     incompatible change and leaves `added` and `removed` (edited in place)."""
     out = []
     named = {scenario_names.get(scenario_key(s)): s for s in removed}
+    named.pop(None, None)  # a spec whose name is not known matches nothing
     for spec in list(added):
         old_spec = named.get(scenario_names.get(scenario_key(spec)))
         if old_spec is not None:

@@ -214,22 +214,56 @@ TRAINER_OPTIONS: dict[str, TrainerOption] = {
 TRAINER_KEYS = tuple(TRAINER_OPTIONS)
 
 
+#: The keys of a scenario table that belong to the study, not to the family's builder: the
+#: scenario's own image source (its ``source_identity`` computed like the study's) and the
+#: ``dataset`` label that prefixes its name (``"PACS-corrupted/corrupted/pattern=1-1-1-1/..."``).
+SCENARIO_KEYS = ("source", "source_identity", "dataset")
+
+
 @dataclass(frozen=True)
 class ScenarioSpec:
     """One scenario of a study: a family name and its parameters, as `build_scenario` takes them.
 
+    ``source`` (with its ``source_identity``) is the scenario's own data, for a study whose
+    scenarios read different folders (the image presets); None reads the study's ``source``.
+    ``dataset`` names that data in the scenario's name and in the stored parameters.
+
     >>> ScenarioSpec("sr-cmnist", {"scale": 1, "ratio": "3:1"}).label()
     'sr-cmnist[ratio=3:1,scale=1]'
+    >>> ScenarioSpec.from_dict({"family": "corrupted", "pattern": "1-1-1-1",
+    ...                         "dataset": "PACS-corrupted"}).label()
+    'PACS-corrupted/corrupted[pattern=1-1-1-1]'
     """
 
     family: str
     params: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None
+    source_identity: dict[str, str] | None = None
+    dataset: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | str) -> ScenarioSpec:
+        """The spec of a stored scenario (`to_dict`'s form, or a bare family name)."""
+        if isinstance(data, str):
+            return cls(data)
+        params = {k: v for k, v in data.items() if k != "family" and k not in SCENARIO_KEYS}
+        identity = data.get("source_identity")
+        return cls(
+            data["family"],
+            params,
+            data.get("source"),
+            dict(identity) if isinstance(identity, Mapping) else None,
+            data.get("dataset"),
+        )
 
     def label(self) -> str:
         """A readable fallback name (the built scenario's own `name` is what the store records)."""
         inner = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
-        return f"{self.family}[{inner}]" if inner else self.family
+        label = f"{self.family}[{inner}]" if inner else self.family
+        return f"{self.dataset}/{label}" if self.dataset else label
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form: ``{"family": ..., **params}``."""
-        return {"family": self.family, **self.params}
+        """The stored form: ``{"family": ..., **params}``, with ``source``, ``source_identity``
+        and ``dataset`` when set."""
+        own = {k: getattr(self, k) for k in SCENARIO_KEYS if getattr(self, k) is not None}
+        return {"family": self.family, **self.params, **own}

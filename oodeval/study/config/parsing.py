@@ -16,6 +16,7 @@ backend says about the grid in `oodeval.study.config.backend`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import sys
 from collections.abc import Mapping, Sequence, Set
@@ -348,8 +349,10 @@ def _scenarios(value: Any, problems: list[str]) -> tuple[ScenarioSpec, ...]:
         if isinstance(item, str) and item:
             specs.append(ScenarioSpec(item, {}))
         elif isinstance(item, Mapping) and _nonempty("family", item.get("family")) is None:
-            params = {str(k): copy.deepcopy(v) for k, v in item.items() if k != "family"}
-            specs.append(ScenarioSpec(item["family"], params))
+            spec = ScenarioSpec.from_dict(
+                {str(k): copy.deepcopy(v) for k, v in item.items() if k != "source_identity"}
+            )
+            specs.append(_own_data(spec, item, f"scenarios[{index}]", problems))
         else:
             problems.append(
                 f"scenarios[{index}] must be a table with a 'family' string, e.g. "
@@ -357,6 +360,29 @@ def _scenarios(value: Any, problems: list[str]) -> tuple[ScenarioSpec, ...]:
             )
     _distinct(specs, "scenarios", problems, may_be_empty=len(specs) < len(items))
     return tuple(specs)
+
+
+def _own_data(
+    spec: ScenarioSpec, item: Mapping[str, Any], label: str, problems: list[str]
+) -> ScenarioSpec:
+    """`spec` with its own ``source`` identified (the one `item` carries, else computed) and its
+    ``dataset`` label checked: a name without ``/`` (it prefixes the scenario's name)."""
+    dataset = spec.dataset
+    if dataset is not None and (
+        not isinstance(dataset, str) or not dataset.strip() or "/" in dataset
+    ):
+        problems.append(
+            f"{label}.dataset must be a name without '/', e.g. \"PACS-corrupted\", "
+            f"got {shown(dataset)}"
+        )
+        dataset = None
+    if spec.source is None:
+        return dataclasses.replace(spec, dataset=dataset)
+    if isinstance(spec.source, str) and spec.source.strip().lower() == "auto":
+        problems.append(f"{label}.source must name its data, e.g. \"folder:DIR\", not \"auto\"")
+        return dataclasses.replace(spec, source=None, dataset=dataset)
+    source, identity = _identified(spec.source, item.get("source_identity"), label, problems)
+    return dataclasses.replace(spec, source=source, source_identity=identity, dataset=dataset)
 
 
 def _hparams_table(value: Any, problems: list[str]) -> dict[str, dict[str, Any]]:
@@ -442,23 +468,34 @@ def _unit_options(value: Any, problems: list[str]) -> dict[str, Any]:
 
 def _source(data: Mapping[str, Any], problems: list[str]) -> tuple[str, dict[str, str] | None]:
     """The source spec and its identity: the one `data` carries, else computed from the data."""
-    source = data.get("source", "auto")
-    problem = _nonempty("source", source)
+    return _identified(data.get("source", "auto"), data.get("source_identity"), "", problems)
+
+
+def _identified(
+    source: Any, given: Any, label: str, problems: list[str]
+) -> tuple[str, dict[str, str] | None]:
+    """`source` and its identity: `given` when it is one, else computed from the data (none for
+    ``auto``). `label` prefixes the keys named in problems (``scenarios[2].``; empty for the
+    study's own source)."""
+    prefix = f"{label}." if label else ""
+    problem = _nonempty(f"{prefix}source", source)
     if problem is not None:
         problems.append(problem)
         return "digits", None
-    given = data.get("source_identity")
     if given is not None:
         if not (
             isinstance(given, Mapping)
             and set(given) == {"kind", "digest"}
             and all(isinstance(v, str) and v for v in given.values())
         ):
-            problems.append(f"source_identity must be {{kind, digest}} strings, got {shown(given)}")
+            problems.append(
+                f"{prefix}source_identity must be {{kind, digest}} strings, got {shown(given)}"
+            )
             return source, None
         if given["kind"] != source.partition(":")[0].strip().lower():
             problems.append(
-                f"source_identity names a {given['kind']!r} source but source is {source!r}"
+                f"{prefix}source_identity names a {given['kind']!r} source but {prefix}source is "
+                f"{source!r}"
             )
         return source, dict(given)
     if source == "auto":
@@ -468,5 +505,5 @@ def _source(data: Mapping[str, Any], problems: list[str]) -> tuple[str, dict[str
     try:
         return source, source_identity(source).as_dict()
     except OodevalError as exc:
-        problems.append(str(exc))
+        problems.append(f"{label}: {exc}" if label else str(exc))
         return source, None

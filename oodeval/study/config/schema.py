@@ -67,7 +67,8 @@ class StudyConfig:
         (`oodeval.environments.sources.source_identity`), computed when the config is built
         unless given (a stored config carries it); None while the source is ``auto``.
     data_seed : seed of the scenario data (colors, label noise, image split); fixed per study.
-    scenarios, algorithms, seeds : the grid; a unit is one (scenario, algorithm, seed).
+    scenarios, algorithms, seeds : the grid; a unit is one (scenario, algorithm, seed). A
+        scenario with a ``source`` of its own reads it instead of the study's (`ScenarioSpec`).
     steps, model : training length and model family for every unit.
     hparams_mode : ``default`` (the algorithm's defaults) or ``random`` (``sample_hparams(name,
         seed)``); ``hparams`` then overrides single values per algorithm.
@@ -105,6 +106,11 @@ class StudyConfig:
     pretrained_sha256: str | None = None
     measures: tuple[str, ...] = DEFAULT_MEASURES
     unit_options: dict[str, Any] = field(default_factory=dict)
+
+    def reads_source(self) -> bool:
+        """Whether a scenario reads the study's ``source``: one without a ``source`` of its own
+        (a study whose scenarios all name their data leaves ``source = "auto"`` unresolved)."""
+        return any(spec.source is None for spec in self.scenarios)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; `config_from_dict(cfg.to_dict()) == cfg`."""
