@@ -63,6 +63,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oodeval.environments.domains import NICO_TRAIN_DOMAINS
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.paper_grid import (
@@ -75,7 +76,6 @@ from oodeval.paper_grid import (
     SCALES,
     SEEDS,
 )
-from oodeval.protocols.tree import NICO_TRAIN_DOMAINS
 from oodeval.study.config.schema import StudyConfig, config_from_dict
 
 QUICK_ALGORITHMS = ("ERM", "IRM", "GroupDRO", "VREx", "CORAL", "MMD", "Mixup", "MLDG")

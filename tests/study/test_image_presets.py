@@ -12,10 +12,10 @@ from oodeval.errors import OodevalError
 from oodeval.paper_grid import PAPER_ALGORITHMS
 from oodeval.report.build import build_report
 from oodeval.study import config_from_dict, load_study, preset, preset_names
-from oodeval.study.config import ScenarioSpec, differing_keys
+from oodeval.study.config import ScenarioSpec, differing_keys, validate_config
 from oodeval.study.presets import IMAGE_DATA, WEIGHTS_VARIABLES
 from oodeval.study.runner import run_study
-from tests.helpers.image_folders import domain_folder, image_preset_data
+from tests.helpers.images import image_preset_data, write_domain_tree
 
 IMAGE_PRESETS = ("paper-images", "nico", "nico-resnet18")
 # the worst+gap paper's Table 2 ratios, Tables 3 and 4's Envs; NICO++ Section 4.2's two splits
@@ -76,7 +76,8 @@ def test_paper_images_is_the_papers_grid_under_domainbeds_image_protocol(no_data
         ("C-Cats&Dogs", "colored", {"ratio": r}, f"classfolder:{data['C-Cats&Dogs']}")
         for r in RATIOS
     ]
-    expected += [("L-CIFAR10", "lined", {"ratio": r}, f"cifar10:{data['L-CIFAR10']}") for r in RATIOS]
+    cifar = f"cifar10:{data['L-CIFAR10']}"
+    expected += [("L-CIFAR10", "lined", {"ratio": r}, cifar) for r in RATIOS]
     expected += [
         (d, "corrupted", {"pattern": p, "image_size": 224}, f"folder:{data[d]}")
         for d, patterns in (("PACS-corrupted", PACS), ("VLCS-corrupted", VLCS))
@@ -101,13 +102,32 @@ def test_nico_is_the_classic_dg_setting_of_tables_2_and_5(no_data, data, name, m
     }
 
 
-def test_weights_named_by_the_variable_are_the_pretrained_file(no_data, data, tmp_path, monkeypatch):
+def test_weights_named_by_the_variable_are_the_pretrained_file(
+    no_data, data, tmp_path, monkeypatch
+):
     weights = tmp_path / "resnet18.pth"
     weights.write_bytes(b"not read when the config is built, only hashed")
     monkeypatch.setenv("OODEVAL_RESNET18_WEIGHTS", str(weights))
     cfg = preset("nico-resnet18", data=data)
     assert cfg.trainer["pretrained"] == str(weights) and len(cfg.pretrained_sha256 or "") == 64
     assert "pretrained" not in preset("nico", data=data).trainer  # ResNet-50 weights not given
+
+
+@pytest.mark.parametrize("name", IMAGE_PRESETS)
+def test_each_image_preset_validates_on_the_stand_in_folders(no_data, data, name):
+    validated = validate_config(preset(name, data=data))
+    names = [s.name for s in validated.scenarios]
+    datasets = [s.dataset for s in preset(name, data=data).scenarios]
+    assert len(set(names)) == len(names)
+    assert all(n.startswith(f"{d}/") for n, d in zip(names, datasets, strict=True))
+    if name.startswith("nico"):
+        assert names == [
+            "NICO++/domains/given=autumn,dim,grass,indoor,rock,water",
+            "NICO++/domains/given=grass,indoor,outdoor,rock,sand,water",
+        ]
+        assert [len(s.given) for s in validated.scenarios] == [6, 6]
+    else:
+        assert [len(s.given) for s in validated.scenarios] == [5] * 6 + [4, 8, 3, 6, 4, 8]
 
 
 def test_a_scenario_dataset_leads_its_label_and_must_be_a_plain_name(data):
@@ -149,7 +169,8 @@ def _small_study(folder: str, algorithms: list[str]) -> dict:
 
 def test_a_resnet18_image_study_runs_resumes_and_reports(tmp_path, monkeypatch):
     monkeypatch.setenv("OODEVAL_CACHE", str(tmp_path / "cache"))
-    pacs = domain_folder(tmp_path / "pacs", ("art", "cartoon", "photo", "sketch"), ("a", "b"), 6)
+    domains = ("art", "cartoon", "photo", "sketch")
+    pacs = write_domain_tree(tmp_path / "pacs", domains, ("a", "b"), 6)
     out = tmp_path / "study"
     first = config_from_dict(_small_study(str(pacs), ["ERM"]))
     assert run_study(first, out, workers=1, progress=False).ran == 1
@@ -169,7 +190,7 @@ def test_a_resnet18_image_study_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert differing_keys(grown, moved) == []
     again = run_study(moved, out, workers=1, progress=False)
     assert (again.skipped, again.ran) == (2, 0)
-    domain_folder(pacs, ("art", "cartoon", "photo", "sketch"), ("a", "b"), 6, seed=9)
+    write_domain_tree(pacs, domains, ("a", "b"), 6, seed=9)
     other = config_from_dict(_small_study(str(pacs), ["ERM", "CORAL"]))
     assert differing_keys(grown, other) == ["scenarios"]
     with pytest.raises(OodevalError, match="would not compare"):
