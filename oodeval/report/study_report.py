@@ -23,8 +23,10 @@ from oodeval.report.results_report import answer_block, numeric_environment
 from oodeval.study.analysis import (
     BOUNDS_SENTENCE,
     CORRELATION_MEASURES,
+    NICO_PAPER_NOTE,
     PAPER_REFERENCES,
     SELECTION_MEASURES,
+    TABLE3_PAPER_NOTE,
     TABLE5_PAPER_NOTE,
     VERDICT_FOOTNOTE,
     analyze,
@@ -232,6 +234,7 @@ def _beside_paper(results: dict[str, pd.DataFrame], name: str, caption: str) -> 
     if table is None or table.empty:
         return []
     titles = {
+        "table3_vs_paper": f"{PAPER_REFERENCES[name]}: each seed beside the paper's",
         "table5_vs_paper": f"{PAPER_REFERENCES[name]} aggregated as the paper's rows, beside it",
         "selection_vs_paper": f"{PAPER_REFERENCES[name]}: the counts beside the paper's",
         "bounds": f"{PAPER_REFERENCES[name]}: how often the ideal measure is within the bound",
@@ -241,7 +244,9 @@ def _beside_paper(results: dict[str, pd.DataFrame], name: str, caption: str) -> 
 
 
 def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
-    """Table 1 (mean ± std over seeds) and, for SR-CMNIST scenarios, the paper's numbers."""
+    """Table 1 (mean ± std over seeds) and, for the scenarios the paper has, its numbers: Tables
+    1 and 2 of the worst+gap paper, its Tables 3 and 4 per seed (PACS-/VLCS-corrupted), and the
+    NICO++ paper's Table 2 or 5 (NICO++ scenarios)."""
     t1 = results["table1"]
     compared = [c[4:-5] for c in t1.columns if c.startswith("rho_") and c.endswith("_mean")]
     view1 = pd.DataFrame(
@@ -274,6 +279,34 @@ def _table1_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
                 "This study's means beside Table 1 of the worst+gap paper (14 algorithms, 3 "
                 "seeds). Differences in algorithms, steps and data size move the numbers; the "
                 "paper's claim is that worst+gap correlates better than average in every scenario.",
+            )
+        )
+    tables += _beside_paper(results, "table3_vs_paper", TABLE3_PAPER_NOTE)
+    return tables + _nico_tables(results)
+
+
+def _nico_tables(results: dict[str, pd.DataFrame]) -> list[Table]:
+    """The NICO++ paper's Table 2 or 5 beside the study, one table per NICO++ scenario (each
+    has its own target domains: the other scenarios' domain columns are left out)."""
+    nico = results.get("nico_vs_paper")
+    if nico is None or nico.empty:
+        return []
+    tables = []
+    for scenario, rows in nico.groupby("scenario", sort=False):
+        unused = [
+            c
+            for c in rows.columns
+            if c.startswith(("acc_", "paper_acc_"))
+            and rows[c].isna().all()
+            and rows[c.removeprefix("paper_")].isna().all()
+        ]
+        source = rows["paper_table"].iloc[0]
+        where = f"{source}, split {rows['split'].iloc[0]}" if source else "no table of the paper"
+        tables.append(
+            Table(
+                f"{PAPER_REFERENCES['nico_vs_paper']}: {scenario} ({where})",
+                beside_paper_view(rows.drop(columns=["scenario", *unused])),
+                NICO_PAPER_NOTE,
             )
         )
     return tables

@@ -51,7 +51,9 @@ def analyze_command(
     markdown to DIR/analysis/.
 
     Also the paper's values beside the study's (table1_vs_paper, table5_vs_paper,
-    selection_vs_paper) and bounds.csv (how often ideal <= worst+gap, Theorem 3.4's Eq. 39).
+    selection_vs_paper; table3_vs_paper for PACS-/VLCS-corrupted scenarios, Tables 3-4 per
+    seed; nico_vs_paper for NICO++ ones, the NICO++ paper's Table 2 or 5 after the model) and
+    bounds.csv (how often ideal <= worst+gap, Theorem 3.4's Eq. 39).
 
     table and markdown print the verdict section of analysis.md and the files written; csv and
     json the verdict table (one row per measure). A store that fails verification is refused,

@@ -3,8 +3,9 @@ analyze` writes of them.
 
 - `oodeval.study.analysis.paper`: the tables, as DataFrames, under the paper's numbers
   (`analyze`: ``verdict``, ``units``, ``table1``, ..., ``figure5``; see `PAPER_REFERENCES`);
-- `oodeval.study.analysis.paper_values`: the paper's own values (Tables 1, 2, 5 and Section 6.5's
-  counts), in one place, and the tables that set a study's beside them;
+- `oodeval.study.analysis.paper_values`: the paper's own values (Tables 1-5 and Section 6.5's
+  counts, and the NICO++ paper's Tables 2 and 5), in one place, and the tables that set a
+  study's beside them;
 - `oodeval.study.analysis.output`: the verdict block in words, ``analysis.md`` and the CSVs
   (`write_analysis`);
 - `oodeval.study.analysis.leaderboard`: the measure leaderboard (`leaderboard_of` a study, a
@@ -21,6 +22,8 @@ from typing import Any
 from oodeval.study.analysis.leaderboard import Leaderboard
 from oodeval.study.analysis.output import (
     BOUNDS_SENTENCE,
+    NICO_PAPER_NOTE,
+    TABLE3_PAPER_NOTE,
     TABLE5_PAPER_NOTE,
     VERDICT_FOOTNOTE,
     analysis_files,
@@ -34,6 +37,7 @@ from oodeval.study.analysis.output import (
 from oodeval.study.analysis.paper import (
     ABLATION_MEASURES,
     CORRELATION_MEASURES,
+    DATASET_META,
     PAPER_REFERENCES,
     PAPER_TABLE1,
     SELECTION_MEASURES,
@@ -43,22 +47,34 @@ from oodeval.study.analysis.paper import (
     baseline_vs_ideal_best,
     bounds_by_scenario,
     correlatable,
+    correlation_by_seed,
     correlation_verdicts,
     correlation_vs_paper,
     correlation_with_ideal,
+    dataset_tables,
     degradation_by_scenario,
     distance_to_ideal_by_scale,
     errors_table,
     ideal_measure_pairs,
     leaderboard_of,
+    scenario_meta,
     selected_algorithms,
     selection_agreement,
     study_unit_measures,
 )
 from oodeval.study.analysis.paper_values import (
+    CORRUPTED_DATASETS,
+    NICO_DATASET,
+    NICO_SPLITS,
+    PAPER_NICO_TABLE2,
+    PAPER_NICO_TABLE5,
     PAPER_SELECTION_COUNTS,
     PAPER_TABLE2,
+    PAPER_TABLE3,
+    PAPER_TABLE4,
     PAPER_TABLE5,
+    corrupted_vs_paper,
+    nico_vs_paper,
     selection_vs_paper,
     table5_vs_paper,
 )
@@ -69,12 +85,22 @@ __all__ = [
     "Leaderboard",
     "BOUNDS_SENTENCE",
     "CORRELATION_MEASURES",
+    "CORRUPTED_DATASETS",
+    "DATASET_META",
+    "NICO_DATASET",
+    "NICO_PAPER_NOTE",
+    "NICO_SPLITS",
+    "PAPER_NICO_TABLE2",
+    "PAPER_NICO_TABLE5",
     "PAPER_REFERENCES",
     "PAPER_SELECTION_COUNTS",
     "PAPER_TABLE1",
     "PAPER_TABLE2",
+    "PAPER_TABLE3",
+    "PAPER_TABLE4",
     "PAPER_TABLE5",
     "SELECTION_MEASURES",
+    "TABLE3_PAPER_NOTE",
     "TABLE5_PAPER_NOTE",
     "VERDICT_FOOTNOTE",
     "VERDICT_RESAMPLES",
@@ -86,9 +112,12 @@ __all__ = [
     "bounds_by_scenario",
     "completeness_sentence",
     "correlatable",
+    "correlation_by_seed",
     "correlation_verdicts",
     "correlation_vs_paper",
     "correlation_with_ideal",
+    "corrupted_vs_paper",
+    "dataset_tables",
     "degradation_by_scenario",
     "distance_to_ideal_by_scale",
     "errors_table",
@@ -96,6 +125,8 @@ __all__ = [
     "leaderboard_of",
     "measure_digests",
     "measure_version_notes",
+    "nico_vs_paper",
+    "scenario_meta",
     "selected_algorithms",
     "selection_agreement",
     "selection_vs_paper",

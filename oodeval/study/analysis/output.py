@@ -28,6 +28,8 @@ from oodeval.tables import csv_text, plus_minus, render_frame
 
 __all__ = [
     "BOUNDS_SENTENCE",
+    "NICO_PAPER_NOTE",
+    "TABLE3_PAPER_NOTE",
     "TABLE5_PAPER_NOTE",
     "VERDICT_FOOTNOTE",
     "analysis_files",
@@ -122,6 +124,22 @@ TABLE5_PAPER_NOTE = (
     "Ratio scenarios, its C-Cats&Dogs (colored) and L-CIFAR10 (lined) rows the Ratio 4:1 "
     "scenarios only; each of our rows aggregates the same way (aggregation), unlike the "
     "'(mean)' rows above, which average every scenario of a family."
+)
+
+TABLE3_PAPER_NOTE = (
+    "paper_*: the worst+gap paper's Table 3 (PACS-corrupted and VLCS-corrupted, Envs 1-1-1-1 "
+    "and 2-2-2-2) or Table 4 (PACS-corrupted, Envs 1-0-1-1 and 2-0-2-2), per seed, 14 "
+    "algorithms. Our seeds are training seeds: the corruptions of the given environments are "
+    "drawn by the study's data seed, the same for every seed, where the paper's seed drew them "
+    "too; seed k is set beside the paper's seed k as a repetition, not the same environments."
+)
+
+NICO_PAPER_NOTE = (
+    "Accuracy (%) of the model trained on all given domains on each target domain, mean over "
+    "seeds; Ova.: over all target images (weighted by the stored counts); Avg.: mean of the "
+    "domains' accuracies; Std: their population standard deviation (ddof=0, as the paper's "
+    "printed values are, though its Eq. 5 divides by K - 1). paper_*: the NICO++ paper's Table 2 "
+    "(ResNet-50) or Table 5 (ResNet-18), after the study's model; ERM is its Deepall."
 )
 
 BOUNDS_SENTENCE = (
@@ -255,10 +273,17 @@ def analysis_markdown(study: Study, results: dict[str, pd.DataFrame]) -> str:
 
 def _beside_paper(key: str, results: dict[str, pd.DataFrame]) -> list[str]:
     """The ``analysis.md`` lines that follow section `key`: its table next to the paper's values
-    (Tables 1 and 5, Section 6.5's counts under Table 6), when the study has comparable rows."""
+    (Table 1, then Tables 3-4 and the NICO++ paper's tables; Table 5; Section 6.5's counts under
+    Table 6), when the study has comparable rows."""
     sub: list[tuple[str, list[str], str]] = []
     if key == "table1":
         sub.append((f"{PAPER_REFERENCES[key]} next to the paper's means", [], "table1_vs_paper"))
+        title = f"{PAPER_REFERENCES['table3_vs_paper']}: per seed, next to the paper"
+        sub.append((title, [TABLE3_PAPER_NOTE, ""], "table3_vs_paper"))
+        title = (
+            f"{PAPER_REFERENCES['nico_vs_paper']}: accuracy per target domain, next to the paper"
+        )
+        sub.append((title, [NICO_PAPER_NOTE, ""], "nico_vs_paper"))
     if key == "table5":
         title = f"{PAPER_REFERENCES[key]} aggregated as the paper's rows, next to the paper"
         sub.append((title, [TABLE5_PAPER_NOTE, ""], "table5_vs_paper"))

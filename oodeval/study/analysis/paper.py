@@ -4,10 +4,14 @@ Per unit (scenario, algorithm, seed) the measures come from the stored rows: the
 (LOO) errors are each LOO fold's error on its own held-out environment, and the ideal measure
 (Eq. 4) is the largest error of the model trained on all given environments (fold ``all``) over
 E_all. All numbers come from `oodeval.measures.meta`, the layer `oodeval measures` uses too;
-this module reads the store, adds each scenario's family, Ratio and Scale, and shapes the tables.
+this module reads the store, adds each scenario's family, Ratio and Scale (and, for the tables of
+the image datasets, its ``dataset`` and Envs ``pattern``: `scenario_meta`), and shapes the tables.
 
 - `correlation_with_ideal`: per scenario, mean and std over seeds of Spearman's rho and Kendall's
   tau between a measure and the ideal measure across algorithms (Table 1: worst+gap, average).
+- `correlation_by_seed`: the same correlations per seed, not averaged (Tables 3 and 4, set
+  beside the paper's by `paper_values.corrupted_vs_paper`; `dataset_tables` adds them, and the
+  NICO++ paper's Tables 2 and 5, `paper_values.nico_vs_paper`, for a study of those datasets).
 - `ablation_correlations`: the same for worst only, gap only and worst+gap, per scenario and per
   family (the ``(mean)`` row = mean over every scenario of the per-scenario seed means; the
   paper's dataset rows aggregate differently, `paper_values.table5_vs_paper`).
@@ -44,8 +48,12 @@ from oodeval.errors import OodevalError
 from oodeval.measures import check_measures, get_measure, meta
 from oodeval.study.analysis.leaderboard import Leaderboard, study_leaderboard
 from oodeval.study.analysis.paper_values import (
+    CORRUPTED_DATASETS,
+    NICO_DATASET,
     PAPER_TABLE1,
     PAPER_TABLE2,
+    corrupted_vs_paper,
+    nico_vs_paper,
     selection_vs_paper,
     table5_vs_paper,
 )
@@ -58,13 +66,20 @@ CORRELATION_MEASURES = ("worst_plus_gap", "average")
 ABLATION_MEASURES = ("worst_only", "gap_only", "worst_plus_gap")
 SELECTION_MEASURES = ("ideal", "worst_plus_gap", "average")
 _META = ("scenario", "family", "ratio", "scale")
+#: The image datasets' scenario metadata (the ``dataset`` and ``pattern`` parameters, NA where
+#: a scenario has none): in `scenario_meta` and the tables that use it (Tables 3 and 4, NICO++),
+#: not in the others, whose columns stay `_META`'s.
+DATASET_META = ("dataset", "pattern")
 
-#: Each table of `analyze` (its CSV file's stem) -> the part of the worst+gap paper it reproduces.
+#: Each table of `analyze` (its CSV file's stem) -> the part of the worst+gap paper (or, named,
+#: of the NICO++ paper) it reproduces.
 PAPER_REFERENCES = {
     "verdict": "Verdict (Table 1 with bootstrap intervals)",
     "units": "per-unit measures",
     "table1": "Table 1",
     "table1_vs_paper": "Table 1",
+    "table3_vs_paper": "Tables 3 and 4",
+    "nico_vs_paper": "NICO++ paper, Tables 2 and 5",
     "table5": "Table 5",
     "table5_vs_paper": "Table 5",
     "table6": "Table 6",
@@ -88,30 +103,45 @@ def study_unit_measures(study: Study, measures: Sequence[str] | None = None) -> 
     status is ``failed`` are left out. Rows are sorted by scenario order, algorithm and seed.
     """
     names = _measure_names(study, measures)
-    done = study.units[study.units["status"] == "done"]
-    if done.empty:
+    scenarios = scenario_meta(study)
+    if scenarios.empty:
         raise OodevalError(f"{study.directory} has no finished units yet; run the study first")
     units = pd.DataFrame(meta.unit_measures(errors_table(study), names))
-    scenarios = pd.DataFrame(
-        {
-            "scenario": done["scenario"],
-            "family": done["family"],
-            "ratio": [str(p.get("ratio", "")) for p in done["params"]],
-            "scale": pd.array([_scale(p.get("scale")) for p in done["params"]], dtype="Int64"),
-        }
-    ).drop_duplicates("scenario")
-    frame = units.merge(scenarios, on="scenario", how="left", validate="many_to_one")
+    frame = units.merge(scenarios[list(_META)], on="scenario", how="left", validate="many_to_one")
     frame = frame[[*_META, "algorithm", "seed", "n_given", "ideal", *names]]
     return _sort_scenarios(frame, ["algorithm", "seed"])
 
 
-def errors_table(study: Study) -> pd.DataFrame:
+def scenario_meta(study: Study) -> pd.DataFrame:
+    """One row per scenario with a finished unit: scenario, family, ratio, scale, dataset, pattern.
+
+    From each scenario's stored parameters: ``ratio`` as text (``""`` without one), ``scale`` an
+    Int64 (NA without one), ``dataset`` (``"PACS-corrupted"``, ``"NICO++"``, ...) and ``pattern``
+    (the Envs pattern of Tables 3 and 4, ``"1-1-1-1"``; a list is joined with ``-``) as text, NA
+    for a scenario without them. Rows are in the order of the units.
+    """
+    done = study.units[study.units["status"] == "done"]
+    params = list(done["params"])
+    return pd.DataFrame(
+        {
+            "scenario": done["scenario"],
+            "family": done["family"],
+            "ratio": [str(p.get("ratio", "")) for p in params],
+            "scale": pd.array([_scale(p.get("scale")) for p in params], dtype="Int64"),
+            "dataset": pd.array([_text(p.get("dataset")) for p in params], dtype=object),
+            "pattern": pd.array([_text(p.get("pattern")) for p in params], dtype=object),
+        }
+    ).drop_duplicates("scenario", ignore_index=True)
+
+
+def errors_table(study: Study, *, counts: bool = False) -> pd.DataFrame:
     """The errors of the study's finished units in the long form of `oodeval.measures.meta`.
 
-    Columns scenario, seed, algorithm, split, environment, error: split ``loo`` for each LOO
-    fold's error on its own held-out environment (folds in sorted order), ``all`` for the errors
-    of the model trained on all given environments. Raises OodevalError naming a unit whose rows
-    do not have that shape.
+    Columns scenario, seed, algorithm, split, environment, error (and count, the number of test
+    examples behind each error, with ``counts=True``): split ``loo`` for each LOO fold's error on
+    its own held-out environment (folds in sorted order), ``all`` for the errors of the model
+    trained on all given environments. Raises OodevalError naming a unit whose rows do not have
+    that shape.
     """
     done = study.units.loc[
         study.units["status"] == "done", ["unit_key", "scenario", "seed", "algorithm"]
@@ -136,6 +166,7 @@ def errors_table(study: Study) -> pd.DataFrame:
     loo = loo.sort_values(["unit_key", "fold"], kind="stable").assign(split="loo")
     full = rows[is_full].assign(split="all")
     columns = ["scenario", "seed", "algorithm", "split", "environment", "error"]
+    columns += ["count"] if counts else []
     return pd.concat([loo[columns], full[columns]], ignore_index=True)
 
 
@@ -162,6 +193,38 @@ def correlation_with_ideal(
                 row[f"{stat}_{measure}_std"] = by_measure.loc[measure, f"{column}_std"]
         records.append(row)
     return _sort_scenarios(_with_meta(pd.DataFrame.from_records(records), frame))
+
+
+def correlation_by_seed(
+    frame: pd.DataFrame, measures: Sequence[str] = CORRELATION_MEASURES
+) -> pd.DataFrame:
+    """Tables 3 and 4's shape: Spearman's rho and Kendall's tau-b of each measure with the ideal
+    measure across algorithms, per (scenario, seed), not averaged over seeds.
+
+    The per-seed correlations Table 1 averages (`correlation_with_ideal`: the same
+    `oodeval.measures.meta.ideal_correlations` on the same seeds). Columns: scenario, family,
+    ratio, scale (then dataset and pattern when `frame` has them, `DATASET_META`), seed,
+    n_algorithms, and ``rho_<m>``, ``tau_<m>`` per measure.
+
+    >>> frame = pd.DataFrame({"scenario": ["s"] * 3, "family": ["f"] * 3, "ratio": [""] * 3,
+    ...     "scale": pd.array([pd.NA] * 3, dtype="Int64"), "algorithm": ["A", "B", "C"],
+    ...     "seed": [0] * 3, "ideal": [0.1, 0.2, 0.3], "average": [0.3, 0.2, 0.1]})
+    >>> table = correlation_by_seed(frame, ["average"])
+    >>> table["seed"].tolist(), table["rho_average"].tolist(), table["tau_average"].tolist()
+    ([0], [-1.0], [-1.0])
+    """
+    correlations = pd.DataFrame(meta.ideal_correlations(correlatable(frame), list(measures)))
+    records = []
+    for (scenario, seed), group in correlations.groupby(["scenario", "seed"], sort=False):
+        row = {"scenario": scenario, "seed": seed}
+        row["n_algorithms"] = int(group["n_algorithms"].min())
+        by_measure = group.set_index("measure")
+        for measure in measures:
+            row[f"rho_{measure}"] = float(by_measure.loc[measure, "spearman"])
+            row[f"tau_{measure}"] = float(by_measure.loc[measure, "kendall"])
+        records.append(row)
+    table = _with_meta(pd.DataFrame.from_records(records), frame)
+    return _sort_scenarios(table, ["seed"])
 
 
 def correlatable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -387,7 +450,9 @@ def analyze(
     """Every analysis of a study, by the paper's number (`PAPER_REFERENCES`): ``verdict``,
     ``units``, ``table1``, ``table1_vs_paper``, ``table5``, ``table5_vs_paper``, ``table6``,
     ``selection_agreement``, ``selection_vs_paper``, ``bounds``, ``figure6``, ``figure7``,
-    ``figure1``, ``figure5``, and the measure ``leaderboard``.
+    ``figure1``, ``figure5``, and the measure ``leaderboard``; for a study with PACS-corrupted
+    or VLCS-corrupted scenarios also ``table3_vs_paper``, with NICO++ ones ``nico_vs_paper``
+    (`dataset_tables`).
 
     The ``*_vs_paper`` tables put the study's numbers beside the paper's (columns ``paper_*``,
     `oodeval.study.analysis.paper_values`); ``bounds`` is `bounds_by_scenario` (Theorem 3.4).
@@ -421,6 +486,7 @@ def analyze(
         "units": frame,
         "table1": correlations,
         "table1_vs_paper": correlation_vs_paper(correlations),
+        **dataset_tables(study, frame),
         "table5": table5,
         "table5_vs_paper": table5_vs_paper(table5),
         "table6": selections,
@@ -437,6 +503,28 @@ def analyze(
         analysed = [c for c in frame.columns if c not in (*_META, "algorithm", "seed", "n_given")]
         results["measure_digests"] = measure_digests(analysed)
     return results
+
+
+def dataset_tables(study: Study, frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The tables of `analyze` that only a study of those datasets has (scenario parameter
+    ``dataset``, `scenario_meta`): ``table3_vs_paper`` when a scenario is PACS-corrupted or
+    VLCS-corrupted (Tables 3 and 4, `paper_values.corrupted_vs_paper` of `correlation_by_seed`),
+    ``nico_vs_paper`` when one is NICO++ (the NICO++ paper's Tables 2 and 5 after the study's
+    model, `paper_values.nico_vs_paper`). Each is there, possibly empty, exactly when the study
+    has such a scenario; `frame` is `study_unit_measures`' output.
+    """
+    scenarios = scenario_meta(study)
+    datasets = set(scenarios["dataset"].dropna())
+    tables = {}
+    if datasets & set(CORRUPTED_DATASETS):
+        described = frame.merge(
+            scenarios[["scenario", *DATASET_META]], on="scenario", validate="many_to_one"
+        )
+        tables["table3_vs_paper"] = corrupted_vs_paper(correlation_by_seed(described))
+    if NICO_DATASET in datasets:
+        errors = errors_table(study, counts=True)
+        tables["nico_vs_paper"] = nico_vs_paper(errors, scenarios, study.config.get("model"))
+    return tables
 
 
 def leaderboard_of(
@@ -489,11 +577,22 @@ def _measure_names(study: Study, measures: Sequence[str] | None) -> list[str]:
 
 
 def _with_meta(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """`table` with each scenario's family, ratio and scale (from `frame`) after ``scenario``."""
-    meta = frame[list(_META)].drop_duplicates("scenario")
+    """`table` with each scenario's family, ratio and scale (from `frame`) after ``scenario``,
+    and its dataset and pattern when `frame` has them (`DATASET_META`)."""
+    keys = [*_META, *(c for c in DATASET_META if c in frame.columns)]
+    meta = frame[keys].drop_duplicates("scenario")
     out = table.merge(meta, on="scenario", how="left", validate="many_to_one")
     rest = [c for c in table.columns if c != "scenario"]
-    return out[[*_META, *rest]]
+    return out[[*keys, *rest]]
+
+
+def _text(value: object) -> object:
+    """A ``dataset`` or ``pattern`` parameter as text (a list joined with ``-``), or pd.NA."""
+    if value is None:
+        return pd.NA
+    if isinstance(value, list | tuple):
+        return "-".join(str(v) for v in value)
+    return str(value)
 
 
 def _scale(value: object) -> object:
