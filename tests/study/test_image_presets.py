@@ -195,3 +195,22 @@ def test_a_resnet18_image_study_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert differing_keys(grown, other) == ["scenarios"]
     with pytest.raises(OodevalError, match="would not compare"):
         run_study(other, out, workers=1, progress=False)
+
+
+def test_an_image_preset_estimates_on_the_stand_in_folders(no_data, data):
+    """`study estimate --n-sample-steps 1` on nico-resnet18 shrunk for a CPU test (32 px, 2
+    images per environment, 2 algorithms): every algorithm's step is timed and the whole grid
+    projected from the preset's own 5001 steps and checkpoints."""
+    from oodeval.study.estimate import estimate_steps
+
+    cfg = preset("nico-resnet18", data=data)
+    small = cfg.replace(
+        algorithms=["ERM", "CORAL"],
+        scenarios=[{**s.to_dict(), "image_size": 32} for s in cfg.scenarios],
+        trainer={**cfg.trainer, "batch_size": 2},
+    )
+    estimate = estimate_steps(small, sample_steps=1, workers=1)
+    assert estimate.failed == 0 and estimate.sample_steps == 1
+    assert set(estimate.samples["algorithm"]) == {"ERM", "CORAL"}
+    assert int(estimate.per_n["units_in_study"].sum()) == 2 * 2 * 3
+    assert estimate.projected_seconds > 0
