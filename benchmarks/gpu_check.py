@@ -46,7 +46,10 @@ Sections of the report:
    (24.3 GFLOP per 224x224 image trained, 512 images); with the counting step, the warm-ups and
    the loop (LOO model 0 and the full model, 4 steps each) the section does about 135 TFLOP:
    under 2 s at a conservative 100 TFLOP/s, 14 s at 10, plus building the 7 models on the host
-   (the section prints its own estimate, an upper bound, before it times anything).
+   (the section prints its own estimate, an upper bound, before it times anything). From the
+   faster layout's step it projects the training steps of the ResNet-50 image presets
+   (``paper-images``, ``nico``: `image_projection`, a lower bound that counts ERM's step for
+   every algorithm and no evaluation).
    On the CPU it runs at tiny sizes (N = 2, B = 2, 32x32, 1 timed step): a smoke run of the
    section, and says so.
 
@@ -396,7 +399,44 @@ def resnet_section(device: str, sizes: dict, ref_mode: str, ref: float, t_start:
         f"{seconds['grouped'] * 1e3:.1f} | {seconds['per_model'] * 1e3:.1f} | {loop * 1e3:.1f} | "
         f"{loop / fast:.2f}x | {achieved:.2f} | {100 * achieved / ref:.0f}% |"
     )
+    print(image_projection(fast, n, b, side))
     print(f"\n({time.perf_counter() - t_start:.0f} s so far)")
+
+
+def image_projection(step: float, n: int, batch: int, side: int) -> str:
+    """The training steps of the ResNet-50 image presets (paper-images, nico), projected from
+    one measured ERM step at `n` given environments: a step trains N LOO models on N - 1
+    minibatches and the full model on N, N^2 minibatches in all, so t(N) = t(n) (N / n)^2.
+    A lower bound: ERM's step for every algorithm, no evaluation, every scenario at `side`."""
+    from oodeval import paper_grid as grid
+    from oodeval.environments.domains import NICO_TRAIN_DOMAINS
+
+    corrupted = [
+        sum(int(count) for count in pattern.split("-"))
+        for patterns in grid.CORRUPTED_PATTERNS.values()
+        for pattern in patterns
+    ]
+    grids = {
+        "paper-images": (
+            [grid.IMAGE_RATIO_GIVEN] * (2 * len(grid.IMAGE_RATIOS)) + corrupted,
+            len(grid.PAPER_ALGORITHMS),
+        ),
+        "nico": ([len(NICO_TRAIN_DOMAINS)] * 2, len(grid.NICO_ALGORITHMS)),
+    }
+    lines = [
+        f"\nProjected training steps of the image presets from this step ({step:.3f} s at "
+        f"N = {n}, B = {batch}, {side}x{side}; t(N) = t({n}) (N / {n})^2, ERM's step for every "
+        f"algorithm, no evaluation, {grid.PAPER_STEPS} steps, {len(grid.SEEDS)} seeds; "
+        "C-Cats&Dogs and L-CIFAR10 counted at this size too):\n",
+        "| preset | N of its scenarios | units | projected GPU-hours |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for name, (ns, algorithms) in grids.items():
+        units = len(ns) * algorithms * len(grid.SEEDS)
+        seconds = sum(step * (m / n) ** 2 * grid.PAPER_STEPS for m in ns)
+        hours = seconds * algorithms * len(grid.SEEDS) / 3600
+        lines.append(f"| {name} | {sorted(ns)} | {units} | {hours:.1f} |")
+    return "\n".join(lines)
 
 
 def power_law(t4: float, t12: float, n: int) -> float:

@@ -1,5 +1,5 @@
 """The worst+gap paper's grid and setup: its 14 algorithms, SR-CMNIST Ratios and Scales, seeds,
-and the DomainBed training constants of its setup.
+and the DomainBed training constants of its setup; the grids of the image experiments.
 
 The one home of these constants (torch-free, importing nothing): the algorithm registry, the
 SR-CMNIST family, the study presets and the GPU check read them from here.
@@ -28,3 +28,22 @@ PAPER_EVAL_EVERY = 100
 PAPER_BATCH_SIZE = 64
 #: DomainBed's ColoredMNIST resolution: 2x28x28, the side MNIST_CNN is built for.
 PAPER_SIZE = 28
+
+#: The image experiments (`oodeval.study.presets`: paper-images, nico) follow DomainBed's
+#: protocol for its image datasets: CHECKPOINT_FREQ 300, batch size 32, 224 x 224 images.
+IMAGE_EVAL_EVERY = 300
+IMAGE_BATCH_SIZE = 32
+IMAGE_SIZE = 224
+#: C-Cats&Dogs' and L-CIFAR10's ratios (Table 2); each E_given has 5 environments (Sec. 4.2).
+IMAGE_RATIOS: tuple[str, ...] = ("3:2", "4:1", "5:0")
+IMAGE_RATIO_GIVEN = 5
+#: PACS-corrupted's and VLCS-corrupted's Envs patterns (Tables 3 and 4): corruptions drawn per
+#: base domain, so N = the sum of a pattern's counts.
+CORRUPTED_PATTERNS: dict[str, tuple[str, ...]] = {
+    "PACS-corrupted": ("1-1-1-1", "2-2-2-2", "1-0-1-1", "2-0-2-2"),
+    "VLCS-corrupted": ("1-1-1-1", "2-2-2-2"),
+}
+#: The DomainBed algorithms NICO++'s Tables 2 and 5 report (its Deepall is ERM).
+NICO_ALGORITHMS: tuple[str, ...] = (
+    "ERM", "IRM", "GroupDRO", "MLDG", "CORAL", "MMD", "SagNet", "RSC",
+)  # fmt: skip

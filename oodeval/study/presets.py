@@ -67,6 +67,12 @@ from oodeval.environments.domains import NICO_TRAIN_DOMAINS
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.paper_grid import (
+    CORRUPTED_PATTERNS,
+    IMAGE_BATCH_SIZE,
+    IMAGE_EVAL_EVERY,
+    IMAGE_RATIOS,
+    IMAGE_SIZE,
+    NICO_ALGORITHMS,
     PAPER_ALGORITHMS,
     PAPER_BATCH_SIZE,
     PAPER_EVAL_EVERY,
@@ -160,20 +166,8 @@ IMAGE_DATA: dict[str, ImageData] = {
 }
 #: torchvision ImageNet weights of each ResNet, by environment variable (``[trainer] pretrained``)
 WEIGHTS_VARIABLES = {"resnet50": "OODEVAL_RESNET50_WEIGHTS", "resnet18": "OODEVAL_RESNET18_WEIGHTS"}
-#: DomainBed's image protocol: N_STEPS, CHECKPOINT_FREQ of its image datasets, batch size
-IMAGE_STEPS, IMAGE_EVAL_EVERY, IMAGE_BATCH_SIZE = 5001, 300, 32
-#: the paper's image size for PACS, VLCS and NICO++ (DomainBed's 224 x 224 crops)
-IMAGE_SIZE = 224
-#: Table 2's ratios (C-Cats&Dogs, L-CIFAR10), Tables 3 and 4's Envs (PACS-, VLCS-corrupted)
-IMAGE_RATIOS = ("3:2", "4:1", "5:0")
-CORRUPTED_PATTERNS = {
-    "PACS-corrupted": ("1-1-1-1", "2-2-2-2", "1-0-1-1", "2-0-2-2"),
-    "VLCS-corrupted": ("1-1-1-1", "2-2-2-2"),
-}
 #: NICO++'s two classic DG splits (Section 4.2, Tables 2 and 5): the training domains
 NICO_SPLITS = (NICO_TRAIN_DOMAINS, ("sand", "grass", "water", "rock", "indoor", "outdoor"))
-#: The DomainBed algorithms NICO++'s Tables 2 and 5 report (Deepall is ERM)
-NICO_ALGORITHMS = ("ERM", "IRM", "GroupDRO", "MLDG", "CORAL", "MMD", "SagNet", "RSC")
 
 
 def _image_study(name: str, model: str, algorithms: tuple[str, ...], scenarios: list) -> dict:
@@ -189,7 +183,7 @@ def _image_study(name: str, model: str, algorithms: tuple[str, ...], scenarios: 
         "name": name,
         "algorithms": list(algorithms),
         "seeds": list(SEEDS),
-        "steps": IMAGE_STEPS,
+        "steps": PAPER_STEPS,  # DomainBed's N_STEPS, for every dataset
         "model": model,
         "scenarios": scenarios,
         "trainer": trainer,

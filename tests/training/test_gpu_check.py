@@ -85,6 +85,10 @@ def test_gpu_check_on_the_cpu_prints_every_section_with_torch_and_numpy_only(tmp
     assert re.search(r"^[\d.]+ GFLOP per step; .* \(\d+ s so far\)$", resnet, flags=re.M)
     assert re.search(r"^\| resnet50 \| 2 \| 2 \| 32x32 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| "
                      r"[\d.]+ \| [\d.]+x \| [\d.]+ \| \d+% \|$", resnet, flags=re.M)  # fmt: skip
+    # the image presets' training steps projected from that step: 12 and 2 scenarios
+    paper_ns = r"\[3, 4, 4, 5, 5, 5, 5, 5, 5, 6, 8, 8\]"
+    assert re.search(rf"^\| paper-images \| {paper_ns} \| 504 \| [\d.]+ \|$", resnet, flags=re.M)
+    assert re.search(r"^\| nico \| \[6, 6\] \| 48 \| [\d.]+ \|$", resnet, flags=re.M)
     assert re.search(r"\(\d+ s so far\)\n\nThe check took \d+ s\.\n$", out)
 
 
