@@ -74,6 +74,7 @@ import torch
 
 from oodeval._torch import deterministic_device, resolve_device, tf32_mode
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
+from oodeval.algorithms.hparams import SMALL_IMAGE_BATCH_SIZE, default_batch_size
 from oodeval.algorithms.networks import FEATURIZERS, ResNet, compute_precision, native_bf16
 from oodeval.algorithms.pretrained import checked_weights, read_weights
 from oodeval.environments.base import Environment, Scenario
@@ -124,6 +125,9 @@ class TrainedUnit:
     device: str = "cpu"
     #: the SHA-256 of the pretrained weights the models started from, or ``"not pretrained"``
     pretrained: str = NOT_PRETRAINED
+    #: the minibatch size (rows per environment and step) the models trained with, also the
+    #: prediction chunk of batch-dependent algorithms (`TrainerOptions.batch_size`, resolved)
+    batch_size: int = SMALL_IMAGE_BATCH_SIZE
 
 
 class DivergenceWatch:
@@ -209,6 +213,7 @@ def _fit(
             f"augment needs images of 1 or 3 channels, (C, H, W); scenario {scenario.name!r} has "
             f"inputs of shape {shape}; set augment = false"
         )
+    batch_size = options.batch_size or default_batch_size(algorithm, model)  # DomainBed's default
     device = resolve_device(options.device)
     deterministic_device(device)
     data = prepare_data(scenario, given, seed, options, device)
@@ -228,8 +233,8 @@ def _fit(
             run.algorithm.to(device)
         loop_start = time.perf_counter()
         best, records = _train(
-            runs, data, folds, algorithm, seed=seed, steps=steps, options=options,
-            progress=progress, timings=timings,
+            runs, data, folds, algorithm, seed=seed, steps=steps, batch_size=batch_size,
+            options=options, progress=progress, timings=timings,
         )  # fmt: skip
         # the steps alone: no model building, moving to the device or selection
         timings["steps"] = time.perf_counter() - loop_start - timings["selection_eval"]
@@ -238,7 +243,7 @@ def _fit(
     records.sort(key=lambda c: (folds.index(c.fold), c.step))
     return TrainedUnit(
         algorithm, folds, models, selected, accuracy, hp, timings, records, options.precision,
-        device, pretrained,
+        device, pretrained, batch_size,
     )  # fmt: skip
 
 
@@ -332,11 +337,13 @@ def _train(
     *,
     seed: int,
     steps: int,
+    batch_size: int,
     options: TrainerOptions,
     progress: Callable[[int, int], None] | None,
     timings: dict[str, float],
 ) -> tuple[BestCheckpoints, list[CheckpointRow]]:
-    """The training loop: `steps` updates of every run, checkpoints every ``eval_every`` steps.
+    """The training loop: `steps` updates of every run on minibatches of `batch_size` rows per
+    environment, checkpoints every ``eval_every`` steps.
 
     Returns the selection (best checkpoints) and every checkpoint's records; adds the time spent
     evaluating checkpoints to ``timings["selection_eval"]``.
@@ -348,7 +355,7 @@ def _train(
     watch = DivergenceWatch(len(runs))
     on_cpu = data.x.device.type == "cpu"
     for step in range(1, steps + 1):
-        xb, yb = data.minibatches(generator, options.batch_size)
+        xb, yb = data.minibatches(generator, batch_size)
         if options.augment:  # every image of the step's (N, B, C, H, W) minibatches
             flat = xb.reshape(-1, *xb.shape[2:])
             xb = domainbed_augmented(flat, generator, int(xb.shape[-1])).reshape(xb.shape)
@@ -363,10 +370,10 @@ def _train(
             t0 = time.perf_counter()
             for r, run in enumerate(runs):
                 envs = torch.unique(run.envs).tolist()
-                matrix = accuracy_matrix(run, data.val, envs, options.batch_size)
+                matrix = accuracy_matrix(run, data.val, envs, batch_size)
                 accuracy = matrix.gather(1, run.envs).mean(dim=1)
                 records += checkpoint_rows(
-                    run, matrix, accuracy, data.val, data.held_in, folds, step, options.batch_size
+                    run, matrix, accuracy, data.val, data.held_in, folds, step, batch_size
                 )
                 best.update(r, run, accuracy, step)
             timings["selection_eval"] += time.perf_counter() - t0
@@ -434,10 +441,11 @@ def run_unit(
     progress : callable(step, steps), optional
     **options
         The trainer's options, fields of `TrainerOptions`: selection, eval_every,
-        holdout_fraction, batch_size, precision, device (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
-        ``"auto"``), tf32 (``"default"``, ``"off"``), augment, pretrained (a torchvision
-        ``state_dict`` file loaded into the ResNets before training; its SHA-256 is the
-        result's ``pretrained``).
+        holdout_fraction, batch_size (default: DomainBed's for the model and algorithm, 64 for
+        the small networks, 32 for the ResNets, 8 for ARM on them), precision, device
+        (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"``), tf32 (``"default"``, ``"off"``),
+        augment, pretrained (a torchvision ``state_dict`` file loaded into the ResNets before
+        training; its SHA-256 is the result's ``pretrained``).
 
     Returns
     -------
@@ -484,7 +492,7 @@ def _tested_rows(
 ) -> list[ResultRow]:
     """The `ResultRow` of LOO model k on e_k, then of the full model on each of E_all, predicted
     in the arithmetic the models were trained in."""
-    context = trainer.batch_size
+    context = trained.batch_size
     with compute_precision(trained.precision, trained.device), tf32_mode(trainer.tf32):
         rows = [
             ResultRow(

@@ -64,7 +64,9 @@ class TrainerOptions:
         checkpoint period); the last step is always a checkpoint.
     holdout_fraction : fraction of each given environment held out for validation (not trained on).
     batch_size : minibatch size per environment; also the prediction chunk of batch-dependent
-        algorithms.
+        algorithms. None (default): DomainBed's default for the unit's model and algorithm
+        (`oodeval.algorithms.hparams.default_batch_size`): 64 for the small networks, 32 for the
+        ResNets, 8 for ARM on a ResNet.
     precision : ``"fp32"`` or ``"bf16"``: arithmetic of the networks' matrix products, in training
         and testing (module docstring).
     device : ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (module docstring); the spelling is
@@ -89,7 +91,7 @@ class TrainerOptions:
     selection: str = "training_domain"
     eval_every: int | None = None
     holdout_fraction: float = 0.2
-    batch_size: int = 64
+    batch_size: int | None = None
     precision: str = PRECISIONS[0]
     device: str = "cpu"
     tf32: str = TF32_MODES[0]
@@ -107,7 +109,7 @@ class TrainerOptions:
                 f"holdout_fraction must be in (0, 1) for training-domain validation (in [0, 1) "
                 f"for selection='last'), got {fraction}"
             )
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise OodevalError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.eval_every is not None and self.eval_every < 1:
             raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
+import inspect
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from importlib.metadata import EntryPoint, entry_points
@@ -54,7 +56,10 @@ class TrainerBackend(Protocol):
     ``model`` is checked only by its own ``run_unit`` (`available_models`); and
     ``check_pretrained(path, model)``, raising an OodevalError when the ``[trainer] pretrained``
     file is not weights `model` loads (without it, only the file's digest is checked up
-    front: `pretrained_problems`). A new backend is a
+    front: `pretrained_problems`). Its ``default_hparams`` and ``sample_hparams`` may take a
+    ``model`` keyword, the config's model, when the hyperparameters depend on it (the default
+    backend's do: the ResNets train with DomainBed's larger-image values; `model_hparams`). A
+    new backend is a
     new module with these five functions (in its source: ``def``, an assignment or a named
     import), named by ``backend = "my.module"`` in a config or by an entry point of
     `BACKEND_GROUP`.
@@ -235,7 +240,8 @@ def resolved_hparams(
     Parameters
     ----------
     config : its ``hparams_mode`` and ``hparams`` overrides are applied.
-    backend : gives the defaults (``default_hparams``) and random draws (``sample_hparams``).
+    backend : gives the defaults (``default_hparams``) and random draws (``sample_hparams``),
+        for the config's ``model`` where they take it (`model_hparams`).
     algorithm, seed : the unit's algorithm and seed (the seed only matters for a random draw).
 
     Returns
@@ -244,18 +250,37 @@ def resolved_hparams(
         ``{**base, **overrides}``, base being the defaults or ``sample_hparams(algorithm,
         seed)``; an override of a float default is made a float.
     """
-    defaults = dict(backend.default_hparams(algorithm))
+    defaults = dict(model_hparams(backend.default_hparams, config.model)(algorithm))
     overrides = config.hparams.get(algorithm, {})
     problems = _override_problems(algorithm, overrides, defaults)
     if problems:
         raise ConfigError(problems)
     if config.hparams_mode == "random":
-        base = dict(backend.sample_hparams(algorithm, seed))
+        base = dict(model_hparams(backend.sample_hparams, config.model)(algorithm, seed))
     else:
         base = dict(defaults)
     for key, value in overrides.items():
         base[key] = float(value) if isinstance(defaults[key], float) else value
     return base
+
+
+def model_hparams(function: Callable[..., dict], model: str) -> Callable[..., dict]:
+    """The backend's ``default_hparams`` or ``sample_hparams`` `function` for the config's
+    `model`: given ``model=model`` when it takes that keyword, else as it is (a backend whose
+    hyperparameters do not depend on the model).
+
+    >>> def default_hparams(name, *, model=None):
+    ...     return {"lr": 5e-5 if model == "resnet18" else 1e-3}
+    >>> model_hparams(default_hparams, "resnet18")("ERM"), model_hparams(len, "resnet18")("ab")
+    ({'lr': 5e-05}, 2)
+    """
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as it is
+        return function
+    if any(p.name == "model" or p.kind is p.VAR_KEYWORD for p in parameters):
+        return functools.partial(function, model=model)
+    return function
 
 
 def _override_problems(algorithm: str, overrides: Mapping[str, Any], defaults: dict) -> list[str]:
@@ -404,7 +429,8 @@ def _grid_problems(
                 f"the study runs {list(config.algorithms)}"
             )
         elif algorithm in known:
-            found = _override_problems(algorithm, overrides, backend.default_hparams(algorithm))
+            defaults = model_hparams(backend.default_hparams, config.model)(algorithm)
+            found = _override_problems(algorithm, overrides, defaults)
             problems += found
             if found:
                 clean.remove(algorithm)
