@@ -75,7 +75,13 @@ import torch
 from oodeval._torch import deterministic_device, resolve_device, tf32_mode
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
 from oodeval.algorithms.hparams import SMALL_IMAGE_BATCH_SIZE, default_batch_size
-from oodeval.algorithms.networks import FEATURIZERS, ResNet, compute_precision, native_bf16
+from oodeval.algorithms.networks import (
+    FEATURIZERS,
+    ResNet,
+    compute_precision,
+    imagenet_normalization,
+    native_bf16,
+)
 from oodeval.algorithms.pretrained import checked_weights, read_weights
 from oodeval.environments.base import Environment, Scenario
 from oodeval.errors import OodevalError
@@ -225,7 +231,9 @@ def _fit(
         tf32_mode(options.tf32),
     ):
         torch.manual_seed(seed)
-        runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
+        runs = _new_runs(
+            cls, hp, model, data.input_shape, scenario.num_classes, n, options.imagenet_normalize
+        )
         pretrained = NOT_PRETRAINED
         if options.pretrained is not None:  # before anything trains, on the CPU
             pretrained = load_pretrained(runs, options.pretrained, algorithm)
@@ -312,14 +320,33 @@ def _rng_devices(device: str) -> list[int]:
 
 
 def _new_runs(
-    cls: type[Algorithm], hp: dict, model: str, input_shape: tuple, num_classes: int, n: int
+    cls: type[Algorithm],
+    hp: dict,
+    model: str,
+    input_shape: tuple,
+    num_classes: int,
+    n: int,
+    imagenet_normalize: bool = True,
 ) -> list[TrainingRun]:
     """The algorithm instances of a unit, initialised in this order from torch's global RNG: the
-    N LOO models stacked in one (one instance each without ensemble support), the full model."""
+    N LOO models stacked in one (one instance each without ensemble support), the full model.
+
+    They are built inside `imagenet_normalization`, so that every ResNet they hold normalises
+    its inputs as `imagenet_normalize` says (an algorithm that builds one otherwise, with
+    ``normalize=`` of its own, is refused in one line)."""
 
     def new(envs: torch.Tensor, models: list[int]) -> TrainingRun:
         own = torch.ones(envs.shape, dtype=torch.bool)
-        return TrainingRun(cls(input_shape, num_classes, own, hp, model=model), envs, models)
+        with imagenet_normalization(imagenet_normalize):
+            algorithm = cls(input_shape, num_classes, own, hp, model=model)
+        for net in algorithm.modules():
+            if isinstance(net, ResNet) and net.normalize != imagenet_normalize:
+                raise OodevalError(
+                    f"algorithm {cls.name} holds a ResNet with normalize={net.normalize}, the "
+                    f"trainer's imagenet_normalize is {imagenet_normalize}; build its networks "
+                    "with build_featurizer(...), which follows it, without normalize="
+                )
+        return TrainingRun(algorithm, envs, models)
 
     loo = torch.stack([torch.cat([torch.arange(k), torch.arange(k + 1, n)]) for k in range(n)])
     if cls.supports_ensemble:
@@ -444,7 +471,8 @@ def run_unit(
         holdout_fraction, batch_size (default: DomainBed's for the model and algorithm, 64 for
         the small networks, 32 for the ResNets, 8 for ARM on them), precision, device
         (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"``), tf32 (``"default"``, ``"off"``),
-        augment, pretrained (a torchvision ``state_dict`` file loaded into the ResNets before
+        augment, imagenet_normalize (default True: the ResNets' ImageNet normalisation of their
+        inputs), pretrained (a torchvision ``state_dict`` file loaded into the ResNets before
         training; its SHA-256 is the result's ``pretrained``).
 
     Returns

@@ -80,6 +80,13 @@ class TrainerOptions:
         from the unit's seeded generator after the minibatch itself; the images keep their size.
         Images of 1 or 3 channels only; checkpoint validation and testing see them unaugmented,
         as in DomainBed. Off by default.
+    imagenet_normalize : DomainBed's ImageNet normalisation of the images of its image datasets
+        (``(x - mean) / std`` per channel, mean 0.485, 0.456, 0.406, std 0.229, 0.224, 0.225;
+        channel i of other than 3 takes RGB channel ``i % 3``'s), done by the ResNets on every
+        input, after the augmentation, in training and testing
+        (`oodeval.algorithms.networks.ResNet.normalized`). On by default; false is a departure
+        from DomainBed (the images go in as they are, in [0, 1]). No effect on the small
+        networks, which DomainBed trains on unnormalised small images.
     pretrained : the path of a torchvision ``state_dict`` file (``.pth``, ``.pt`` or
         ``.safetensors``) loaded into every ResNet the unit's models hold
         (`oodeval.algorithms.networks.ResNet.load_pretrained`), right after they are built and
@@ -96,6 +103,7 @@ class TrainerOptions:
     device: str = "cpu"
     tf32: str = TF32_MODES[0]
     augment: bool = False
+    imagenet_normalize: bool = True
     pretrained: str | None = None
 
     def __post_init__(self) -> None:
@@ -117,6 +125,10 @@ class TrainerOptions:
         check_device_spec(self.device)
         if not isinstance(self.augment, bool):
             raise OodevalError(f"augment must be true or false, got {self.augment!r}")
+        if not isinstance(self.imagenet_normalize, bool):
+            raise OodevalError(
+                f"imagenet_normalize must be true or false, got {self.imagenet_normalize!r}"
+            )
         if isinstance(self.pretrained, os.PathLike):  # a pathlib.Path is a path too
             object.__setattr__(self, "pretrained", os.fspath(self.pretrained))
         if self.pretrained is not None and not (
