@@ -33,13 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from oodeval.algorithms.hparams import featurizer_hparams
-from oodeval.algorithms.pretrained import (
-    Weights,
-    checked_weights,
-    read_weights,
-    weights_label,
-    weights_sha256,
-)
+from oodeval.algorithms.pretrained import Weights, checked_weights, load_weights
 from oodeval.errors import OodevalError
 from oodeval.training.augment import imagenet_stats
 from oodeval.training.options import PRECISIONS, check_precision
@@ -752,22 +746,24 @@ class ResNet(nn.Module):
         return shapes
 
     def load_pretrained(self, source: Weights) -> str:
-        """Copy the torchvision state_dict `source` (a ``.pth``/``.pt``/``.safetensors`` file or
-        a dict; ``fc.*`` ignored) into every stacked model, the first conv adapted to the input
-        channels; return (and keep in ``pretrained``) the weights' SHA-256.
+        """Copy the torchvision state_dict `source` (a ``.pth``/``.pt``/``.safetensors`` file, a
+        dict, or either read already, `oodeval.algorithms.pretrained.LoadedWeights`; ``fc.*``
+        ignored) into every stacked model, the first conv adapted to the input channels; return
+        (and keep in ``pretrained``) the weights' SHA-256. A file is read once, for both.
 
         A file that is not a state dict, a missing or unexpected key or a wrong shape raise one
         OodevalError line naming the first mismatching key, before any weight changes.
         """
-        label = weights_label(source)
-        state = checked_weights(read_weights(source), self.torchvision_shapes(), self.NAME, label)
+        weights = load_weights(source)
+        shapes = self.torchvision_shapes()
+        state = checked_weights(weights.state, shapes, self.NAME, weights.label)
         targets = dict(self.state_dict(keep_vars=True))
         with torch.no_grad():
             for key, value in state.items():
                 if key == "conv1.weight":
                     value = adapt_first_conv(value, self.in_channels)
                 targets[key].copy_(value)
-        self.pretrained = weights_sha256(source)
+        self.pretrained = weights.sha256
         return self.pretrained
 
     def train(self: ModuleT, mode: bool = True) -> ModuleT:

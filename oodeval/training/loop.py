@@ -82,7 +82,7 @@ from oodeval.algorithms.networks import (
     imagenet_normalization,
     native_bf16,
 )
-from oodeval.algorithms.pretrained import checked_weights, read_weights
+from oodeval.algorithms.pretrained import checked_weights, load_weights, read_weights
 from oodeval.environments.base import Environment, Scenario
 from oodeval.errors import OodevalError
 from oodeval.training.augment import domainbed_augmented
@@ -280,8 +280,9 @@ def pretrained_model_problem(model: str, *, raise_it: bool = False) -> str | Non
 def check_pretrained(path: str, model: str) -> None:
     """Refuse, in one OodevalError line, weights file `path` unless it is a torchvision
     state_dict that `model` (``resnet18`` or ``resnet50``) loads: readable, the right keys and
-    shapes (`oodeval.algorithms.pretrained.checked_weights`). Nothing is built or drawn: the
-    shapes come from a network on the meta device."""
+    shapes (`oodeval.algorithms.pretrained.checked_weights`), read once (none when `path` is an
+    `oodeval._digest.ReadFile`). Nothing is built or drawn: the shapes come from a network on
+    the meta device."""
     pretrained_model_problem(model, raise_it=True)
     cls = FEATURIZERS[model]
     assert issubclass(cls, ResNet)  # RESNET_MODELS
@@ -292,23 +293,20 @@ def check_pretrained(path: str, model: str) -> None:
 
 def load_pretrained(runs: list[TrainingRun], path: str, algorithm: str) -> str:
     """Load weights file `path` into every ResNet (found among ``.modules()``) of every run's
-    algorithm; its SHA-256. An algorithm holding no ResNet is refused, as is a file that
-    changed between two loads."""
-    digests: set[str] = set()
-    for run in runs:
-        nets = [m for m in run.algorithm.modules() if isinstance(m, ResNet)]
-        if not nets:
-            raise OodevalError(
-                f"algorithm {algorithm} holds no ResNet to load pretrained weights {path} into; "
-                "build its networks with oodeval.algorithms.networks.build_featurizer, or drop "
-                "pretrained"
-            )
-        digests.update(net.load_pretrained(path) for net in nets)
-    if len(digests) > 1:
+    algorithm; its SHA-256. The file is read once (`load_weights`; not at all when `path` is an
+    `oodeval._digest.ReadFile`, which carries its bytes), so every ResNet gets the same weights
+    (a file changing meanwhile cannot split them). An algorithm holding no ResNet is refused."""
+    nets = [[m for m in run.algorithm.modules() if isinstance(m, ResNet)] for run in runs]
+    if not all(nets):
         raise OodevalError(
-            f"pretrained weights {path} changed while the models were loaded; run the unit again"
+            f"algorithm {algorithm} holds no ResNet to load pretrained weights {path} into; "
+            "build its networks with oodeval.algorithms.networks.build_featurizer, or drop "
+            "pretrained"
         )
-    return digests.pop()
+    weights = load_weights(path)
+    for net in (net for held in nets for net in held):
+        net.load_pretrained(weights)
+    return weights.sha256
 
 
 def _rng_devices(device: str) -> list[int]:

@@ -38,7 +38,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from oodeval._digest import file_sha256
+from oodeval._digest import ReadFile, read_file
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import get_measure, undefined_measures
@@ -444,44 +444,59 @@ def _grid_problems(
 def pretrained_problems(config: StudyConfig, backend: TrainerBackend | None = None) -> list[str]:
     """What is wrong with the config's ``[trainer] pretrained`` file: gone, changed since its
     ``pretrained_sha256`` was taken (`weights_change`), or (asked of the backend's optional
-    ``check_pretrained``) not weights the config's model loads."""
+    ``check_pretrained``) not weights the config's model loads. The file is read once for all
+    (`study_weights`: the backend is given the `oodeval._digest.ReadFile`)."""
     path = config.trainer.get("pretrained")
     if path is None or config.pretrained_sha256 is None:
         return []  # no weights, or a file the parser could not read (reported there)
-    changed = weights_change(path, config.pretrained_sha256)
-    if changed is not None:
-        return [changed]
+    try:
+        weights = study_weights(path, config.pretrained_sha256)
+    except OodevalError as exc:
+        return [str(exc)]
     check = getattr(backend, "check_pretrained", None)
     if not callable(check):
         return []
     try:
-        check(path, config.model)
+        check(weights, config.model)
     except OodevalError as exc:
         return [f"[trainer] pretrained: {str(exc).splitlines()[0]}"]
     return []
 
 
+def study_weights(path: str, sha256: str) -> ReadFile:
+    """Weights file `path` read once (`oodeval._digest.read_file`), when it still is the one
+    whose SHA-256 a study recorded (`sha256`); else an OodevalError saying why (unreadable, or
+    other bytes: `weights_change`'s reasons). What it gives is the path, carrying its bytes, for
+    the trainer to load without reading the file again."""
+    try:
+        weights = read_file(path)
+    except OSError as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
+        raise OodevalError(
+            f"pretrained weights {path} cannot be read ({reason}); the study was made with the "
+            f"file of SHA-256 {sha256[:16]}...: put it back there"
+        ) from None
+    if weights.sha256 != sha256:
+        raise OodevalError(
+            f"pretrained weights {path} changed since the study was made (SHA-256 "
+            f"{weights.sha256[:16]}..., the study's {sha256[:16]}...); put the study's file back, "
+            "or start a new study"
+        )
+    return weights
+
+
 def weights_change(path: str, sha256: str) -> str | None:
     """Why weights file `path` is no longer the one whose SHA-256 a study recorded (`sha256`):
-    unreadable, or other bytes; None when it is the same file.
+    unreadable, or other bytes (`study_weights`); None when it is the same file.
 
     >>> weights_change("/no/such/weights.pth", "0" * 64)  # doctest: +ELLIPSIS
     'pretrained weights /no/such/weights.pth cannot be read (no such file); the study was made...'
     """
     try:
-        now = file_sha256(path)
-    except OSError as exc:
-        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
-        return (
-            f"pretrained weights {path} cannot be read ({reason}); the study was made with the "
-            f"file of SHA-256 {sha256[:16]}...: put it back there"
-        )
-    if now == sha256:
-        return None
-    return (
-        f"pretrained weights {path} changed since the study was made (SHA-256 {now[:16]}..., "
-        f"the study's {sha256[:16]}...); put the study's file back, or start a new study"
-    )
+        study_weights(path, sha256)
+    except OodevalError as exc:
+        return str(exc)
+    return None
 
 
 def _device_problems(config: StudyConfig) -> list[str]:
