@@ -373,11 +373,14 @@ def hparams_section() -> list[str]:
             exc.name,
         )
         return []
+    from oodeval.algorithms.hparams import FEATURIZER_HPARAMS, MODEL_HPARAM_CHANGES
+
     out = [
         "## `[hparams.ALGORITHM]`",
         "",
         "Overrides of an algorithm's hyperparameters (`hparams_mode = \"random\"` draws them from "
-        "each one's search distribution instead). Defaults are DomainBed's small-image values.",
+        "each one's search distribution instead). Defaults are DomainBed's small-image values; "
+        "the models below change or add some.",
         "",
         "| algorithm | key | default | meaning |",
         "| --- | --- | --- | --- |",
@@ -385,6 +388,19 @@ def hparams_section() -> list[str]:
     for name in available():
         for key, hp in get_algorithm(name).hparam_space().items():
             out.append(f"| {name} | {code(key)} | {code(repr(hp.default))} | {cell(hp.doc)} |")
+    out += [
+        "",
+        "With these models, these keys replace the algorithm's own of that name where it has "
+        "one (DomainBed's values for its larger images), or are added to every algorithm's "
+        "(the featurizer's own):",
+        "",
+        "| model | key | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for model in sorted(set(MODEL_HPARAM_CHANGES) | set(FEATURIZER_HPARAMS)):
+        extra = {**MODEL_HPARAM_CHANGES.get(model, {}), **FEATURIZER_HPARAMS.get(model, {})}
+        for key, hp in extra.items():
+            out.append(f"| {model} | {code(key)} | {code(repr(hp.default))} | {cell(hp.doc)} |")
     return [*out, ""]
 
 

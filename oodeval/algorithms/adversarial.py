@@ -14,8 +14,9 @@ of class y in the model's minibatches and K the largest label present plus one (
 ``one_hot(y).sum(0)`` has that many columns), and adds a learned class embedding to the features.
 
 Hyperparameters: the generator (featurizer and classifier) uses `lr` and `weight_decay`, which play
-DomainBed's ``lr_g`` and ``weight_decay_g`` (same defaults and search distributions for small
-images; DomainBed's own ``lr`` is unused by DANN).
+DomainBed's ``lr_g`` and ``weight_decay_g`` (same defaults and search distributions, for small
+images and, on the ResNets, for larger ones: `oodeval.algorithms.hparams.IMAGE_HPARAMS`, which
+also gives ``lr_d`` DomainBed's larger-image values; DomainBed's own ``lr`` is unused by DANN).
 """
 
 from __future__ import annotations

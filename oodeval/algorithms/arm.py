@@ -11,6 +11,12 @@ The context network is DomainBed's: three 5x5 convolutions (padding 2) of `arm_c
 statistics of all the model's images in the update (all its environments' minibatches) in training
 and with running averages (momentum 0.1) at prediction; each stacked model has its own.
 
+On a ResNet, ImageNet normalisation (the trainer's ``imagenet_normalize``) is DomainBed's: the
+context network sees the normalised images (`ERM.normalized_images`), and the featurizer
+normalises the image channels of its input and leaves the context channel as it is
+(``image_channels``), as DomainBed, whose datasets normalise the images before ARM appends the
+context, does.
+
 DomainBed's defect, kept by default: DomainBed creates the context network after the optimizer, so
 the network is never trained; it keeps its random initialisation (only the BatchNorm running
 statistics move). ``arm_train_context_net=True`` adds it to the optimizer, as the paper intends.
@@ -145,7 +151,8 @@ class ARM(ERM):
         """
         g, n = x.shape[-5:-3]
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.trains_context()):
-            ctx = self.context_net(self.flat_inputs(x), g, valid)[:, :, None]
+            ctx = self.context_net(self.normalized_images(self.flat_inputs(x)), g, valid)
+        ctx = ctx[:, :, None]
         images = x if x.dim() == 6 else x.expand(self.num_models, *x.shape)
         joint = torch.cat([images, ctx.expand(-1, -1, n, -1, -1, -1)], dim=3)
         return joint.reshape(self.num_models, g * n, *joint.shape[3:])
@@ -172,7 +179,7 @@ class ARM(ERM):
         so the maps of images shared by many test environments are computed once
         (`predict_from`).
         """
-        return self.context_net(x, x.shape[0])
+        return self.context_net(self.normalized_images(x), x.shape[0])
 
     def predict_from(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
         """Logits (M, n, classes) of images `x` (n, C, H, W) whose context maps are `maps`

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from oodeval.algorithms.hparams import HParam, fixed, log_uniform
+from oodeval.algorithms.networks import imagenet_normalization, imagenet_normalization_on
 from oodeval.errors import OodevalError
 
 T = TypeVar("T")
@@ -59,7 +60,11 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
     so a subclass keeps it (ERM's ``build_extra_parts`` and ``build_optimizer`` hooks add modules
     without a constructor). ``hparams`` holds every name of `hparam_space` (the defaults with the
     study's overrides), read as ``self.hparams[key]`` (`flag` for booleans). Initial weights come
-    from the global torch RNG, which the trainer seeds.
+    from the global torch RNG, which the trainer seeds. The ResNets an instance builds normalise
+    their inputs, or not, as the trainer's ``imagenet_normalize`` says: the trainer builds it
+    inside `oodeval.algorithms.networks.imagenet_normalization`, which ``build_featurizer``
+    follows; the instance keeps the setting in ``imagenet_normalize``, and `select_models` builds
+    its copy with it.
 
     **Stacked models.** One instance holds M independent models: every parameter and buffer has
     the model axis first, shape (M, ...) (`oodeval.algorithms.networks` has stacked layers). The
@@ -183,6 +188,8 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
         self.num_classes = int(num_classes)
         self.hparams = dict(hparams)
         self.model = model
+        #: whether the ResNets built now normalise their inputs (`imagenet_normalization`)
+        self.imagenet_normalize = imagenet_normalization_on()
         self.update_count = 0
         #: each model's own environment slots, in slot order
         self.own_envs = [torch.nonzero(row).flatten().tolist() for row in mask]
@@ -309,13 +316,14 @@ class Algorithm(nn.Module, metaclass=ABCMeta):
 
     def select_models(self, index: int) -> Algorithm:
         """A copy holding only model `index` (M = 1), for evaluation, on this one's device."""
-        one = type(self)(
-            self.input_shape,
-            self.num_classes,
-            self.env_mask[index : index + 1].cpu().clone(),
-            self.hparams,
-            model=self.model,
-        ).to(self.env_mask.device)
+        with imagenet_normalization(self.imagenet_normalize):  # its ResNets, as this one's
+            one = type(self)(
+                self.input_shape,
+                self.num_classes,
+                self.env_mask[index : index + 1].cpu().clone(),
+                self.hparams,
+                model=self.model,
+            ).to(self.env_mask.device)
         state = {}
         for key, value in self.state_dict().items():
             if value.dim() == 0 or value.shape[0] != self.num_models:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from oodeval.algorithms.base import Algorithm, adam
-from oodeval.algorithms.networks import EnsembleLinear, build_featurizer
+from oodeval.algorithms.networks import EnsembleLinear, ResNet, build_featurizer
 from oodeval.algorithms.registry import register_algorithm
 
 
@@ -21,7 +21,11 @@ class ERM(Algorithm):
     def build_parts(self) -> None:
         """The featurizer, the linear classifier, what a subclass adds, and the optimizer."""
         self.featurizer = build_featurizer(
-            self.model, self.num_models, self.featurizer_input_shape(), hparams=self.hparams
+            self.model,
+            self.num_models,
+            self.featurizer_input_shape(),
+            hparams=self.hparams,
+            image_channels=self.input_shape[0],  # what an algorithm appends is not an image
         )
         self.classifier = EnsembleLinear(
             self.num_models, self.classifier_inputs(self.featurizer.n_outputs), self.num_classes
@@ -40,6 +44,15 @@ class ERM(Algorithm):
     def featurizer_input_shape(self) -> tuple[int, ...]:
         """Shape of one featurizer input (ARM adds a context channel)."""
         return self.input_shape
+
+    def normalized_images(self, x: torch.Tensor) -> torch.Tensor:
+        """Images ``x`` (..., C, H, W) as the featurizer sees them: ImageNet-normalised by a
+        ResNet that normalises (`oodeval.algorithms.networks.ResNet.normalized`), else as they
+        are; for what an algorithm computes from the images beside the featurizer (ARM's
+        context network)."""
+        if isinstance(self.featurizer, ResNet):
+            return self.featurizer.normalized(x)
+        return x
 
     def classifier_inputs(self, n_features: int) -> int:
         """Width of the classifier input (MTL appends an environment embedding)."""

@@ -2,8 +2,8 @@
 
 The featurizers (`MODELS`, built by `build_featurizer`): ``mlp``, ``cnn`` and ``mnist_cnn`` for
 small images, and DomainBed's ``resnet18`` and ``resnet50`` (`ResNet`: torchvision's names, frozen
-BatchNorms, ``resnet_dropout``), randomly initialised or loaded with a torchvision state_dict
-(``pretrained=``, `oodeval.algorithms.pretrained`).
+BatchNorms, ``resnet_dropout``, ImageNet normalisation of the inputs), randomly initialised or
+loaded with a torchvision state_dict (``pretrained=``, `oodeval.algorithms.pretrained`).
 
 One batched call (``torch.baddbmm`` for linear layers, a grouped convolution for conv layers) runs
 all M models at once, or the conv nets run the M models one after the other on their own
@@ -33,14 +33,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from oodeval.algorithms.hparams import featurizer_hparams
-from oodeval.algorithms.pretrained import (
-    Weights,
-    checked_weights,
-    read_weights,
-    weights_label,
-    weights_sha256,
-)
+from oodeval.algorithms.pretrained import Weights, checked_weights, load_weights
 from oodeval.errors import OodevalError
+from oodeval.training.augment import imagenet_stats
 from oodeval.training.options import PRECISIONS, check_precision
 
 #: the torch dtype of each precision (`oodeval.training.options.PRECISIONS`): the arithmetic of
@@ -50,6 +45,7 @@ _COMPUTE_DTYPE: ContextVar[torch.dtype] = ContextVar("oodeval_compute_dtype", de
 #: how the conv nets run their M stacked models' convolutions (see `conv_layout`)
 CONV_LAYOUTS = ("auto", "grouped", "per_model")
 _CONV_LAYOUT: ContextVar[str] = ContextVar("oodeval_conv_layout", default="auto")
+_IMAGENET_NORMALIZE: ContextVar[bool] = ContextVar("oodeval_imagenet_normalize", default=True)
 
 
 @contextmanager
@@ -116,6 +112,33 @@ def conv_layout(layout: str) -> Iterator[None]:
         yield
     finally:
         _CONV_LAYOUT.reset(token)
+
+
+@contextmanager
+def imagenet_normalization(on: bool) -> Iterator[None]:
+    """Build the ResNets inside the block with ImageNet normalisation of their inputs on or off
+    (`ResNet.normalized`; on outside any block): what ``build_featurizer`` and `ResNet` do when
+    not told (``normalize=None``). The trainer builds a unit's algorithms inside it with its
+    ``imagenet_normalize`` option, so a ResNet that any algorithm builds follows it.
+
+    >>> with imagenet_normalization(False):
+    ...     ResNet18(1, (3, 8, 8)).normalize
+    False
+    >>> ResNet18(1, (3, 8, 8)).normalize
+    True
+    """
+    if not isinstance(on, bool):
+        raise OodevalError(f"imagenet_normalize must be true or false, got {on!r}")
+    token = _IMAGENET_NORMALIZE.set(on)
+    try:
+        yield
+    finally:
+        _IMAGENET_NORMALIZE.reset(token)
+
+
+def imagenet_normalization_on() -> bool:
+    """Whether the ResNets built now normalise their inputs (`imagenet_normalization`)."""
+    return _IMAGENET_NORMALIZE.get()
 
 
 def stacked_layout(device: torch.device) -> str:
@@ -619,9 +642,29 @@ class ResNet(nn.Module):
     (convs ``kaiming_normal_(mode="fan_out")``, BatchNorm weight 1 and bias 0) by the global RNG;
     ``pretrained`` is None then, else the weights' SHA-256 (`weights_sha256`).
 
+    ImageNet normalisation (``normalize``; None, the default, follows `imagenet_normalization`,
+    on unless turned off): every input, in training and prediction, is first `normalized`,
+    ``x_i <- (x_i - mean_i) / std_i`` on each channel i of the images (floats in [0, 1]), with
+    ImageNet's statistics of RGB channel ``i % 3`` (mean 0.485, 0.456, 0.406, std 0.229, 0.224,
+    0.225; `oodeval.training.augment.imagenet_stats`), the channels the adapted first conv
+    copied. DomainBed's image datasets normalise every image so
+    (``transforms.Normalize``, after the training augmentation); here the network does, so that
+    every path to it (training, validation, testing, an algorithm's own) sees normalised images
+    and augmentation (in [0, 1]) comes first. Only the first `image_channels` input channels
+    (default all) are images: channels an algorithm appends (ARM's context map) pass unchanged.
+    ``normalize=False`` feeds the images as they are (a departure from DomainBed). The statistics
+    are non-persistent float64 buffers (``input_mean``, ``input_std``; mean 0 and std 1 on the
+    other channels), used in the images' precision (float32 at least, so bfloat16 images are
+    normalised in float32): they move with the network, and its state_dict keeps torchvision's
+    keys.
+
     Dropout is drawn from the global RNG on the stacked (M, n, d) features, the same in both
     layouts of `conv_layout`. Subclasses set `NAME`, `BLOCK` and `LAYERS`.
     """
+
+    # buffers, declared for type checkers (nn.Module's lookup of them is typed Tensor | Module)
+    input_mean: torch.Tensor
+    input_std: torch.Tensor
 
     NAME = "resnet"
     BLOCK: type[ResidualBlock] = BasicBlock
@@ -636,6 +679,8 @@ class ResNet(nn.Module):
         dropout: float = 0.0,
         freeze_bn: bool = True,
         pretrained: Weights | None = None,
+        normalize: bool | None = None,
+        image_channels: int | None = None,
     ) -> None:
         super().__init__()
         if len(input_shape) != 3:
@@ -643,6 +688,18 @@ class ResNet(nn.Module):
                 f"model={self.NAME!r} needs (C, H, W) inputs, got shape {input_shape}"
             )
         self.num_models, self.in_channels = num_models, int(input_shape[0])
+        self.normalize = imagenet_normalization_on() if normalize is None else bool(normalize)
+        images = self.in_channels if image_channels is None else int(image_channels)
+        if not 0 < images <= self.in_channels:
+            raise OodevalError(
+                f"model={self.NAME!r}: image_channels must be in [1, {self.in_channels}] (the "
+                f"input channels), got {image_channels}"
+            )
+        mean, std = imagenet_stats(images)
+        rest = self.in_channels - images
+        for name, values, other in (("input_mean", mean, 0.0), ("input_std", std, 1.0)):
+            stats = torch.tensor(values + (other,) * rest, dtype=torch.float64).view(-1, 1, 1)
+            self.register_buffer(name, stats, persistent=False)
         self.conv1, self.bn1 = _conv_bn(num_models, self.in_channels, 64, 7, 2)
         width, layers = 64, []
         for i, (planes, blocks) in enumerate(zip(self.PLANES, self.LAYERS, strict=True)):
@@ -689,22 +746,24 @@ class ResNet(nn.Module):
         return shapes
 
     def load_pretrained(self, source: Weights) -> str:
-        """Copy the torchvision state_dict `source` (a ``.pth``/``.pt``/``.safetensors`` file or
-        a dict; ``fc.*`` ignored) into every stacked model, the first conv adapted to the input
-        channels; return (and keep in ``pretrained``) the weights' SHA-256.
+        """Copy the torchvision state_dict `source` (a ``.pth``/``.pt``/``.safetensors`` file, a
+        dict, or either read already, `oodeval.algorithms.pretrained.LoadedWeights`; ``fc.*``
+        ignored) into every stacked model, the first conv adapted to the input channels; return
+        (and keep in ``pretrained``) the weights' SHA-256. A file is read once, for both.
 
         A file that is not a state dict, a missing or unexpected key or a wrong shape raise one
         OodevalError line naming the first mismatching key, before any weight changes.
         """
-        label = weights_label(source)
-        state = checked_weights(read_weights(source), self.torchvision_shapes(), self.NAME, label)
+        weights = load_weights(source)
+        shapes = self.torchvision_shapes()
+        state = checked_weights(weights.state, shapes, self.NAME, weights.label)
         targets = dict(self.state_dict(keep_vars=True))
         with torch.no_grad():
             for key, value in state.items():
                 if key == "conv1.weight":
                     value = adapt_first_conv(value, self.in_channels)
                 targets[key].copy_(value)
-        self.pretrained = weights_sha256(source)
+        self.pretrained = weights.sha256
         return self.pretrained
 
     def train(self: ModuleT, mode: bool = True) -> ModuleT:
@@ -715,6 +774,21 @@ class ResNet(nn.Module):
                 if isinstance(module, EnsembleBatchNorm2d):
                     module.eval()
         return self
+
+    def normalized(self, x: torch.Tensor) -> torch.Tensor:
+        """Images ``x`` (..., c, H, W), c <= the input channels, as the network sees them:
+        ``(x_i - input_mean_i) / input_std_i`` on each channel i with ``normalize`` (ImageNet's
+        statistics of RGB channel ``i % 3`` on the image channels), in the precision of ``x``
+        (float32 at least), else ``x`` itself.
+
+        >>> mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+        >>> ResNet18(1, (3, 32, 32)).normalized(mean).flatten().tolist()
+        [0.0, 0.0, 0.0]
+        """
+        if not self.normalize:
+            return x
+        c, dtype = x.shape[-3], torch.promote_types(x.dtype, torch.float32)
+        return (x - self.input_mean[:c].to(dtype)) / self.input_std[:c].to(dtype)
 
     def features(self, h: torch.Tensor, m: int | None) -> torch.Tensor:
         """Pooled features before dropout: of every model from grouped images (`m` None,
@@ -727,12 +801,14 @@ class ResNet(nn.Module):
         return h.mean(dim=(2, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: images (n, C, H, W) shared or (M, n, C, H, W) per model -> (M, n, n_outputs)."""
+        """``x``: images (n, C, H, W) shared or (M, n, C, H, W) per model -> (M, n, n_outputs);
+        `normalized` first."""
         shared = x.dim() == 4
         if not shared and x.shape[0] != self.num_models:
             raise ValueError(
                 f"per-model images for {x.shape[0]} models, expected {self.num_models}"
             )
+        x = self.normalized(x)
         if stacked_layout(x.device) == "grouped":
             feats = from_grouped(
                 self.features(to_grouped(x, self.num_models), None), self.num_models
@@ -789,6 +865,8 @@ def build_featurizer(
     *,
     hparams: Mapping[str, Any] | None = None,
     pretrained: Weights | None = None,
+    normalize: bool | None = None,
+    image_channels: int | None = None,
 ) -> Featurizer:
     """The featurizer called `model` (one of `MODELS`) for `num_models` stacked models.
 
@@ -796,7 +874,10 @@ def build_featurizer(
     missing ones take their defaults, `oodeval.algorithms.hparams.FEATURIZER_HPARAMS`).
     `pretrained` (ResNets only): a torchvision state_dict, as a ``.pth``/``.pt``/``.safetensors``
     file or a dict, loaded into every model (`ResNet.load_pretrained`); None (default) keeps the
-    seeded random initialisation.
+    seeded random initialisation. `normalize` and `image_channels`: the ResNets' ImageNet
+    normalisation of their inputs (`ResNet.normalized`; None: as `imagenet_normalization` says,
+    on unless turned off, as DomainBed's image datasets), of the first `image_channels` input
+    channels (None: all); the small networks take their inputs as they are, whatever these say.
 
     >>> build_featurizer("mnist_cnn", 3, (2, 28, 28))(torch.zeros(5, 2, 28, 28)).shape
     torch.Size([3, 5, 128])
@@ -814,4 +895,11 @@ def build_featurizer(
         return cls(num_models, input_shape)
     own = {key: hp.default for key, hp in featurizer_hparams(model).items()}
     own.update({key: hparams[key] for key in own if hparams and key in hparams})
-    return cls(num_models, input_shape, dropout=float(own["resnet_dropout"]), pretrained=pretrained)
+    return cls(
+        num_models,
+        input_shape,
+        dropout=float(own["resnet_dropout"]),
+        pretrained=pretrained,
+        normalize=normalize,
+        image_channels=image_channels,
+    )

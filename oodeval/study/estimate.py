@@ -572,7 +572,7 @@ def sample_timings(
     }
     batch_dependent = get_algorithm(algorithm).batch_dependent
     if evaluate and (algorithm == REFERENCE or batch_dependent):
-        row["row_seconds"] = _row_seconds(trained, scenario, int(options.get("batch_size", 64)))
+        row["row_seconds"] = _row_seconds(trained, scenario, trained.batch_size)
     if evaluate and algorithm == REFERENCE:
         timings = run_unit(scenario, algorithm, **common, **{**options, "eval_every": steps})
         row["checkpoint_seconds"] = timings.timings["selection_eval"]

@@ -57,18 +57,19 @@ def check_pretrained(path: str, model: str) -> None:
     _check(path, model)
 
 
-def default_hparams(name: str) -> dict:
-    """`oodeval.algorithms.default_hparams`."""
+def default_hparams(name: str, *, model: str | None = None) -> dict:
+    """`oodeval.algorithms.default_hparams` for the config's `model` (the ResNets train with
+    DomainBed's larger-image values)."""
     from oodeval.algorithms import default_hparams as _default
 
-    return dict(_default(name))
+    return dict(_default(name, model=model))
 
 
-def sample_hparams(name: str, seed: int) -> dict:
-    """`oodeval.algorithms.sample_hparams`."""
+def sample_hparams(name: str, seed: int, *, model: str | None = None) -> dict:
+    """`oodeval.algorithms.sample_hparams` for the config's `model`."""
     from oodeval.algorithms import sample_hparams as _sample
 
-    return dict(_sample(name, seed))
+    return dict(_sample(name, seed, model=model))
 
 
 def run_unit(scenario: Any, algorithm: str, **kwargs: Any) -> Any:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oodeval._digest import ReadFile
 from oodeval._time import utc_timestamp as now
 from oodeval._torch import deterministic_device
 from oodeval.environments.base import Scenario
@@ -51,7 +52,7 @@ from oodeval.study.config import (
     config_from_dict,
     import_backend,
     is_path_import,
-    weights_change,
+    study_weights,
 )
 from oodeval.study.store import UnitRecord
 from oodeval.training.options import NOT_PRETRAINED, TF32_MODES
@@ -211,7 +212,10 @@ def unit_result(task: UnitTask) -> Any:
     with the config's trainer options (this worker's device) and ``unit_options``; a task that
     carries its scenario (`UnitTask.for_scenario`) runs the default backend with its `options`.
     A study's ``[trainer] pretrained`` file must still be the one it was made with, before the
-    unit trains and as the trainer loaded it (its result's ``pretrained``).
+    unit trains and as the trainer loaded it (its result's ``pretrained``). It is read once
+    (`study_weights`), and the backend gets the path carrying those bytes
+    (`oodeval._digest.ReadFile`, a str), so the oodeval trainer loads what was checked without
+    reading the file again.
     """
     if task.build is not None:
         backend = importlib.import_module(DEFAULT_BACKEND)
@@ -221,7 +225,9 @@ def unit_result(task: UnitTask) -> Any:
     else:
         backend, scenario = _STATE["backend"], scenario_at(task.scenario_index)
         trainer, extra = _STATE["trainer"], _STATE["config"].unit_options
-        _check_weights(_STATE["config"])
+        weights = _read_weights(_STATE["config"])
+        if weights is not None:
+            trainer = {**trainer, "pretrained": weights}
     result = backend.run_unit(
         scenario,
         task.algorithm,
@@ -238,18 +244,23 @@ def unit_result(task: UnitTask) -> Any:
     return result
 
 
-def _check_weights(config: StudyConfig, loaded: str | None = None) -> None:
-    """Refuse the unit when the config's ``[trainer] pretrained`` file is not the one the study
-    was made with (`weights_change`: its SHA-256 is checked again before every unit), or when
-    the trainer reports having `loaded` other weights (the file changed while the unit ran)."""
+def _read_weights(config: StudyConfig) -> ReadFile | None:
+    """The config's ``[trainer] pretrained`` file read for one unit (`study_weights`: its
+    SHA-256 is checked again before every unit), None without one; the unit is refused when the
+    file is not the one the study was made with."""
+    path, sha256 = config.trainer.get("pretrained"), config.pretrained_sha256
+    if path is None or sha256 is None:
+        return None
+    return study_weights(path, sha256)
+
+
+def _check_weights(config: StudyConfig, loaded: str) -> None:
+    """Refuse the unit when the trainer reports having `loaded` other weights than the study's
+    (a backend that read the file again, after it changed)."""
     path, sha256 = config.trainer.get("pretrained"), config.pretrained_sha256
     if path is None or sha256 is None:
         return
-    if loaded is None:
-        changed = weights_change(path, sha256)
-        if changed is not None:
-            raise OodevalError(changed)
-    elif loaded != sha256:
+    if loaded != sha256:
         what = "no weights" if loaded == NOT_PRETRAINED else f"SHA-256 {loaded[:16]}..."
         raise OodevalError(
             f"pretrained weights {path} changed since the study was made: the unit loaded "

@@ -9,7 +9,9 @@ semantics of each of those ops on float tensors in [0, 1] of shape (B, C, H, W):
 
 - `domainbed_augmented`: the training augmentation, every random draw from one
   ``torch.Generator`` (a seeded generator per model gives the same batch every run);
-- `imagenet_normalized`: ``(x - mean) / std`` per channel.
+- `imagenet_normalized`: ``(x - mean) / std`` per channel, of RGB images; `imagenet_stats` gives
+  the statistics for other channel counts (the ResNets normalise their inputs with them:
+  `oodeval.algorithms.networks.ResNet.normalized`).
 
 DomainBed applies the colour ops to PIL images (8-bit); these are torchvision's tensor formulas,
 applied to float images without rounding to 8 bits. The draws are made in a fixed order per
@@ -43,6 +45,19 @@ GRAYSCALE_P = 0.1
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 #: the colour ops of ``ColorJitter``, in the order of their columns in `_Draws.factors`
 JITTER_OPS = ("brightness", "contrast", "saturation", "hue")
+
+
+def imagenet_stats(channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """ImageNet's per-channel mean and standard deviation for images of `channels` channels:
+    channel i takes those of RGB channel ``i % 3`` (`IMAGENET_MEAN`, `IMAGENET_STD`), as the first
+    convolution DomainBed adapts to other than 3 channels copies RGB channel ``i % 3``'s weights
+    (`oodeval.algorithms.networks.adapt_first_conv`).
+
+    >>> imagenet_stats(4)
+    ((0.485, 0.456, 0.406, 0.485), (0.229, 0.224, 0.225, 0.229))
+    """
+    mean = tuple(IMAGENET_MEAN[i % 3] for i in range(channels))
+    return mean, tuple(IMAGENET_STD[i % 3] for i in range(channels))
 
 
 def imagenet_normalized(images: torch.Tensor) -> torch.Tensor:

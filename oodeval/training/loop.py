@@ -74,8 +74,15 @@ import torch
 
 from oodeval._torch import deterministic_device, resolve_device, tf32_mode
 from oodeval.algorithms import Algorithm, get_algorithm, resolve_hparams
-from oodeval.algorithms.networks import FEATURIZERS, ResNet, compute_precision, native_bf16
-from oodeval.algorithms.pretrained import checked_weights, read_weights
+from oodeval.algorithms.hparams import SMALL_IMAGE_BATCH_SIZE, default_batch_size
+from oodeval.algorithms.networks import (
+    FEATURIZERS,
+    ResNet,
+    compute_precision,
+    imagenet_normalization,
+    native_bf16,
+)
+from oodeval.algorithms.pretrained import checked_weights, load_weights, read_weights
 from oodeval.environments.base import Environment, Scenario
 from oodeval.errors import OodevalError
 from oodeval.training.augment import domainbed_augmented
@@ -124,6 +131,9 @@ class TrainedUnit:
     device: str = "cpu"
     #: the SHA-256 of the pretrained weights the models started from, or ``"not pretrained"``
     pretrained: str = NOT_PRETRAINED
+    #: the minibatch size (rows per environment and step) the models trained with, also the
+    #: prediction chunk of batch-dependent algorithms (`TrainerOptions.batch_size`, resolved)
+    batch_size: int = SMALL_IMAGE_BATCH_SIZE
 
 
 class DivergenceWatch:
@@ -209,6 +219,7 @@ def _fit(
             f"augment needs images of 1 or 3 channels, (C, H, W); scenario {scenario.name!r} has "
             f"inputs of shape {shape}; set augment = false"
         )
+    batch_size = options.batch_size or default_batch_size(algorithm, model)  # DomainBed's default
     device = resolve_device(options.device)
     deterministic_device(device)
     data = prepare_data(scenario, given, seed, options, device)
@@ -220,7 +231,9 @@ def _fit(
         tf32_mode(options.tf32),
     ):
         torch.manual_seed(seed)
-        runs = _new_runs(cls, hp, model, data.input_shape, scenario.num_classes, n)
+        runs = _new_runs(
+            cls, hp, model, data.input_shape, scenario.num_classes, n, options.imagenet_normalize
+        )
         pretrained = NOT_PRETRAINED
         if options.pretrained is not None:  # before anything trains, on the CPU
             pretrained = load_pretrained(runs, options.pretrained, algorithm)
@@ -228,8 +241,8 @@ def _fit(
             run.algorithm.to(device)
         loop_start = time.perf_counter()
         best, records = _train(
-            runs, data, folds, algorithm, seed=seed, steps=steps, options=options,
-            progress=progress, timings=timings,
+            runs, data, folds, algorithm, seed=seed, steps=steps, batch_size=batch_size,
+            options=options, progress=progress, timings=timings,
         )  # fmt: skip
         # the steps alone: no model building, moving to the device or selection
         timings["steps"] = time.perf_counter() - loop_start - timings["selection_eval"]
@@ -238,7 +251,7 @@ def _fit(
     records.sort(key=lambda c: (folds.index(c.fold), c.step))
     return TrainedUnit(
         algorithm, folds, models, selected, accuracy, hp, timings, records, options.precision,
-        device, pretrained,
+        device, pretrained, batch_size,
     )  # fmt: skip
 
 
@@ -267,8 +280,9 @@ def pretrained_model_problem(model: str, *, raise_it: bool = False) -> str | Non
 def check_pretrained(path: str, model: str) -> None:
     """Refuse, in one OodevalError line, weights file `path` unless it is a torchvision
     state_dict that `model` (``resnet18`` or ``resnet50``) loads: readable, the right keys and
-    shapes (`oodeval.algorithms.pretrained.checked_weights`). Nothing is built or drawn: the
-    shapes come from a network on the meta device."""
+    shapes (`oodeval.algorithms.pretrained.checked_weights`), read once (none when `path` is an
+    `oodeval._digest.ReadFile`). Nothing is built or drawn: the shapes come from a network on
+    the meta device."""
     pretrained_model_problem(model, raise_it=True)
     cls = FEATURIZERS[model]
     assert issubclass(cls, ResNet)  # RESNET_MODELS
@@ -279,23 +293,20 @@ def check_pretrained(path: str, model: str) -> None:
 
 def load_pretrained(runs: list[TrainingRun], path: str, algorithm: str) -> str:
     """Load weights file `path` into every ResNet (found among ``.modules()``) of every run's
-    algorithm; its SHA-256. An algorithm holding no ResNet is refused, as is a file that
-    changed between two loads."""
-    digests: set[str] = set()
-    for run in runs:
-        nets = [m for m in run.algorithm.modules() if isinstance(m, ResNet)]
-        if not nets:
-            raise OodevalError(
-                f"algorithm {algorithm} holds no ResNet to load pretrained weights {path} into; "
-                "build its networks with oodeval.algorithms.networks.build_featurizer, or drop "
-                "pretrained"
-            )
-        digests.update(net.load_pretrained(path) for net in nets)
-    if len(digests) > 1:
+    algorithm; its SHA-256. The file is read once (`load_weights`; not at all when `path` is an
+    `oodeval._digest.ReadFile`, which carries its bytes), so every ResNet gets the same weights
+    (a file changing meanwhile cannot split them). An algorithm holding no ResNet is refused."""
+    nets = [[m for m in run.algorithm.modules() if isinstance(m, ResNet)] for run in runs]
+    if not all(nets):
         raise OodevalError(
-            f"pretrained weights {path} changed while the models were loaded; run the unit again"
+            f"algorithm {algorithm} holds no ResNet to load pretrained weights {path} into; "
+            "build its networks with oodeval.algorithms.networks.build_featurizer, or drop "
+            "pretrained"
         )
-    return digests.pop()
+    weights = load_weights(path)
+    for net in (net for held in nets for net in held):
+        net.load_pretrained(weights)
+    return weights.sha256
 
 
 def _rng_devices(device: str) -> list[int]:
@@ -307,14 +318,33 @@ def _rng_devices(device: str) -> list[int]:
 
 
 def _new_runs(
-    cls: type[Algorithm], hp: dict, model: str, input_shape: tuple, num_classes: int, n: int
+    cls: type[Algorithm],
+    hp: dict,
+    model: str,
+    input_shape: tuple,
+    num_classes: int,
+    n: int,
+    imagenet_normalize: bool = True,
 ) -> list[TrainingRun]:
     """The algorithm instances of a unit, initialised in this order from torch's global RNG: the
-    N LOO models stacked in one (one instance each without ensemble support), the full model."""
+    N LOO models stacked in one (one instance each without ensemble support), the full model.
+
+    They are built inside `imagenet_normalization`, so that every ResNet they hold normalises
+    its inputs as `imagenet_normalize` says (an algorithm that builds one otherwise, with
+    ``normalize=`` of its own, is refused in one line)."""
 
     def new(envs: torch.Tensor, models: list[int]) -> TrainingRun:
         own = torch.ones(envs.shape, dtype=torch.bool)
-        return TrainingRun(cls(input_shape, num_classes, own, hp, model=model), envs, models)
+        with imagenet_normalization(imagenet_normalize):
+            algorithm = cls(input_shape, num_classes, own, hp, model=model)
+        for net in algorithm.modules():
+            if isinstance(net, ResNet) and net.normalize != imagenet_normalize:
+                raise OodevalError(
+                    f"algorithm {cls.name} holds a ResNet with normalize={net.normalize}, the "
+                    f"trainer's imagenet_normalize is {imagenet_normalize}; build its networks "
+                    "with build_featurizer(...), which follows it, without normalize="
+                )
+        return TrainingRun(algorithm, envs, models)
 
     loo = torch.stack([torch.cat([torch.arange(k), torch.arange(k + 1, n)]) for k in range(n)])
     if cls.supports_ensemble:
@@ -332,11 +362,13 @@ def _train(
     *,
     seed: int,
     steps: int,
+    batch_size: int,
     options: TrainerOptions,
     progress: Callable[[int, int], None] | None,
     timings: dict[str, float],
 ) -> tuple[BestCheckpoints, list[CheckpointRow]]:
-    """The training loop: `steps` updates of every run, checkpoints every ``eval_every`` steps.
+    """The training loop: `steps` updates of every run on minibatches of `batch_size` rows per
+    environment, checkpoints every ``eval_every`` steps.
 
     Returns the selection (best checkpoints) and every checkpoint's records; adds the time spent
     evaluating checkpoints to ``timings["selection_eval"]``.
@@ -348,7 +380,7 @@ def _train(
     watch = DivergenceWatch(len(runs))
     on_cpu = data.x.device.type == "cpu"
     for step in range(1, steps + 1):
-        xb, yb = data.minibatches(generator, options.batch_size)
+        xb, yb = data.minibatches(generator, batch_size)
         if options.augment:  # every image of the step's (N, B, C, H, W) minibatches
             flat = xb.reshape(-1, *xb.shape[2:])
             xb = domainbed_augmented(flat, generator, int(xb.shape[-1])).reshape(xb.shape)
@@ -363,10 +395,10 @@ def _train(
             t0 = time.perf_counter()
             for r, run in enumerate(runs):
                 envs = torch.unique(run.envs).tolist()
-                matrix = accuracy_matrix(run, data.val, envs, options.batch_size)
+                matrix = accuracy_matrix(run, data.val, envs, batch_size)
                 accuracy = matrix.gather(1, run.envs).mean(dim=1)
                 records += checkpoint_rows(
-                    run, matrix, accuracy, data.val, data.held_in, folds, step, options.batch_size
+                    run, matrix, accuracy, data.val, data.held_in, folds, step, batch_size
                 )
                 best.update(r, run, accuracy, step)
             timings["selection_eval"] += time.perf_counter() - t0
@@ -434,10 +466,12 @@ def run_unit(
     progress : callable(step, steps), optional
     **options
         The trainer's options, fields of `TrainerOptions`: selection, eval_every,
-        holdout_fraction, batch_size, precision, device (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
-        ``"auto"``), tf32 (``"default"``, ``"off"``), augment, pretrained (a torchvision
-        ``state_dict`` file loaded into the ResNets before training; its SHA-256 is the
-        result's ``pretrained``).
+        holdout_fraction, batch_size (default: DomainBed's for the model and algorithm, 64 for
+        the small networks, 32 for the ResNets, 8 for ARM on them), precision, device
+        (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"``), tf32 (``"default"``, ``"off"``),
+        augment, imagenet_normalize (default True: the ResNets' ImageNet normalisation of their
+        inputs), pretrained (a torchvision ``state_dict`` file loaded into the ResNets before
+        training; its SHA-256 is the result's ``pretrained``).
 
     Returns
     -------
@@ -484,7 +518,7 @@ def _tested_rows(
 ) -> list[ResultRow]:
     """The `ResultRow` of LOO model k on e_k, then of the full model on each of E_all, predicted
     in the arithmetic the models were trained in."""
-    context = trainer.batch_size
+    context = trained.batch_size
     with compute_precision(trained.precision, trained.device), tf32_mode(trainer.tf32):
         rows = [
             ResultRow(

@@ -64,7 +64,9 @@ class TrainerOptions:
         checkpoint period); the last step is always a checkpoint.
     holdout_fraction : fraction of each given environment held out for validation (not trained on).
     batch_size : minibatch size per environment; also the prediction chunk of batch-dependent
-        algorithms.
+        algorithms. None (default): DomainBed's default for the unit's model and algorithm
+        (`oodeval.algorithms.hparams.default_batch_size`): 64 for the small networks, 32 for the
+        ResNets, 8 for ARM on a ResNet.
     precision : ``"fp32"`` or ``"bf16"``: arithmetic of the networks' matrix products, in training
         and testing (module docstring).
     device : ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (module docstring); the spelling is
@@ -78,6 +80,13 @@ class TrainerOptions:
         from the unit's seeded generator after the minibatch itself; the images keep their size.
         Images of 1 or 3 channels only; checkpoint validation and testing see them unaugmented,
         as in DomainBed. Off by default.
+    imagenet_normalize : DomainBed's ImageNet normalisation of the images of its image datasets
+        (``(x - mean) / std`` per channel, mean 0.485, 0.456, 0.406, std 0.229, 0.224, 0.225;
+        channel i of other than 3 takes RGB channel ``i % 3``'s), done by the ResNets on every
+        input, after the augmentation, in training and testing
+        (`oodeval.algorithms.networks.ResNet.normalized`). On by default; false is a departure
+        from DomainBed (the images go in as they are, in [0, 1]). No effect on the small
+        networks, which DomainBed trains on unnormalised small images.
     pretrained : the path of a torchvision ``state_dict`` file (``.pth``, ``.pt`` or
         ``.safetensors``) loaded into every ResNet the unit's models hold
         (`oodeval.algorithms.networks.ResNet.load_pretrained`), right after they are built and
@@ -89,11 +98,12 @@ class TrainerOptions:
     selection: str = "training_domain"
     eval_every: int | None = None
     holdout_fraction: float = 0.2
-    batch_size: int = 64
+    batch_size: int | None = None
     precision: str = PRECISIONS[0]
     device: str = "cpu"
     tf32: str = TF32_MODES[0]
     augment: bool = False
+    imagenet_normalize: bool = True
     pretrained: str | None = None
 
     def __post_init__(self) -> None:
@@ -107,7 +117,7 @@ class TrainerOptions:
                 f"holdout_fraction must be in (0, 1) for training-domain validation (in [0, 1) "
                 f"for selection='last'), got {fraction}"
             )
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise OodevalError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.eval_every is not None and self.eval_every < 1:
             raise OodevalError(f"eval_every must be >= 1, got {self.eval_every}")
@@ -115,6 +125,10 @@ class TrainerOptions:
         check_device_spec(self.device)
         if not isinstance(self.augment, bool):
             raise OodevalError(f"augment must be true or false, got {self.augment!r}")
+        if not isinstance(self.imagenet_normalize, bool):
+            raise OodevalError(
+                f"imagenet_normalize must be true or false, got {self.imagenet_normalize!r}"
+            )
         if isinstance(self.pretrained, os.PathLike):  # a pathlib.Path is a path too
             object.__setattr__(self, "pretrained", os.fspath(self.pretrained))
         if self.pretrained is not None and not (

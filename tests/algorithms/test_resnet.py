@@ -4,7 +4,8 @@ The reference below is a plain torchvision-style ResNet written with torch.nn la
 for 18, Bottleneck with the stride on its 3x3 conv for 50; conv7x7/2 -> bn -> relu -> maxpool
 3x3/2 -> four layers -> adaptive average pool -> flatten; ``fc`` kept, so that its state_dict is a
 torchvision one, and skipped in forward). Its state_dict, written to files, is what
-``pretrained=`` reads.
+``pretrained=`` reads. It takes its images ImageNet-normalised by hand (`imagenet`), as
+DomainBed's datasets give them; the featurizer normalises them itself.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from oodeval.algorithms.networks import (
     ResNet50,
     build_featurizer,
     conv_layout,
+    imagenet_normalization,
 )
 from oodeval.errors import OodevalError
 
@@ -135,6 +137,14 @@ def stack_of(refs: list[RefResNet], name: str, **kwargs) -> ResNet:
     return net
 
 
+def imagenet(x: torch.Tensor) -> torch.Tensor:
+    """DomainBed's ``transforms.Normalize`` by hand, in float64: channel i of (..., C, H, W)
+    images minus mean[i % 3], over std[i % 3] (ImageNet's RGB statistics)."""
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    channels = [(x[..., i, :, :] - mean[i % 3]) / std[i % 3] for i in range(x.shape[-3])]
+    return torch.stack(channels, dim=-3)
+
+
 def images(*lead: int, seed: int = 0, channels: int = 3) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.rand(*lead, channels, 32, 32, generator=gen, dtype=torch.float64)
@@ -183,7 +193,7 @@ def test_each_stacked_model_is_the_reference_forward_and_backward(name, layout):
         grads = {k: p.grad for k, p in net.named_parameters()}
         for k, ref in enumerate(refs):
             ref.eval().zero_grad()
-            want = ref(x if shared else x[k])
+            want = ref(imagenet(x if shared else x[k]))
             torch.testing.assert_close(out[k], want, rtol=0, atol=TOL)
             (want * weights[k]).sum().backward()
             for key, p in ref.named_parameters():
@@ -202,7 +212,7 @@ def test_without_freeze_bn_each_model_normalises_with_its_own_batch_like_the_ref
     with conv_layout(layout):
         out = net(x)
     for k, ref in enumerate(refs):
-        torch.testing.assert_close(out[k], ref.train()(x[k]), rtol=0, atol=TOL)
+        torch.testing.assert_close(out[k], ref.train()(imagenet(x[k])), rtol=0, atol=TOL)
         for key, value in ref.state_dict().items():
             if "running" in key or "num_batches" in key:
                 torch.testing.assert_close(net.state_dict()[key][k], value, rtol=0, atol=TOL)
@@ -260,10 +270,12 @@ def test_resnet_dropout_is_the_featurizers_hyperparameter_with_domainbeds_search
     assert alg.default_hparams("ERM", model="resnet50")["resnet_dropout"] == 0.0
     draws = {alg.sample_hparams("IRM", s, model="resnet18")["resnet_dropout"] for s in range(40)}
     assert draws == {0.0, 0.1, 0.5}
-    for seed in range(5):  # the algorithm's own draws do not move when a model is given
-        with_model = alg.sample_hparams("IRM", seed, model="resnet18")
-        del with_model["resnet_dropout"]
-        assert with_model == alg.sample_hparams("IRM", seed)
+    for seed in range(5):  # the algorithm's own draws do not move when a model is given, but
+        with_model = alg.sample_hparams("IRM", seed, model="resnet18")  # those the model changes
+        del with_model["resnet_dropout"], with_model["lr"], with_model["weight_decay"]
+        small = alg.sample_hparams("IRM", seed)
+        del small["lr"], small["weight_decay"]
+        assert with_model == small
     with pytest.raises(OodevalError, match="unknown hyperparameter\\(s\\) resnet_dropout for ERM"):
         alg.resolve_hparams("ERM", {"resnet_dropout": 0.1}, model="mnist_cnn")
 
@@ -292,7 +304,7 @@ def test_a_torchvision_state_dict_loads_into_every_model(tmp_path, suffix):
             assert torch.equal(value[k], state[key].to(value.dtype)), key
     x = images(2, seed=9)
     out = net(x)
-    torch.testing.assert_close(out[0], ref.eval()(x), rtol=0, atol=TOL)
+    torch.testing.assert_close(out[0], ref.eval()(imagenet(x)), rtol=0, atol=TOL)
     torch.testing.assert_close(out[1], out[0], rtol=0, atol=0)
 
 
@@ -369,7 +381,7 @@ def test_other_channel_counts_copy_pretrained_channel_i_mod_3(channels):
     first = rgb[:, [i % 3 for i in range(channels)]]
     adapted.load_state_dict({**ref.state_dict(), "conv1.weight": first})
     x = images(2, seed=11, channels=channels)
-    torch.testing.assert_close(net(x)[1], adapted.eval()(x), rtol=0, atol=TOL)
+    torch.testing.assert_close(net(x)[1], adapted.eval()(imagenet(x)), rtol=0, atol=TOL)
     torch.manual_seed(0)
     fresh = ResNet18(3, shape)  # not pretrained: DomainBed adapts the random RGB conv alike
     for i in range(3, channels):
@@ -408,3 +420,99 @@ def test_erm_on_resnet18_trains_the_same_in_both_layouts():
     for key, value in first.items():
         torch.testing.assert_close(value, second[key], rtol=0, atol=TOL, msg=key)
     torch.testing.assert_close(torch.stack(l1), torch.stack(l2), rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_normalisation_is_imagenets_of_channel_i_mod_3_by_hand(channels):
+    net = build_featurizer("resnet18", 2, (channels, 32, 32))
+    x = images(2, 5, seed=12, channels=channels)  # float64, per model
+    got = net.normalized(x)
+    assert got.dtype == torch.float64 and got.shape == x.shape
+    assert torch.equal(got, imagenet(x))  # the same float64 operations: bit for bit
+    # by hand: a pixel at the mean is 0, one at 1 is (1 - mean) / std
+    ones = net.normalized(torch.ones(1, channels, 1, 1, dtype=torch.float64)).flatten().tolist()
+    want = [515 / 229, 544 / 224, 594 / 225]  # (1 - m) / s of R, G, B, exactly
+    assert ones == pytest.approx([want[i % 3] for i in range(channels)], rel=1e-15, abs=0)
+    low = net.normalized(x.float())  # float32 images: float32 statistics (rounded once)
+    assert low.dtype == torch.float32
+    # rounded to float32: the image, the mean, the std, the difference and the quotient, each
+    # by at most 2**-24 of a value below 2.7 (the std rounding enters through the quotient)
+    torch.testing.assert_close(low.double(), imagenet(x), rtol=0, atol=6 * 2**-24 * 2.7)
+    assert net.normalized(x.bfloat16()).dtype == torch.float32  # never in bfloat16
+
+
+def test_the_forward_normalises_first_and_the_state_dict_stays_torchvisions():
+    torch.manual_seed(0)
+    net = ResNet18(2, SHAPE).double().eval()
+    plain = ResNet18(2, SHAPE, normalize=False).double().eval()
+    plain.load_state_dict(net.state_dict())  # strict: the same torchvision keys, no more
+    assert not any(k.startswith("input_") for k in net.state_dict())
+    assert {"input_mean", "input_std"} <= {k for k, _ in net.named_buffers()}
+    x = images(3, seed=13)
+    for layout in ("grouped", "per_model"):
+        with conv_layout(layout):
+            torch.testing.assert_close(net(x), plain(imagenet(x)), rtol=0, atol=TOL)
+            assert not torch.allclose(net(x), plain(x))
+    assert torch.equal(plain.normalized(x), x)
+    assert build_featurizer("resnet50", 1, SHAPE, normalize=False).normalize is False
+
+
+def test_only_the_image_channels_are_normalised():
+    net = build_featurizer("resnet18", 1, (4, 32, 32), image_channels=3)  # ARM: a context channel
+    x = images(2, seed=14, channels=4)
+    got = net.normalized(x)
+    assert torch.equal(got[:, :3], imagenet(x[:, :3])) and torch.equal(got[:, 3], x[:, 3])
+    assert torch.equal(net.normalized(x[:, :3]), imagenet(x[:, :3]))  # the images alone
+    for bad in (0, 5):
+        with pytest.raises(OodevalError, match=r"image_channels must be in \[1, 4\]"):
+            ResNet18(1, (4, 32, 32), image_channels=bad)
+
+
+def test_the_setting_an_algorithm_was_built_with_survives_select_models():
+    hp = alg.resolve_hparams("ARM", {}, model="resnet18")
+    for flag in (True, False):
+        with imagenet_normalization(flag):
+            arm = alg.get_algorithm("ARM")(SHAPE, 2, torch.ones(2, 2, dtype=torch.bool), hp,
+                                           model="resnet18")  # fmt: skip
+        assert arm.featurizer.normalize is flag and arm.imagenet_normalize is flag
+        one = arm.select_models(1)  # built outside the block: the original's setting still
+        assert one.featurizer.normalize is flag and one.imagenet_normalize is flag
+        x = images(2, seed=16)
+        assert torch.equal(arm.normalized_images(x), imagenet(x) if flag else x)
+    assert build_featurizer("resnet18", 1, SHAPE).normalize is True  # outside: on
+    with imagenet_normalization(False):
+        assert build_featurizer("resnet18", 1, SHAPE, normalize=True).normalize is True
+    with pytest.raises(OodevalError, match="imagenet_normalize must be true or false, got 1"):
+        with imagenet_normalization(1):
+            pass
+
+
+def test_arms_context_net_sees_normalised_images_and_its_channel_is_left_alone():
+    """DomainBed: the dataset normalises the images, the context net maps them, the featurizer
+    gets the normalised images and the raw context map."""
+    torch.manual_seed(0)
+    hp = alg.resolve_hparams("ARM", {}, model="resnet18")
+    arm = alg.get_algorithm("ARM")(SHAPE, 2, torch.ones(1, 2, dtype=torch.bool), hp,
+                                   model="resnet18").double().eval()  # fmt: skip
+    seen = {}
+    context = arm.context_net.forward
+    featurize = arm.featurizer.features
+
+    def context_input(x, *args):
+        seen["context"] = x
+        return context(x, *args)
+
+    def featurizer_input(h, m):
+        seen["featurizer"] = h
+        return featurize(h, m)
+
+    arm.context_net.forward = context_input
+    arm.featurizer.features = featurizer_input
+    x = images(4, seed=15)
+    with torch.no_grad(), conv_layout("per_model"):
+        maps = arm.per_image(x)
+        arm.predict_from(x, maps)
+    assert torch.equal(seen["context"], imagenet(x))
+    fed = seen["featurizer"].double()  # model 0's images (n, 4, H, W), one group of 4
+    assert torch.equal(fed[:, :3], imagenet(x))
+    assert torch.equal(fed[:, 3:], maps[0].mean(dim=0, keepdim=True).expand(4, -1, -1, -1))

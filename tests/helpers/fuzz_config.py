@@ -110,6 +110,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
                 {"holdout_fraction": -0.1}, {"holdout_fraction": math.nan},
                 {"holdout_fraction": "0.2"}, {"selection": "best"}, {"precision": "fp8"},
                 {"device": "tpu"}, {"tf32": "on"}, {"augment": "yes"}, {"augment": 1},
+                {"imagenet_normalize": "no"}, {"imagenet_normalize": 0},
                 {"unknown_option": 1}, "fast", [1]],
     "hparams": [{"NoSuchAlgorithm": {"lr": 1}}, "x", {"ERM": 5}],
     "unit_options": ["x", [1]],

@@ -200,7 +200,52 @@ def test_a_file_changed_while_a_unit_trains_fails_the_unit(tmp_path, monkeypatch
         return real(*args, **kwargs)
 
     monkeypatch.setattr(trainer_backend, "run_unit", edited_meanwhile)
-    record = run_task(UnitTask(0, "colored", "colored", {}, "ERM", 0, {}, 1, "resnet18"))
+    task = UnitTask(0, "colored", "colored", {}, "ERM", 0, {}, 1, "resnet18")
+    record = run_task(task)  # the trainer loads the bytes the unit's check read: the study's
+    assert record.status == "done", record.failure
+    assert record.versions is not None
+    assert record.versions["run:pretrained"] == config.pretrained_sha256
+
+    def reads_the_path_again(*args, pretrained, **kwargs):  # a backend reading the file itself
+        write_weights(tmp_path / "w.pth", seed=3)
+        return real(*args, pretrained=str(pretrained), **kwargs)
+
+    monkeypatch.setattr(trainer_backend, "run_unit", reads_the_path_again)
+    write_weights(tmp_path / "w.pth")  # the study's file back for the unit's check
+    record = run_task(task)
     assert record.status == "failed" and "changed since the study was made: the unit loaded" in (
         record.failure or ""
     )
+
+
+def test_a_unit_reads_its_weights_file_once(tmp_path, monkeypatch):
+    """Checked before the unit, hashed and parsed for every ResNet of its N + 1 models, recorded
+    as run:pretrained: all from one read of the file's bytes (`oodeval._digest.file_bytes`)."""
+    from oodeval import _digest
+
+    path = tmp_path / "w.pth"
+    digest = write_weights(path)
+    config = load_config(write_config(tmp_path, "w.pth"))
+    reads = []
+    real = _digest.file_bytes
+
+    def counted(where):
+        reads.append(str(where))
+        return real(where)
+
+    monkeypatch.setattr(_digest, "file_bytes", counted)
+    validate_config(config)  # the study's check of the file and of its keys: one read too
+    assert reads == [str(path)]
+    setup_worker(config.to_json())
+    reads.clear()
+    record = run_task(UnitTask(0, "colored", "colored", {}, "ERM", 0, {}, 1, "resnet18"))
+    assert record.status == "done", record.failure
+    assert record.versions is not None and record.versions["run:pretrained"] == digest
+    assert reads == [str(path)]
+    reads.clear()  # a changed file is still refused before the unit trains, from that one read
+    write_weights(path, seed=1)
+    record = run_task(UnitTask(0, "colored", "colored", {}, "ERM", 0, {}, 1, "resnet18"))
+    assert record.status == "failed" and "changed since the study was made" in (
+        record.failure or ""
+    )
+    assert reads == [str(path)]

@@ -260,6 +260,23 @@ def test_a_new_trainer_key_is_one_table_entry(monkeypatch):
     assert other_kind.incompatible == (("trainer.speed", "fast:0", "slow"),)
 
 
+def test_imagenet_normalize_is_a_checked_boolean_stored_only_when_off():
+    assert config_from_dict({**SYNTHETIC, "trainer": {"imagenet_normalize": True}}).trainer == {}
+    off = config_from_dict({**SYNTHETIC, "trainer": {"imagenet_normalize": False}})
+    assert off.trainer == {"imagenet_normalize": False}
+    assert config_from_dict(off.to_dict()) == off
+    assert problems_of({**SYNTHETIC, "trainer": {"imagenet_normalize": "no"}}) == (
+        "[trainer] imagenet_normalize must be true or false, got str 'no'",
+    )
+    # units normalised and units that were not never compare; an absent key is the default
+    stored = study(trainer={"batch_size": 32, "imagenet_normalize": False})
+    assert config_changes(stored, study()).incompatible == (
+        ("trainer.imagenet_normalize", False, True),
+    )
+    named = study(trainer={"batch_size": 32, "imagenet_normalize": True})
+    assert config_changes(study(), named).compatible
+
+
 def test_the_default_precision_is_never_stored():
     assert config_from_dict({**SYNTHETIC, "trainer": {"precision": "fp32"}}).trainer == {}
     assert config_from_dict({**SYNTHETIC, "trainer": {"precision": "bf16"}}).trainer == {

@@ -146,3 +146,32 @@ def test_check_pretrained_refuses_files_the_model_does_not_load(tmp_path, weight
     before = torch.random.get_rng_state()
     check_pretrained(str(path), "resnet18")
     assert torch.equal(before, torch.random.get_rng_state())  # nothing drawn
+
+
+def test_a_unit_reads_the_weights_file_once_for_every_resnet(scenario, weights, monkeypatch):
+    from oodeval import _digest
+
+    path, state = weights
+    reads = []
+    real = _digest.file_bytes
+
+    def counted(where):
+        reads.append(str(where))
+        return real(where)
+
+    monkeypatch.setattr(_digest, "file_bytes", counted)
+    # ARM's units hold 2 ResNets (the LOO stack's, the full model's); hash and parse: one read
+    result = run_unit(scenario, "ARM", seed=0, model="resnet18", pretrained=str(path), **FAST)
+    assert reads == [str(path)]
+    assert result.pretrained == hashlib.sha256(path.read_bytes()).hexdigest()
+    reads.clear()
+    check_pretrained(str(path), "resnet18")  # the check before a study runs: one read too
+    assert reads == [str(path)]
+    reads.clear()
+    read = _digest.read_file(path)  # a path that carries its bytes is never read again
+    trained = train_models(scenario, "ERM", seed=0, model="resnet18", pretrained=read,
+                           hparams={"lr": 0.0}, **FAST)  # fmt: skip
+    assert reads == [str(path)] and trained.pretrained == read.sha256
+    for model in trained.models:  # lr 0: the weights are where loading them put them
+        held = model.featurizer.state_dict()
+        assert all(torch.equal(held[key][0], value) for key, value in state.items())

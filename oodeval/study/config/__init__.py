@@ -54,6 +54,7 @@ from oodeval.study.config.backend import (
     import_backend,
     pretrained_problems,
     resolved_hparams,
+    study_weights,
     validate_config,
     weights_change,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "resolved_import",
     "scenario_key",
     "stored_meaning",
+    "study_weights",
     "validate_config",
     "weights_change",
 ]

@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
+import inspect
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from oodeval._digest import file_sha256
+from oodeval._digest import ReadFile, read_file
 from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.registry import get_measure, undefined_measures
@@ -54,7 +56,10 @@ class TrainerBackend(Protocol):
     ``model`` is checked only by its own ``run_unit`` (`available_models`); and
     ``check_pretrained(path, model)``, raising an OodevalError when the ``[trainer] pretrained``
     file is not weights `model` loads (without it, only the file's digest is checked up
-    front: `pretrained_problems`). A new backend is a
+    front: `pretrained_problems`). Its ``default_hparams`` and ``sample_hparams`` may take a
+    ``model`` keyword, the config's model, when the hyperparameters depend on it (the default
+    backend's do: the ResNets train with DomainBed's larger-image values; `model_hparams`). A
+    new backend is a
     new module with these five functions (in its source: ``def``, an assignment or a named
     import), named by ``backend = "my.module"`` in a config or by an entry point of
     `BACKEND_GROUP`.
@@ -235,7 +240,8 @@ def resolved_hparams(
     Parameters
     ----------
     config : its ``hparams_mode`` and ``hparams`` overrides are applied.
-    backend : gives the defaults (``default_hparams``) and random draws (``sample_hparams``).
+    backend : gives the defaults (``default_hparams``) and random draws (``sample_hparams``),
+        for the config's ``model`` where they take it (`model_hparams`).
     algorithm, seed : the unit's algorithm and seed (the seed only matters for a random draw).
 
     Returns
@@ -244,18 +250,37 @@ def resolved_hparams(
         ``{**base, **overrides}``, base being the defaults or ``sample_hparams(algorithm,
         seed)``; an override of a float default is made a float.
     """
-    defaults = dict(backend.default_hparams(algorithm))
+    defaults = dict(model_hparams(backend.default_hparams, config.model)(algorithm))
     overrides = config.hparams.get(algorithm, {})
     problems = _override_problems(algorithm, overrides, defaults)
     if problems:
         raise ConfigError(problems)
     if config.hparams_mode == "random":
-        base = dict(backend.sample_hparams(algorithm, seed))
+        base = dict(model_hparams(backend.sample_hparams, config.model)(algorithm, seed))
     else:
         base = dict(defaults)
     for key, value in overrides.items():
         base[key] = float(value) if isinstance(defaults[key], float) else value
     return base
+
+
+def model_hparams(function: Callable[..., dict], model: str) -> Callable[..., dict]:
+    """The backend's ``default_hparams`` or ``sample_hparams`` `function` for the config's
+    `model`: given ``model=model`` when it takes that keyword, else as it is (a backend whose
+    hyperparameters do not depend on the model).
+
+    >>> def default_hparams(name, *, model=None):
+    ...     return {"lr": 5e-5 if model == "resnet18" else 1e-3}
+    >>> model_hparams(default_hparams, "resnet18")("ERM"), model_hparams(len, "resnet18")("ab")
+    ({'lr': 5e-05}, 2)
+    """
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as it is
+        return function
+    if any(p.name == "model" or p.kind is p.VAR_KEYWORD for p in parameters):
+        return functools.partial(function, model=model)
+    return function
 
 
 def _override_problems(algorithm: str, overrides: Mapping[str, Any], defaults: dict) -> list[str]:
@@ -405,7 +430,8 @@ def _grid_problems(
                 f"the study runs {list(config.algorithms)}"
             )
         elif algorithm in known:
-            found = _override_problems(algorithm, overrides, backend.default_hparams(algorithm))
+            defaults = model_hparams(backend.default_hparams, config.model)(algorithm)
+            found = _override_problems(algorithm, overrides, defaults)
             problems += found
             if found:
                 clean.remove(algorithm)
@@ -419,44 +445,59 @@ def _grid_problems(
 def pretrained_problems(config: StudyConfig, backend: TrainerBackend | None = None) -> list[str]:
     """What is wrong with the config's ``[trainer] pretrained`` file: gone, changed since its
     ``pretrained_sha256`` was taken (`weights_change`), or (asked of the backend's optional
-    ``check_pretrained``) not weights the config's model loads."""
+    ``check_pretrained``) not weights the config's model loads. The file is read once for all
+    (`study_weights`: the backend is given the `oodeval._digest.ReadFile`)."""
     path = config.trainer.get("pretrained")
     if path is None or config.pretrained_sha256 is None:
         return []  # no weights, or a file the parser could not read (reported there)
-    changed = weights_change(path, config.pretrained_sha256)
-    if changed is not None:
-        return [changed]
+    try:
+        weights = study_weights(path, config.pretrained_sha256)
+    except OodevalError as exc:
+        return [str(exc)]
     check = getattr(backend, "check_pretrained", None)
     if not callable(check):
         return []
     try:
-        check(path, config.model)
+        check(weights, config.model)
     except OodevalError as exc:
         return [f"[trainer] pretrained: {str(exc).splitlines()[0]}"]
     return []
 
 
+def study_weights(path: str, sha256: str) -> ReadFile:
+    """Weights file `path` read once (`oodeval._digest.read_file`), when it still is the one
+    whose SHA-256 a study recorded (`sha256`); else an OodevalError saying why (unreadable, or
+    other bytes: `weights_change`'s reasons). What it gives is the path, carrying its bytes, for
+    the trainer to load without reading the file again."""
+    try:
+        weights = read_file(path)
+    except OSError as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
+        raise OodevalError(
+            f"pretrained weights {path} cannot be read ({reason}); the study was made with the "
+            f"file of SHA-256 {sha256[:16]}...: put it back there"
+        ) from None
+    if weights.sha256 != sha256:
+        raise OodevalError(
+            f"pretrained weights {path} changed since the study was made (SHA-256 "
+            f"{weights.sha256[:16]}..., the study's {sha256[:16]}...); put the study's file back, "
+            "or start a new study"
+        )
+    return weights
+
+
 def weights_change(path: str, sha256: str) -> str | None:
     """Why weights file `path` is no longer the one whose SHA-256 a study recorded (`sha256`):
-    unreadable, or other bytes; None when it is the same file.
+    unreadable, or other bytes (`study_weights`); None when it is the same file.
 
     >>> weights_change("/no/such/weights.pth", "0" * 64)  # doctest: +ELLIPSIS
     'pretrained weights /no/such/weights.pth cannot be read (no such file); the study was made...'
     """
     try:
-        now = file_sha256(path)
-    except OSError as exc:
-        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
-        return (
-            f"pretrained weights {path} cannot be read ({reason}); the study was made with the "
-            f"file of SHA-256 {sha256[:16]}...: put it back there"
-        )
-    if now == sha256:
-        return None
-    return (
-        f"pretrained weights {path} changed since the study was made (SHA-256 {now[:16]}..., "
-        f"the study's {sha256[:16]}...); put the study's file back, or start a new study"
-    )
+        study_weights(path, sha256)
+    except OodevalError as exc:
+        return str(exc)
+    return None
 
 
 def _device_problems(config: StudyConfig) -> list[str]:

@@ -208,6 +208,7 @@ TRAINER_OPTIONS: dict[str, TrainerOption] = {
     "device": TrainerOption(_device, default="cpu", compared=_device_kind),
     "tf32": TrainerOption(one_of(TF32_MODES), default=TF32_MODES[0]),
     "augment": TrainerOption(_boolean, default=False),
+    "imagenet_normalize": TrainerOption(_boolean, default=True),
     # compared by the file's SHA-256 (the config's ``pretrained_sha256``), never by its path
     "pretrained": TrainerOption(_weights_path),
 }

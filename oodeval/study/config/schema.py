@@ -77,7 +77,9 @@ class StudyConfig:
     trainer : extra keyword arguments of ``run_unit`` (selection, eval_every, holdout_fraction,
         batch_size, precision: ``"fp32"`` or ``"bf16"``, device: ``"cpu"``, ``"cuda"``,
         ``"cuda:N"`` or ``"auto"``, tf32: ``"default"`` or ``"off"``, augment: ``true`` for
-        DomainBed's image training augmentation, pretrained: the path of a torchvision
+        DomainBed's image training augmentation, imagenet_normalize: ``false`` to feed the
+        ResNets unnormalised images (default ``true``, DomainBed's ImageNet normalisation; a
+        default is never stored), pretrained: the path of a torchvision
         ``state_dict`` file for the ResNets, relative to the config file and stored absolute;
         rules in `TRAINER_OPTIONS`).
     pretrained_sha256 : the SHA-256 of the ``[trainer] pretrained`` file, computed when the
