@@ -261,6 +261,8 @@ def preset(name: str, *, data: Mapping[str, str] | None = None) -> StudyConfig:
     'quick'
     """
     if name in _PRESETS:
+        if data:
+            raise OodevalError(f"preset {name} reads MNIST, not image folders; drop data")
         return config_from_dict(_PRESETS[name]())
     if name not in _IMAGE_PRESETS:
         raise OodevalError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")

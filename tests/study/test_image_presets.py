@@ -60,6 +60,11 @@ def test_an_unknown_dataset_is_refused(no_data, data):
         preset("paper-images", data={**data, "PACS": data["PACS-corrupted"]})
 
 
+def test_an_mnist_preset_refuses_image_folders(data):
+    with pytest.raises(OodevalError, match="preset quick reads MNIST, not image folders"):
+        preset("quick", data=data)
+
+
 def test_the_environment_variables_name_the_folders(no_data, data, monkeypatch):
     for dataset, folder in data.items():
         monkeypatch.setenv(IMAGE_DATA[dataset].variable, folder)
