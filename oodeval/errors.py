@@ -14,6 +14,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from oodeval._contextvars import scoped_value
+
 __all__ = ["FLAGS", "OodevalError", "SHOWN_ITEMS", "command_line", "listing", "option", "repeats"]
 
 #: How many items of a user-controlled list an error message shows before counting the rest.
@@ -56,11 +58,8 @@ _ON_COMMAND_LINE: ContextVar[bool] = ContextVar("oodeval_on_command_line", defau
 @contextmanager
 def command_line() -> Iterator[None]:
     """Within it, `option` names flags: the CLI runs every command inside it."""
-    token = _ON_COMMAND_LINE.set(True)
-    try:
+    with scoped_value(_ON_COMMAND_LINE, True):
         yield
-    finally:
-        _ON_COMMAND_LINE.reset(token)
 
 
 def option(keyword: str, value: object = None) -> str:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from oodeval._contextvars import scoped_value
 from oodeval.algorithms.hparams import featurizer_hparams
 from oodeval.algorithms.pretrained import Weights, checked_weights, load_weights
 from oodeval.errors import OodevalError
@@ -74,11 +75,8 @@ def compute_precision(precision: str, device: str | torch.device = "cpu") -> Ite
         with torch.autocast(kind, dtype=dtype):
             yield
         return
-    token = _COMPUTE_DTYPE.set(dtype)
-    try:
+    with scoped_value(_COMPUTE_DTYPE, dtype):
         yield
-    finally:
-        _COMPUTE_DTYPE.reset(token)
 
 
 @contextmanager
@@ -107,11 +105,8 @@ def conv_layout(layout: str) -> Iterator[None]:
         raise OodevalError(
             f"unknown conv layout {layout!r}; choose one of {', '.join(CONV_LAYOUTS)}"
         )
-    token = _CONV_LAYOUT.set(layout)
-    try:
+    with scoped_value(_CONV_LAYOUT, layout):
         yield
-    finally:
-        _CONV_LAYOUT.reset(token)
 
 
 @contextmanager
@@ -129,11 +124,8 @@ def imagenet_normalization(on: bool) -> Iterator[None]:
     """
     if not isinstance(on, bool):
         raise OodevalError(f"imagenet_normalize must be true or false, got {on!r}")
-    token = _IMAGENET_NORMALIZE.set(on)
-    try:
+    with scoped_value(_IMAGENET_NORMALIZE, on):
         yield
-    finally:
-        _IMAGENET_NORMALIZE.reset(token)
 
 
 def imagenet_normalization_on() -> bool:

@@ -33,27 +33,6 @@ import pandas as pd
 
 from oodeval.measures import meta
 
-__all__ = [
-    "CORRUPTED_DATASETS",
-    "NICO_DATASET",
-    "NICO_MODEL_TABLES",
-    "NICO_PAPER_NAMES",
-    "NICO_SPLITS",
-    "PAPER_NICO_TABLE2",
-    "PAPER_NICO_TABLE5",
-    "PAPER_SELECTION_COUNTS",
-    "PAPER_TABLE1",
-    "PAPER_TABLE2",
-    "PAPER_TABLE3",
-    "PAPER_TABLE4",
-    "PAPER_TABLE5",
-    "PAPER_TABLE5_ROWS",
-    "corrupted_vs_paper",
-    "nico_vs_paper",
-    "selection_vs_paper",
-    "table5_vs_paper",
-]
-
 #: Table 1 of the worst+gap paper (SR-CMNIST, 14 algorithms, 3 seeds): means of
 #: (rho worst+gap, rho average, tau worst+gap, tau average) per (scale, ratio).
 PAPER_TABLE1 = {
