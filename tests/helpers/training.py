@@ -58,3 +58,19 @@ class TwoGiven(TinyScenario):
     @property
     def given_names(self) -> list[str]:
         return ["e=0.9", "e=0.1"]
+
+
+def counted_file_reads(monkeypatch) -> list[str]:
+    """The paths `oodeval._digest.file_bytes` reads from now on, in order (it still reads them):
+    how the tests count the reads of a weights file."""
+    from oodeval import _digest
+
+    reads: list[str] = []
+    real = _digest.file_bytes
+
+    def counted(where):
+        reads.append(str(where))
+        return real(where)
+
+    monkeypatch.setattr(_digest, "file_bytes", counted)
+    return reads

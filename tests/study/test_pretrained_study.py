@@ -24,6 +24,7 @@ from oodeval.study.config import (
 )
 from oodeval.study.worker import UnitTask, run_task, setup_worker
 from tests.helpers.cli import assert_refused, invoke
+from tests.helpers.training import counted_file_reads
 
 torch.set_num_threads(1)
 
@@ -221,19 +222,10 @@ def test_a_file_changed_while_a_unit_trains_fails_the_unit(tmp_path, monkeypatch
 def test_a_unit_reads_its_weights_file_once(tmp_path, monkeypatch):
     """Checked before the unit, hashed and parsed for every ResNet of its N + 1 models, recorded
     as run:pretrained: all from one read of the file's bytes (`oodeval._digest.file_bytes`)."""
-    from oodeval import _digest
-
     path = tmp_path / "w.pth"
     digest = write_weights(path)
     config = load_config(write_config(tmp_path, "w.pth"))
-    reads = []
-    real = _digest.file_bytes
-
-    def counted(where):
-        reads.append(str(where))
-        return real(where)
-
-    monkeypatch.setattr(_digest, "file_bytes", counted)
+    reads = counted_file_reads(monkeypatch)
     validate_config(config)  # the study's check of the file and of its keys: one read too
     assert reads == [str(path)]
     setup_worker(config.to_json())

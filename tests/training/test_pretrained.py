@@ -24,6 +24,7 @@ from oodeval.training import (
 from oodeval.training.data import TrainingRun
 from oodeval.training.loop import _new_runs, load_pretrained
 from oodeval.training.options import NOT_PRETRAINED
+from tests.helpers.training import counted_file_reads
 
 torch.set_num_threads(1)
 
@@ -152,14 +153,7 @@ def test_a_unit_reads_the_weights_file_once_for_every_resnet(scenario, weights, 
     from oodeval import _digest
 
     path, state = weights
-    reads = []
-    real = _digest.file_bytes
-
-    def counted(where):
-        reads.append(str(where))
-        return real(where)
-
-    monkeypatch.setattr(_digest, "file_bytes", counted)
+    reads = counted_file_reads(monkeypatch)
     # ARM's units hold 2 ResNets (the LOO stack's, the full model's); hash and parse: one read
     result = run_unit(scenario, "ARM", seed=0, model="resnet18", pretrained=str(path), **FAST)
     assert reads == [str(path)]
