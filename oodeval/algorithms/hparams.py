@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from oodeval.paper_grid import IMAGE_BATCH_SIZE, PAPER_BATCH_SIZE
+
 Sampler = Callable[[np.random.Generator], Any]
 
 
@@ -99,11 +101,11 @@ MODEL_HPARAM_CHANGES: dict[str, dict[str, HParam]] = {
     model: IMAGE_HPARAMS for model in IMAGE_MODELS
 }
 #: DomainBed's default minibatch size (rows per environment and step) for its small images, the
-#: trainer's for the small networks
-SMALL_IMAGE_BATCH_SIZE = 64
-#: DomainBed's default minibatch size for its larger images, the trainer's for the ResNets...
-IMAGE_BATCH_SIZE = 32
-#: ... except for these algorithms (DomainBed fixes ARM's at 8 there)
+#: trainer's for the small networks (`oodeval.paper_grid`)
+SMALL_IMAGE_BATCH_SIZE = PAPER_BATCH_SIZE
+#: DomainBed's default minibatch size for its larger images, the trainer's for the ResNets, is
+#: `oodeval.paper_grid.IMAGE_BATCH_SIZE` (32), except for these algorithms (DomainBed fixes
+#: ARM's at 8 there)
 IMAGE_BATCH_SIZES = {"ARM": 8}
 
 

@@ -30,7 +30,8 @@ The image presets follow DomainBed's image protocol, which the worst+gap paper u
 datasets (Section 5) and NICO++ for its DG tables: an ImageNet-normalised ResNet-50 (``resnet50``;
 ``nico-resnet18``: ResNet-18) with frozen batch norms, DomainBed's image hyperparameters, its
 training augmentation (``[trainer] augment``), 5001 steps, a checkpoint every 300 steps
-(DomainBed's ``CHECKPOINT_FREQ`` for its image datasets), 32 images per environment and step.
+(DomainBed's ``CHECKPOINT_FREQ`` for its image datasets), 32 images per environment and step (ARM:
+8; the trainer's default for the ResNets, `oodeval.algorithms.hparams.default_batch_size`).
 
 - ``paper-images``: the worst+gap paper's Tables 2-4. C-Cats&Dogs (family ``colored`` over a
   ``classfolder:DIR`` of cats and dogs) and L-CIFAR10 (``lined`` over ``cifar10:DIR``) at Ratio
@@ -68,7 +69,6 @@ from oodeval.environments.mnist import resolve_source
 from oodeval.errors import OodevalError
 from oodeval.paper_grid import (
     CORRUPTED_PATTERNS,
-    IMAGE_BATCH_SIZE,
     IMAGE_EVAL_EVERY,
     IMAGE_RATIOS,
     IMAGE_SIZE,
@@ -171,11 +171,8 @@ NICO_SPLITS = (NICO_TRAIN_DOMAINS, ("sand", "grass", "water", "rock", "indoor", 
 
 
 def _image_study(name: str, model: str, algorithms: tuple[str, ...], scenarios: list) -> dict:
-    trainer: dict[str, Any] = {
-        "eval_every": IMAGE_EVAL_EVERY,
-        "batch_size": IMAGE_BATCH_SIZE,
-        "augment": True,
-    }
+    # no batch_size: the trainer's default for the ResNets is DomainBed's, 32 (ARM: 8)
+    trainer: dict[str, Any] = {"eval_every": IMAGE_EVAL_EVERY, "augment": True}
     weights = os.environ.get(WEIGHTS_VARIABLES[model], "").strip()
     if weights:
         trainer["pretrained"] = weights
