@@ -220,3 +220,22 @@ def test_an_image_preset_estimates_on_the_stand_in_folders(no_data, data):
     assert set(estimate.samples["algorithm"]) == {"ERM", "CORAL"}
     assert int(estimate.per_n["units_in_study"].sum()) == 2 * 2 * 3
     assert estimate.projected_seconds > 0
+
+
+def test_a_backends_read_only_scenario_refuses_a_dataset_name_in_one_line():
+    from types import SimpleNamespace
+
+    from oodeval.study.config.backend import build
+
+    class ReadOnly:
+        name = "fixed"
+
+        def __setattr__(self, key, value):
+            raise AttributeError(key)
+
+    backend = SimpleNamespace(build_scenario=lambda family, **kw: ReadOnly())
+    cfg = config_from_dict({"algorithms": ["ERM"], "seeds": [0], "steps": 1, "scenarios": ["a"]})
+    spec = ScenarioSpec("a", {}, dataset="D")
+    with pytest.raises(OodevalError, match="cannot be renamed for dataset; drop dataset"):
+        build(backend, cfg, spec)  # type: ignore[arg-type]
+    assert build(backend, cfg, ScenarioSpec("a")).name == "fixed"

@@ -565,7 +565,13 @@ def build(backend: TrainerBackend, config: StudyConfig, spec: ScenarioSpec) -> A
     prefix = f"{spec.dataset}/" if spec.dataset else ""
     if prefix and not scenario.name.startswith(prefix):  # a backend may hand out one object
         # the data's name leads: "PACS-corrupted/corrupted/pattern=1-1-1-1/severity=3"
-        scenario.name = prefix + scenario.name
         params = getattr(scenario, "params", None) or spec.params
-        scenario.params = {**params, "dataset": spec.dataset}
+        try:
+            scenario.name = prefix + scenario.name
+            scenario.params = {**params, "dataset": spec.dataset}
+        except (AttributeError, TypeError):  # a read-only scenario of a backend of one's own
+            raise OodevalError(
+                f"scenario {spec.label()}: the backend's scenarios cannot be renamed for "
+                "dataset; drop dataset from the scenario"
+            ) from None
     return scenario
