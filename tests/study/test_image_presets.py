@@ -239,3 +239,25 @@ def test_a_backends_read_only_scenario_refuses_a_dataset_name_in_one_line():
     with pytest.raises(OodevalError, match="cannot be renamed for dataset; drop dataset"):
         build(backend, cfg, spec)  # type: ignore[arg-type]
     assert build(backend, cfg, ScenarioSpec("a")).name == "fixed"
+
+
+def test_a_study_never_writes_over_a_file_of_a_scenarios_data(tmp_path):
+    from tests.helpers.cli import assert_refused, invoke
+
+    tree = write_domain_tree(tmp_path / "pacs", ("art", "cartoon", "photo", "sketch"), ("a", "b"))
+    (tree / "report.html").write_text("the user's own page")
+    config = tmp_path / "study.toml"
+    config.write_text(
+        'algorithms = ["ERM"]\nseeds = [0]\nsteps = 1\nmodel = "resnet18"\n'
+        f'[[scenarios]]\nfamily = "corrupted"\npattern = "1-1-1-1"\ndataset = "P"\n'
+        f'source = "folder:{tree}"\n'
+    )
+    for argv in (
+        ["study", "run", str(config), "--out", str(tree)],
+        ["study", "estimate", str(config), "--output", str(tree / "report.html")],
+    ):
+        code, out, err = invoke(argv)
+        assert_refused(code, out, err, argv)
+        assert "inside the source of scenario P/corrupted[pattern=1-1-1-1]" in err
+    assert (tree / "report.html").read_text() == "the user's own page"
+    assert not (tree / "results.sqlite").exists()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
+from oodeval._outputs import Inputs
 from oodeval.errors import OodevalError
 
 if TYPE_CHECKING:  # the study stack is imported when a command runs
@@ -42,6 +43,15 @@ PRECISION_OPT: Any = typer.Option(
     "per unit on CPUs with AVX512-BF16/AMX, slightly different numbers); sets [trainer] "
     "precision.",
 )
+
+
+def study_inputs(config: Path | None, chosen: StudyConfig) -> Inputs:
+    """What a study command reads: its CONFIG file and the data of the study and of every
+    scenario with a source of its own (the image presets' folders), for `refuse_aliases`."""
+    read = Inputs().file("CONFIG", config).spec("the study's source", chosen.source)
+    for spec in chosen.scenarios:
+        read.spec(f"the source of scenario {spec.label()}", spec.source)
+    return read
 
 
 def study_config(
