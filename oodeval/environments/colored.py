@@ -21,6 +21,7 @@ import numpy as np
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.sources import as_image_source
 from oodeval.environments.spurious import (
+    PoolSplit,
     SpuriousScenario,
     flipped_by_e,
     parse_ratio,
@@ -78,12 +79,8 @@ def build_colored(
         N_major:N_minor, e.g. "4:1" (the paper's), "3:2" or "5:0" (`colored_given_values`).
     given : sequence of float, optional
         Explicit E_given, overriding the ratio.
-    eval_fraction : float
-        Share of the source held out for the evaluation environments E_all (default 0.2).
-    n_per_given : int, optional
-        Images per given environment (default: the given pool split evenly).
-    n_eval : int, optional
-        Images per evaluation environment (default: the whole held-out pool).
+    eval_fraction, n_per_given, n_eval
+        As in `SpuriousScenario`.
 
     >>> sc = build_colored(source="digits")
     >>> sc.given_names, sc.input_shape
@@ -100,8 +97,5 @@ def build_colored(
         render=tinted,
         spurious=flipped_by_e,
         channels=3,
-        seed=seed,
-        eval_fraction=eval_fraction,
-        n_per_given=n_per_given,
-        n_eval=n_eval,
+        split=PoolSplit(seed, eval_fraction, n_per_given, n_eval),
     )

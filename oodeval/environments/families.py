@@ -9,6 +9,7 @@ below: `build_scenario`, study configs, ``oodeval envs`` (one option per paramet
 from __future__ import annotations
 
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,13 +63,26 @@ class Family:
 
     def parameter_docs(self) -> dict[str, str]:
         """The description of each of `parameters` in the builder's numpy ``Parameters``
-        section, on one line ("" when it has none).
+        section, on one line ("" when it has none). An entry "As in `Name`." (parameters
+        shared with an object of the builder's module, documented there once) takes that
+        object's description of the same parameter.
 
         >>> FAMILIES["sr-cmnist"].parameter_docs()["scale"]
         'Scale >= 1 multiplying both counts.'
+        >>> FAMILIES["colored"].parameter_docs()["n_eval"]
+        'Images per evaluation environment (default: the whole held-out pool).'
         """
         docs = numpy_parameter_docs(inspect.getdoc(self.builder) or "")
+        module = inspect.getmodule(self.builder)
+        for name, text in docs.items():
+            shared = _SHARED_DOC.fullmatch(text)
+            if shared and hasattr(module, shared[1]):
+                owner = numpy_parameter_docs(inspect.getdoc(getattr(module, shared[1])) or "")
+                docs[name] = owner.get(name, text)
         return {name: docs.get(name, "") for name in self.parameters()}
+
+
+_SHARED_DOC = re.compile(r"As in `(\w+)`\.")
 
 
 def numpy_parameter_docs(doc: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ import numpy as np
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.sources import as_image_source
 from oodeval.environments.spurious import (
+    PoolSplit,
     SpuriousScenario,
     parse_ratio,
     ratio_or_given_identity,
@@ -120,12 +121,8 @@ def build_lined(
         N_major:N_minor, e.g. "4:1" (the paper's), "3:2" or "5:0" (`lined_given_values`).
     given : sequence of float, optional
         Explicit E_given, overriding the ratio.
-    eval_fraction : float
-        Share of the source held out for the evaluation environments E_all (default 0.2).
-    n_per_given : int, optional
-        Images per given environment (default: the given pool split evenly).
-    n_eval : int, optional
-        Images per evaluation environment (default: the whole held-out pool).
+    eval_fraction, n_per_given, n_eval
+        As in `SpuriousScenario`.
 
     >>> sc = build_lined(source="digits")
     >>> sc.num_classes, sc.given_names
@@ -136,19 +133,15 @@ def build_lined(
     if k < 2:
         raise OodevalError(f"the lined family needs at least 2 classes, source has {k}")
     name, values, params = ratio_or_given_identity("lined", ratio, given, lined_given_values)
-    base = to_rgb(src.images)
     return spurious_scenario(
         src,
         name=name,
         params=params,
-        base=base,
+        base=to_rgb(src.images),
         given_values=values,
-        render=LineDrawer(k, base.shape[2]),
+        render=LineDrawer(k, src.images.shape[2]),
         spurious=KeptWithProbabilityE(k),
         channels=3,
         binary=False,
-        seed=seed,
-        eval_fraction=eval_fraction,
-        n_per_given=n_per_given,
-        n_eval=n_eval,
+        split=PoolSplit(seed, eval_fraction, n_per_given, n_eval),
     )

@@ -21,6 +21,7 @@ into the identical float32 values when an environment is rendered.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +36,20 @@ E_ALL = tuple(round(k / 100, 2) for k in range(101))
 
 Renderer = Callable[[np.ndarray, np.ndarray], np.ndarray]
 SpuriousLabels = Callable[[np.ndarray, float, np.random.Generator], np.ndarray]
+
+
+class PoolSplit(NamedTuple):
+    """How a spurious family splits its source: the seed, the share held out for E_all and the
+    images per environment, as `SpuriousScenario` takes them.
+
+    >>> PoolSplit(seed=3)
+    PoolSplit(seed=3, eval_fraction=0.2, n_per_given=None, n_eval=None)
+    """
+
+    seed: int = 0
+    eval_fraction: float = 0.2
+    n_per_given: int | None = None
+    n_eval: int | None = None
 
 
 def environment_name(e: float) -> str:
@@ -163,7 +178,7 @@ class SpuriousScenario(Scenario):
     seed : int
         Everything (pool split, label noise, spurious labels) derives from it.
     eval_fraction : float
-        Share of the source held out for the evaluation environments (default 0.2).
+        Share of the source held out for the evaluation environments E_all (default 0.2).
     n_per_given : int, optional
         Images per given environment (default: the given pool split evenly).
     n_eval : int, optional
@@ -344,10 +359,7 @@ def spurious_scenario(
     spurious: SpuriousLabels,
     channels: int,
     binary: bool = True,
-    seed: int = 0,
-    eval_fraction: float = 0.2,
-    n_per_given: int | None = None,
-    n_eval: int | None = None,
+    split: PoolSplit = PoolSplit(),
 ) -> SpuriousScenario:
     """The scenario of a spurious family over `source`: E_given `given_values`, E_all the
     101-grid `E_ALL`, images `base` rendered by `render` into `channels` x H x W.
@@ -355,7 +367,7 @@ def spurious_scenario(
     The one builder of the SR-CMNIST, Colored and Lined families. The task is binary
     (`binary_preliminary`: lower half of the source's classes -> 0) when `binary`, else the
     source's own K classes; ``params`` (the family's parameters) gains ``source``, the source's
-    name. `seed`, `eval_fraction`, `n_per_given` and `n_eval` are `SpuriousScenario`'s.
+    name. `split` gives `SpuriousScenario`'s seed, eval_fraction, n_per_given and n_eval.
 
     >>> from oodeval.environments.sources import load_source
     >>> src = load_source("digits")
@@ -380,10 +392,7 @@ def spurious_scenario(
         render=render,
         spurious=spurious,
         input_shape=(channels, base.shape[-2], base.shape[-1]),
-        seed=seed,
-        eval_fraction=eval_fraction,
-        n_per_given=n_per_given,
-        n_eval=n_eval,
+        **split._asdict(),
         params={**params, "source": source.name},
         source_name=source.name,
     )

@@ -36,6 +36,7 @@ import numpy as np
 from oodeval.environments.source_kinds import ImageSource
 from oodeval.environments.sources import as_image_source
 from oodeval.environments.spurious import (
+    PoolSplit,
     SpuriousScenario,
     flipped_by_e,
     parse_ratio,
@@ -166,12 +167,8 @@ def build_srcmnist(
     size : int, optional
         Image side: 14 (default on MNIST, IRM's) or 28 (DomainBed's; needs a 28x28 source such
         as mnist:DIR, never upsampled); 8 for digits.
-    eval_fraction : float
-        Share of the source held out for the evaluation environments E_all (default 0.2).
-    n_per_given : int, optional
-        Images per given environment (default: the given pool split evenly).
-    n_eval : int, optional
-        Images per evaluation environment (default: the whole held-out pool).
+    eval_fraction, n_per_given, n_eval
+        As in `SpuriousScenario`.
     given : sequence of float, optional
         Explicit E_given, overriding ratio/scale (used for CMNIST).
 
@@ -202,10 +199,7 @@ def build_srcmnist(
         render=color_digits,
         spurious=flipped_by_e,
         channels=2,
-        seed=seed,
-        eval_fraction=eval_fraction,
-        n_per_given=n_per_given,
-        n_eval=n_eval,
+        split=PoolSplit(seed, eval_fraction, n_per_given, n_eval),
     )
 
 
