@@ -247,10 +247,10 @@ class Cifar10Kind(SourceKind):
     summary = "CIFAR-10's python batches"
 
     def load(self, root: Path | None, *, size: int | None) -> ImageSource:
-        return load_cifar10(_folder(root))
+        return load_cifar10(self.folder(root))
 
     def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
-        base = _folder(root)
+        base = self.folder(root)
         if (base / "cifar-10-batches-py").is_dir():
             base = base / "cifar-10-batches-py"
         names = [n for n in (*TRAIN_BATCHES, TEST_BATCH) if (base / n).is_file()]
@@ -262,12 +262,6 @@ class Cifar10Kind(SourceKind):
             names.append(META_FILE)
         for name in names:
             yield name, base / name, False
-
-
-def _folder(root: Path | None) -> Path:
-    if root is None:
-        raise OodevalError("the cifar10 source needs a folder: use 'cifar10:DIR'")
-    return root
 
 
 def _get(batch: dict, key: str) -> Any:

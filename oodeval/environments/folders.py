@@ -152,11 +152,11 @@ class _ImageTreeKind(SourceKind):
 
     def load(self, root: Path | None, *, size: int | None) -> ImageSource:
         loader, _ = _TREES[self.name]
-        return loader(_folder(root), size=size or DEFAULT_FOLDER_SIZE)
+        return loader(self.folder(root), size=size or DEFAULT_FOLDER_SIZE)
 
     def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
         _, lister = _TREES[self.name]
-        base = _folder(root)
+        base = self.folder(root)
         for path in lister(base)[0]:
             yield path.relative_to(base).as_posix(), path, False
 
@@ -175,9 +175,3 @@ class ClassFolderKind(_ImageTreeKind):
 
     name = "classfolder"
     summary = "a <class>/<image> tree"
-
-
-def _folder(root: Path | None) -> Path:
-    if root is None:
-        raise OodevalError("a folder source needs a folder: use 'folder:DIR' or 'classfolder:DIR'")
-    return root

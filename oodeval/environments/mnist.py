@@ -338,10 +338,10 @@ class MnistKind(SourceKind):
     summary = "MNIST's IDX files"
 
     def load(self, root: Path | None, *, size: int | None) -> ImageSource:
-        return load_mnist(_folder(root))
+        return load_mnist(self.folder(root))
 
     def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
-        base = _folder(root)
+        base = self.folder(root)
         found = False
         for stem in (stem for pair in FILES.values() for stem in pair):
             # the loader's order: the plain file first, then the gzip copy
@@ -354,12 +354,6 @@ class MnistKind(SourceKind):
                 f"no MNIST IDX files in {base}; expected e.g. t10k-images-idx3-ubyte.gz and "
                 "t10k-labels-idx1-ubyte.gz"
             )
-
-
-def _folder(root: Path | None) -> Path:
-    if root is None:
-        raise OodevalError("the mnist source needs a folder: use 'mnist:DIR'")
-    return root
 
 
 def _find(root: Path, stem: str) -> Path | None:

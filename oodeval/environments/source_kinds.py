@@ -87,6 +87,13 @@ class SourceKind(ABC):
         """How a spec names this kind: ``"mnist:DIR"``, or ``"digits"`` without a folder."""
         return f"{self.name}:DIR" if self.takes_folder else self.name
 
+    def folder(self, root: Path | None) -> Path:
+        """`root`, the folder a kind that takes one reads; None is refused in one line (as
+        `oodeval.environments.sources.load_source` refuses a spec without its folder)."""
+        if root is None:
+            raise OodevalError(f"source {self.name!r} needs a folder: use '{self.usage}'")
+        return root
+
     @abstractmethod
     def load(self, root: Path | None, *, size: int | None) -> ImageSource:
         """The labelled images under `root` (None when the kind takes no folder).

@@ -36,13 +36,13 @@ class ToyKind(SourceKind):
     summary = "two .npy files"
 
     def load(self, root: Path | None, *, size: int | None) -> ImageSource:
-        assert root is not None
+        root = self.folder(root)
         images = np.load(root / FILES[0]).astype(np.float32) / np.float32(255)
         labels = np.load(root / FILES[1]).astype(np.int64)
         return ImageSource(f"toy:{root}", images, labels, ("a", "b", "c", "d"))
 
     def files(self, root: Path | None) -> Iterator[tuple[str, Path, bool]]:
-        assert root is not None
+        root = self.folder(root)
         for name in FILES:
             yield name, root / name, False
 
@@ -64,6 +64,17 @@ def test_a_registered_kind_is_parsed_and_listed(toy: Path) -> None:
     assert "toy:DIR (two .npy files)" in source_forms(summaries=True)
     with pytest.raises(OodevalError, match=r"^source 'toy' needs a folder: use 'toy:DIR'"):
         parse_source_spec("toy")
+
+
+def test_a_kind_read_without_its_folder_says_so_in_one_line(toy: Path) -> None:
+    kinds = [k for k in SOURCE_KINDS.values() if k.takes_folder]
+    assert {"mnist", "cifar10", "folder", "classfolder", "toy"} <= {k.name for k in kinds}
+    for kind in kinds:
+        line = rf"^source '{kind.name}' needs a folder: use '{kind.name}:DIR'$"
+        with pytest.raises(OodevalError, match=line):
+            kind.load(None, size=None)
+        with pytest.raises(OodevalError, match=line):
+            list(kind.files(None))
 
 
 def test_a_registered_kind_is_identified_by_its_files(toy: Path) -> None:
