@@ -8,17 +8,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from oodeval._outputs import refuse_aliases
 from oodeval.cli._common import fraction_option, reports_errors, stops_on_ctrl_c
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
-from oodeval.cli.study.options import (
-    DEVICE_OPT,
-    PRECISION_OPT,
-    PRESET_OPT,
-    TF32_OPT,
-    study_config,
-    study_inputs,
-)
+from oodeval.cli.study.options import DEVICE_OPT, PRECISION_OPT, PRESET_OPT, TF32_OPT, study_config
 from oodeval.pool import MAX_WORKERS
 from oodeval.study.config.keys import STEPS_LIMIT
 from oodeval.tables import frame_records, render_frame, to_json
@@ -78,8 +70,8 @@ def estimate_command(
     # Ctrl-C: run_study's StudyInterrupted would say "run again to resume", but the sample lives
     # in a temporary folder that is removed, so the line says so instead.
     discarded = "the timing sample was discarded; run the same command again to re-estimate"
-    config_ = study_config(config, preset_name, precision, device, tf32)
-    refuse_aliases([("--output", output)], study_inputs(config, config_))
+    outputs = [("--output", output)]
+    config_ = study_config(config, preset_name, precision, device, tf32, outputs=outputs)
     if sample_steps is None and steps_fraction == 1.0 and chosen is None:
         sample_steps = _default_sample_steps(config_)
     with stops_on_ctrl_c(discarded, own_message=False):

@@ -3,12 +3,13 @@ or a preset, with the trainer overrides of the command line) and those options."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
-from oodeval._outputs import Inputs
+from oodeval._outputs import Inputs, refuse_aliases
 from oodeval.errors import OodevalError
 
 if TYPE_CHECKING:  # the study stack is imported when a command runs
@@ -45,24 +46,37 @@ PRECISION_OPT: Any = typer.Option(
 )
 
 
-def study_inputs(config: Path | None, chosen: StudyConfig) -> Inputs:
-    """What a study command reads: its CONFIG file and the data of the study and of every
-    scenario with a source of its own (the image presets' folders), for `refuse_aliases`."""
-    read = Inputs().file("CONFIG", config).spec("the study's source", chosen.source)
-    for spec in chosen.scenarios:
-        read.spec(f"the source of scenario {spec.label()}", spec.source)
-    return read
-
-
 def study_config(
     config: Path | None,
     preset_name: str | None,
     precision: str | None = None,
     device: str | None = None,
     tf32: str | None = None,
+    *,
+    outputs: Sequence[tuple[str, str | Path | None]] = (),
 ) -> StudyConfig:
     """The study config a command was given: CONFIG.toml or --preset NAME (exactly one), with
-    the command line's --precision, --device and --tf32 written into its ``[trainer]`` table."""
+    the command line's --precision, --device and --tf32 written into its ``[trainer]`` table.
+
+    The command's `outputs` ((what, path) pairs) are refused in one line when one of them is
+    a file the study reads: CONFIG, or the data of the study or of a scenario with a source of
+    its own (the image presets' folders).
+    """
+    chosen = _overridden(config, preset_name, precision, device, tf32)
+    read = Inputs().file("CONFIG", config).spec("the study's source", chosen.source)
+    for spec in chosen.scenarios:
+        read.spec(f"the source of scenario {spec.label()}", spec.source)
+    refuse_aliases(outputs, read)
+    return chosen
+
+
+def _overridden(
+    config: Path | None,
+    preset_name: str | None,
+    precision: str | None,
+    device: str | None,
+    tf32: str | None,
+) -> StudyConfig:
     from oodeval._torch import TF32_MODES, device_problem
     from oodeval.study import load_config, preset, preset_names
     from oodeval.study.config import PRECISIONS

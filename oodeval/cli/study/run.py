@@ -14,7 +14,7 @@ import typer
 
 from oodeval._extras import require_extra
 from oodeval._files import refuse_links
-from oodeval._outputs import refuse_aliases, study_files
+from oodeval._outputs import study_files
 from oodeval._text import safe_text
 from oodeval.cli._common import (
     check_folder_path,
@@ -23,14 +23,7 @@ from oodeval.cli._common import (
     stops_on_ctrl_c,
 )
 from oodeval.cli._options import RegistryCommand, added_values, command_class, typer_option
-from oodeval.cli.study.options import (
-    DEVICE_OPT,
-    PRECISION_OPT,
-    PRESET_OPT,
-    TF32_OPT,
-    study_config,
-    study_inputs,
-)
+from oodeval.cli.study.options import DEVICE_OPT, PRECISION_OPT, PRESET_OPT, TF32_OPT, study_config
 from oodeval.errors import OodevalError
 from oodeval.pool import MAX_WORKERS
 
@@ -88,8 +81,8 @@ def run_command(
     if report:
         written.append(("the report", Path(out) / "report.html"))
     chosen = executor_from_options(executor, workers, added_values(ctx))
-    config_ = study_config(config, preset_name, precision, device, tf32)
-    refuse_aliases([("--out", out), *written], study_inputs(config, config_))
+    outputs = [("--out", out), *written]
+    config_ = study_config(config, preset_name, precision, device, tf32, outputs=outputs)
     _require_extras(config_, report)
     _print_device(config_, chosen)
     # StudyInterrupted says how many units are stored; a Ctrl-C before that, the fallback line.
