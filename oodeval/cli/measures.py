@@ -23,6 +23,7 @@ from oodeval._text import safe_text
 from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, reports_errors
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.limits import MAX_RESAMPLES, check_confidence, check_resamples
+from oodeval.measures.meta import BOOTSTRAP_RESAMPLES, CONFIDENCE
 from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
@@ -100,10 +101,10 @@ def measures_command(
         0,
         "--bootstrap",
         help="Add percentile bootstrap intervals to the correlations (resampling algorithms; "
-        f"this many resamples, e.g. 2000, at most {MAX_RESAMPLES:,}). 0 = off.",
+        f"this many resamples, e.g. {BOOTSTRAP_RESAMPLES}, at most {MAX_RESAMPLES:,}). 0 = off.",
     ),
     confidence: float = typer.Option(
-        0.95,
+        CONFIDENCE,
         "--confidence",
         help="Level of the --bootstrap intervals, in (0, 1).",
     ),

@@ -23,6 +23,7 @@ from oodeval._text import safe_text
 from oodeval.errors import OodevalError, option
 from oodeval.limits import check_flag, check_resamples, check_seed
 from oodeval.measures.meta import (
+    CONFIDENCE,
     TIE_DECIMALS,
     Columns,
     algorithm_ranks,
@@ -383,7 +384,7 @@ def score_results(
     *,
     measures: Sequence[str] | None = None,
     bootstrap: int = 0,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     bootstrap_seed: int = 0,
 ) -> Scores:
     """Compute every table of `oodeval measures` from validated results.

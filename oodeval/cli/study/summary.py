@@ -9,6 +9,7 @@ import typer
 from oodeval._text import safe_text
 from oodeval.cli._common import reports_errors
 from oodeval.limits import MAX_RESAMPLES
+from oodeval.measures.meta import BOOTSTRAP_RESAMPLES
 from oodeval.study.config.keys import SEED_LIMIT
 
 
@@ -17,7 +18,7 @@ def summary_command(
         ..., metavar="STUDY...", help="Study folders or study exports (oodeval study export)."
     ),
     bootstrap: int = typer.Option(
-        2000,
+        BOOTSTRAP_RESAMPLES,
         "--bootstrap",
         min=1,
         max=MAX_RESAMPLES,

@@ -66,6 +66,8 @@ from oodeval.measures.meta._choice import (
     tie_text,
 )
 from oodeval.measures.meta._correlation import (
+    BOOTSTRAP_RESAMPLES,
+    CONFIDENCE,
     bootstrap_correlation_ci,
     mean_std,
     paired_spearman_ci,
@@ -73,7 +75,6 @@ from oodeval.measures.meta._correlation import (
     spearman_critical_value,
 )
 from oodeval.measures.meta._leaderboard import (
-    BOOTSTRAP_RESAMPLES,
     NO_IDEAL_NOTE,
     VERSUS,
     leaderboard_sentence,
@@ -116,6 +117,7 @@ from oodeval.measures.meta._wording import (
 __all__ = [
     "ANSWER_MEASURES",
     "BOOTSTRAP_RESAMPLES",
+    "CONFIDENCE",
     "MAX_RESAMPLES",
     "MIN_INTERVAL_ALGORITHMS",
     "MIN_PICK_ENVIRONMENTS",

@@ -29,6 +29,8 @@ from oodeval.measures._validation import as_float_array, check_same_length
 from oodeval.measures.meta._choice import tie_rounded
 
 __all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "CONFIDENCE",
     "KENDALL_PAIRWISE_MAX",
     "MAX_RESAMPLES",
     "average_ranks",
@@ -40,6 +42,12 @@ __all__ = [
     "rowwise_spearman",
     "spearman_critical_value",
 ]
+
+BOOTSTRAP_RESAMPLES = 2000
+"""Bootstrap draws of the meta-evaluation's percentile intervals (seeded) by default."""
+
+CONFIDENCE = 0.95
+"""Confidence level of those intervals by default."""
 
 KENDALL_PAIRWISE_MAX = 200
 """Up to this many algorithms Kendall's tau-b comes from numpy's pairwise signs (no scipy)."""
@@ -241,8 +249,8 @@ def bootstrap_correlation_ci(
     measure_scores: Any,
     ideal_scores: Any,
     *,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Percentile bootstrap confidence intervals for Spearman's rho and Kendall's tau-b.
@@ -332,8 +340,8 @@ def paired_spearman_ci(
     second_scores: Any,
     ideal_scores: Any,
     *,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Spearman's rho of two measures with the ideal measure, their difference, and paired

@@ -50,6 +50,7 @@ import numpy as np
 from oodeval.errors import OodevalError
 from oodeval.limits import check_confidence, check_resamples, check_seed
 from oodeval.measures.meta._choice import TIE_DECIMALS, algorithm_ranks
+from oodeval.measures.meta._correlation import BOOTSTRAP_RESAMPLES, CONFIDENCE
 from oodeval.measures.meta._tables import choices, ideal_correlations
 from oodeval.measures.meta._units import (
     UNIT_KEYS,
@@ -62,7 +63,6 @@ from oodeval.measures.meta._units import (
 from oodeval.measures.registry import measure_label
 
 __all__ = [
-    "BOOTSTRAP_RESAMPLES",
     "LEADERBOARD_STATISTICS",
     "NO_IDEAL_NOTE",
     "VERSUS",
@@ -79,9 +79,6 @@ __all__ = [
 
 VERSUS = ("average", "worst_plus_gap")
 """The measures every measure is compared with head to head: the usual one and the paper's."""
-
-BOOTSTRAP_RESAMPLES = 2000
-"""Bootstrap draws of the leaderboard's intervals (cells drawn with replacement, seeded)."""
 
 LEADERBOARD_STATISTICS = ("spearman", "kendall", "degradation", "ideal_choice", "trend")
 """The statistics with a point estimate and an interval (``<stat>_mean``/``_low``/``_high``;
@@ -301,7 +298,7 @@ def measure_leaderboard(
     *,
     versus: Sequence[str] = VERSUS,
     n_resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     seed: int = 0,
 ) -> Columns:
     """The leaderboard: every measure's statistics over the (scenario, seed) cells, best first.

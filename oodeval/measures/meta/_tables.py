@@ -23,7 +23,12 @@ import numpy as np
 
 from oodeval.limits import check_confidence, check_resamples, check_seed
 from oodeval.measures.meta._choice import algorithm_choice
-from oodeval.measures.meta._correlation import bootstrap_correlation_ci, mean_std, rank_correlation
+from oodeval.measures.meta._correlation import (
+    CONFIDENCE,
+    bootstrap_correlation_ci,
+    mean_std,
+    rank_correlation,
+)
 from oodeval.measures.meta._units import (
     SEED_MEAN,
     UNIT_KEYS,
@@ -52,7 +57,7 @@ def ideal_correlations(
     measures: Sequence[str],
     *,
     bootstrap: int = 0,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     bootstrap_seed: int = 0,
 ) -> Columns:
     """Spearman's rho and Kendall's tau-b with the ideal measure, per (scenario, seed, measure).

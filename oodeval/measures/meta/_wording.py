@@ -18,7 +18,12 @@ import numpy as np
 from oodeval.errors import OodevalError
 from oodeval.limits import check_confidence, check_count, check_resamples, check_seed
 from oodeval.measures.meta._choice import TIE_DECIMALS, tie_text
-from oodeval.measures.meta._correlation import paired_spearman_ci, spearman_critical_value
+from oodeval.measures.meta._correlation import (
+    BOOTSTRAP_RESAMPLES,
+    CONFIDENCE,
+    paired_spearman_ci,
+    spearman_critical_value,
+)
 from oodeval.measures.meta._tables import choices, seed_means
 from oodeval.measures.meta._units import (
     UNIT_KEYS,
@@ -73,8 +78,8 @@ def correlation_verdicts(
     baseline: str = "average",
     *,
     min_algorithms: int = MIN_VERDICT_ALGORITHMS,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
     bootstrap_seed: int = 0,
 ) -> Columns:
     """Per scenario: does `measure` order the algorithms more like the ideal measure than
@@ -240,7 +245,7 @@ def verdict_sentence(
     measure: str = "worst_plus_gap",
     baseline: str = "average",
     *,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
 ) -> str:
     """The verdict in words, counted from `correlation_verdicts`' table; it never claims more
     than the table shows.

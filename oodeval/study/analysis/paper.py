@@ -235,7 +235,7 @@ def correlatable(frame: pd.DataFrame) -> pd.DataFrame:
     return frame if kept.empty else kept.reset_index(drop=True)
 
 
-VERDICT_RESAMPLES = 2000
+VERDICT_RESAMPLES = meta.BOOTSTRAP_RESAMPLES
 """Bootstrap resamples of the verdict's intervals (seeded: same study, same intervals)."""
 
 

@@ -49,7 +49,7 @@ MIN_SELECTION_CELLS = 6
 
 
 def degradation_difference(
-    cells: pd.DataFrame, *, n_resamples: int = 2000, seed: int = 0
+    cells: pd.DataFrame, *, n_resamples: int = meta.BOOTSTRAP_RESAMPLES, seed: int = 0
 ) -> tuple[float, float, float]:
     """Mean over cells of degradation(worst+gap) - degradation(average), and its 95% percentile
     bootstrap interval (cells drawn with replacement, `n_resamples` draws seeded by `seed`).
@@ -147,7 +147,7 @@ def _selection_text(frame: pd.DataFrame, n_resamples: int, seed: int) -> tuple[s
     return text, clear
 
 
-def study_summary(study: Any, *, n_resamples: int = 2000, seed: int = 0) -> str:
+def study_summary(study: Any, *, n_resamples: int = meta.BOOTSTRAP_RESAMPLES, seed: int = 0) -> str:
     """What `study` (a loaded `oodeval.study.Study`) shows about worst+gap against average, in
     one line: its size, then correlation and selection with their intervals, `TOO_SMALL` first
     when the study is too small or no interval excludes 0 (see the module docstring)."""
