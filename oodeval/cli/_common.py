@@ -290,6 +290,22 @@ def load_imports(entries: list[str] | None) -> dict[str, str]:
     return digests
 
 
+def measures_option(use: str) -> Any:
+    """A ``--measures SPEC,...`` option, read by `measure_specs`; `use` says what the command
+    does with the measures.
+
+    >>> measures_option("to add to every table.").help.endswith("to add to every table.")
+    True
+    """
+    return typer.Option(
+        None,
+        "--measures",
+        metavar="SPEC,...",
+        help="Comma-separated measures (names, labels such as worst+gap, or specs such as "
+        f"cvar:alpha=0.25) {use}",
+    )
+
+
 def measure_specs(measures: str | None) -> list[str] | None:
     """A ``--measures`` list of measure names or specs (``cvar:alpha=0.25``), checked by
     `oodeval.measures.check_measures` (every unknown one named) and in canonical form, without

@@ -19,7 +19,13 @@ import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, reports_errors
+from oodeval.cli._common import (
+    IMPORTS_OPT,
+    load_imports,
+    measure_specs,
+    measures_option,
+    reports_errors,
+)
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError, listing
 from oodeval.measures import measure_label
@@ -186,12 +192,9 @@ def domainbed(
     ),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
-    measures: str | None = typer.Option(
-        None,
-        "--measures",
-        metavar="SPEC,...",
-        help="More measures (names or specs such as cvar:alpha=0.25, yours with --imports) as "
-        "columns of the measures tables (table and markdown formats).",
+    measures: str | None = measures_option(
+        "to add as columns of the measures tables (table and markdown formats); yours with "
+        "--imports."
     ),
     imports: list[str] = IMPORTS_OPT,
 ) -> None:

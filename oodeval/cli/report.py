@@ -12,6 +12,7 @@ from oodeval.cli._common import (
     IMPORTS_OPT,
     load_imports,
     measure_specs,
+    measures_option,
     reports_errors,
     stops_on_ctrl_c,
 )
@@ -39,13 +40,9 @@ def report_command(
         help="Study folders only: report without the units that fail verification instead "
         "of refusing a damaged store; the report names them.",
     ),
-    measures: str | None = typer.Option(
-        None,
-        "--measures",
-        metavar="SPEC,...",
-        help="Study folders only: comma-separated measures (names, labels or specs such as "
-        "cvar:alpha=0.25) to add to every table and figure, computed from the stored errors "
-        "(no unit runs; the store is only read), with their code digests.",
+    measures: str | None = measures_option(
+        "to add to every table and figure (study folders only), computed from the stored "
+        "errors (no unit runs; the store is only read), with their code digests."
     ),
     imports: list[str] = IMPORTS_OPT,
 ) -> None:

@@ -15,6 +15,7 @@ from oodeval.cli._common import (
     check_writable_folder,
     load_imports,
     measure_specs,
+    measures_option,
     reports_errors,
 )
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
@@ -23,12 +24,6 @@ from oodeval.tables import render_frame
 _EXCLUDE_HELP = (
     "Compute without the units that fail verification (damaged store) instead of refusing; "
     "every output then names the units left out."
-)
-MEASURES_HELP = (
-    "Comma-separated measures (names, labels such as worst+gap, or specs such as cvar:alpha=0.25) "
-    "to add to every table, "
-    "computed from the stored errors: no unit runs and the store is only read. The analysis "
-    "then records each measure's code digest (measure_digests.csv)."
 )
 ANALYSIS_DIR_HELP = (
     "Folder to write the analysis files to (default: DIR/analysis), e.g. for a study folder "
@@ -39,7 +34,10 @@ ANALYSIS_DIR_HELP = (
 def analyze_command(
     directory: Path = typer.Argument(..., help="Study folder."),
     exclude_damaged: bool = typer.Option(False, "--exclude-damaged", help=_EXCLUDE_HELP),
-    measures: str | None = typer.Option(None, "--measures", metavar="SPEC,...", help=MEASURES_HELP),
+    measures: str | None = measures_option(
+        "to add to every table, computed from the stored errors: no unit runs and the store is "
+        "only read. The analysis then records each measure's code digest (measure_digests.csv)."
+    ),
     imports: list[str] = IMPORTS_OPT,
     analysis_dir: Path | None = typer.Option(
         None, "--analysis-dir", metavar="DIR", help=ANALYSIS_DIR_HELP

@@ -18,7 +18,13 @@ import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, reports_errors
+from oodeval.cli._common import (
+    IMPORTS_OPT,
+    load_imports,
+    measure_specs,
+    measures_option,
+    reports_errors,
+)
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError
 from oodeval.limits import MAX_RESAMPLES
@@ -38,13 +44,6 @@ from oodeval.tables import heading, render_frame, to_json
 #: each comparator family (median, CVaR of the worst quarter, the 0.75 quantile, mean + 1 std).
 DEFAULT_FAMILY_MEMBERS = ("median", "cvar:alpha=0.25", "quantile:q=0.75", "mean_plus_std:lambda=1")
 
-_MEASURES_HELP = (
-    "Comma-separated measures (names, labels such as worst+gap, or specs) to rank (e.g. "
-    "average,worst_plus_gap,cvar:alpha=0.25); "
-    "default: every registered measure plus median, cvar:alpha=0.25, quantile:q=0.75 and "
-    "mean_plus_std:lambda=1. average and worst_plus_gap are always computed, for the head to "
-    "head."
-)
 
 
 POOLED = "pooled"
@@ -210,8 +209,10 @@ def measures_command(
     directories: list[Path] = typer.Argument(
         ..., help="Study folders (results.sqlite) or DomainBed sweep folders.", metavar="DIR"
     ),
-    measures: str | None = typer.Option(
-        None, "--measures", metavar="SPEC,...", help=_MEASURES_HELP
+    measures: str | None = measures_option(
+        "to rank; default: every registered measure plus median, cvar:alpha=0.25, "
+        "quantile:q=0.75 and mean_plus_std:lambda=1. average and worst_plus_gap are always "
+        "computed, for the head to head."
     ),
     bootstrap: int = typer.Option(
         BOOTSTRAP_RESAMPLES,
