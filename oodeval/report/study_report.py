@@ -46,10 +46,17 @@ from oodeval.tables import Table, plus_minus
 MAX_CURVE_PANELS = 12
 
 
-def _label(scenario: str) -> str:
+def _scenario_label(scenario: str) -> str:
     """'sr-cmnist/ratio=3:1/scale=1' -> 'ratio=3:1 scale=1' (the family is said elsewhere)."""
     parts = scenario.split("/")
     return " ".join(parts[1:]) if len(parts) > 1 else scenario
+
+
+def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` as a figure shows it: its scenarios by `_scenario_label`, its measures by
+    `measure_label` (where it has those columns)."""
+    labels = {"scenario": _scenario_label, "measure": measure_label}
+    return frame.assign(**{c: frame[c].map(f) for c, f in labels.items() if c in frame})
 
 
 def _wall_time(units: pd.DataFrame) -> str:
@@ -369,7 +376,7 @@ def figure1_data(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
     f1 = results["figure1"]
     rows = []
     for r in f1.itertuples(index=False):
-        label = f"{_label(r.scenario)}\nbest: {r.best_algorithm}"
+        label = f"{_scenario_label(r.scenario)}\nbest: {r.best_algorithm}"
         measure = measure_label(r.measure)
         rows.append(
             {
@@ -438,10 +445,8 @@ def _add_figure5(section: Section, results: dict[str, pd.DataFrame]) -> None:
 
 
 def _add_figure6(section: Section, results: dict[str, pd.DataFrame]) -> None:
-    f6 = results["figure6"].copy()
+    f6 = _labelled(results["figure6"])
     if not f6.empty:
-        f6["scenario"] = f6["scenario"].map(_label)
-        f6["measure"] = f6["measure"].map(measure_label)
         section.figures.append(
             grouped_bars(
                 f6,
@@ -511,8 +516,7 @@ def _add_environment_curves(section: Section, study: Study) -> None:
     curves = environment_curves(study)
     scenarios = list(dict.fromkeys(curves["scenario"]))
     if scenarios:
-        shown = curves[curves["scenario"].isin(scenarios[:MAX_CURVE_PANELS])].copy()
-        shown["scenario"] = shown["scenario"].map(_label)
+        shown = _labelled(curves[curves["scenario"].isin(scenarios[:MAX_CURVE_PANELS])])
         section.figures.append(
             lines(
                 shown,
