@@ -27,6 +27,7 @@ from typer.core import TyperGroup
 from oodeval._extras import extra_of, missing_extra_message
 from oodeval._text import safe_text, shortened
 from oodeval.errors import OodevalError, command_line
+from oodeval.study.config.keys import SEED_LIMIT
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -288,6 +289,15 @@ def load_imports(entries: list[str] | None) -> dict[str, str]:
         if is_path_import(entry):
             digests[name] = code_digest(path)
     return digests
+
+
+def seed_option(help: str) -> Any:
+    """A ``--seed`` option: 0 by default, any seed a study config accepts (below `SEED_LIMIT`).
+
+    >>> seed_option("Seed of the draws.").max == SEED_LIMIT - 1
+    True
+    """
+    return typer.Option(0, "--seed", min=0, max=SEED_LIMIT - 1, help=help)
 
 
 def measures_option(use: str) -> Any:

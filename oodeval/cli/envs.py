@@ -27,24 +27,17 @@ from typer.core import TyperOption
 from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import reports_errors
+from oodeval.cli._common import reports_errors, seed_option
 from oodeval.cli._options import RegistryCommand, added_values, command_class, typer_option
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.environments import FAMILIES, build_scenario
 from oodeval.environments.base import Scenario
 from oodeval.environments.sources import source_forms
 from oodeval.errors import OodevalError
-from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import render_frame, to_json
 
 SOURCE_OPT = typer.Option("auto", "--source", help=f"Images: {source_forms(summaries=True)}.")
-SEED_OPT = typer.Option(
-    0,
-    "--seed",
-    min=0,
-    max=SEED_LIMIT - 1,
-    help="Seed for splits, label noise and spurious features.",
-)
+SEED_OPT = seed_option("Seed for splits, label noise and spurious features.")
 FAMILY_ARG = typer.Argument(..., help="Family (see `oodeval envs list`).")
 #: Types a family parameter may take on the command line (a sequence of them: a repeated option).
 CLI_SCALARS = (bool, int, float, str)

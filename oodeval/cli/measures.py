@@ -20,14 +20,19 @@ import typer
 
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import IMPORTS_OPT, load_imports, measure_specs, reports_errors
+from oodeval.cli._common import (
+    IMPORTS_OPT,
+    load_imports,
+    measure_specs,
+    reports_errors,
+    seed_option,
+)
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.limits import MAX_RESAMPLES, check_confidence, check_resamples
 from oodeval.measures.meta import BOOTSTRAP_RESAMPLES, CONFIDENCE
 from oodeval.measures.registry import MEASURES, measure_names
 from oodeval.results.longform import read_results
 from oodeval.results.scoring import Scores, score_results
-from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import render_frame, to_json
 
 __all__ = ["MEASURES_OPT", "measures_help", "register", "render", "measures_command"]
@@ -108,9 +113,7 @@ def measures_command(
         "--confidence",
         help="Level of the --bootstrap intervals, in (0, 1).",
     ),
-    seed: int = typer.Option(
-        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the --bootstrap resampling."
-    ),
+    seed: int = seed_option("Seed of the --bootstrap resampling."),
     imports: list[str] = IMPORTS_OPT,
 ) -> None:
     """Score a results file: every measure per algorithm and seed, checked against the ideal.

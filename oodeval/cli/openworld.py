@@ -41,7 +41,7 @@ import typer
 
 from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
-from oodeval.cli._common import DefaultCommandGroup, reports_errors
+from oodeval.cli._common import DefaultCommandGroup, reports_errors, seed_option
 from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -54,7 +54,6 @@ from oodeval.errors import OodevalError
 from oodeval.measures.openworld import openworld_curve
 from oodeval.openworld.ratio_study import MAX_REPEATS
 from oodeval.results.predictions import parse_class_ids, read_predictions, score_predictions
-from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import render_frame, render_rows
 
 app = typer.Typer(
@@ -150,9 +149,7 @@ def ratio_study_command(
     repeats: int = typer.Option(
         5, "--n-repeats", min=1, max=MAX_REPEATS, help="Seeded resamples per ratio."
     ),
-    seed: int = typer.Option(
-        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the first resample."
-    ),
+    seed: int = seed_option("Seed of the first resample."),
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
 ) -> None:

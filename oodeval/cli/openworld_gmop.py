@@ -27,7 +27,7 @@ from oodeval._files import all_or_nothing, refuse_links
 from oodeval._npz import npz_path, write_npz
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import safe_text
-from oodeval.cli._common import fraction_option, reports_errors, stops_on_ctrl_c
+from oodeval.cli._common import fraction_option, reports_errors, seed_option, stops_on_ctrl_c
 from oodeval.cli._output import (
     FORMAT_OPT,
     OUTPUT_OPT,
@@ -36,7 +36,7 @@ from oodeval.cli._output import (
     echo_metrics_and_file,
 )
 from oodeval.errors import OodevalError
-from oodeval.study.config.keys import SEED_LIMIT, STEPS_LIMIT
+from oodeval.study.config.keys import STEPS_LIMIT
 
 
 def npz_outputs(flag: str, given: Path | None) -> list[tuple[str, Path | None]]:
@@ -83,12 +83,8 @@ def make_features_command(
     overlap: float = fraction_option(
         0.5, "--overlap", "synthetic only: move new-class centres towards base ones (0..1)."
     ),
-    seed: int = typer.Option(
-        0,
-        "--seed",
-        min=0,
-        max=SEED_LIMIT - 1,
-        help="Seed of every draw (features, encoder images, shots) and of the encoder.",
+    seed: int = seed_option(
+        "Seed of every draw (features, encoder images, shots) and of the encoder."
     ),
 ) -> None:
     """Write few-shot training and test feature files for train-gmop / evaluate."""
@@ -175,9 +171,7 @@ def train_gmop_command(
         max=1e6,
         help="Cosine-to-logit scale (default: from the feature file).",
     ),
-    seed: int = typer.Option(
-        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed (same seed -> same model)."
-    ),
+    seed: int = seed_option("Seed (same seed -> same model)."),
     device: str = typer.Option(
         "cpu", "--device", help="Train on cpu, cuda, cuda:N or auto (cuda when available)."
     ),

@@ -29,7 +29,7 @@ import typer
 from oodeval._files import refuse_links, write_file
 from oodeval._outputs import Inputs, refuse_aliases
 from oodeval._text import read_text, safe_text
-from oodeval.cli._common import fraction_option, reports_errors
+from oodeval.cli._common import fraction_option, reports_errors, seed_option
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError, listing
 from oodeval.measures.domain import STD_DDOFS
@@ -47,7 +47,6 @@ from oodeval.protocols import (
     scan_tree,
     write_assignment_csv,
 )
-from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.tables import render_frame, text_table, to_json
 
 app = typer.Typer(
@@ -103,7 +102,7 @@ TREE_ARG = typer.Argument(..., help="Root of a <domain>/<class>/<image> tree.")
 OUT_OPT = typer.Option(
     ..., "--out", metavar="FILE", help="Domain-assignment CSV to write (path,class,domain,role)."
 )
-SEED_OPT = typer.Option(0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of every random draw.")
+SEED_OPT = seed_option("Seed of every random draw.")
 PER_MINOR_OPT = typer.Option(
     50, "--per-minor", max=10_000_000, help="Images per minor training domain."
 )

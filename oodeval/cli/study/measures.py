@@ -24,6 +24,7 @@ from oodeval.cli._common import (
     measure_specs,
     measures_option,
     reports_errors,
+    seed_option,
 )
 from oodeval.cli._output import FORMAT_OPT, OUTPUT_OPT, OutputFormat, check_output_path, echo_output
 from oodeval.errors import OodevalError
@@ -36,14 +37,12 @@ from oodeval.measures.meta import (
     measure_rankings,
 )
 from oodeval.measures.registry import check_measures, measure_label, measure_names
-from oodeval.study.config.keys import SEED_LIMIT
 from oodeval.study.store import is_export
 from oodeval.tables import heading, render_frame, to_json
 
 #: The measures ranked without --measures: every registered plain measure, and one member of
 #: each comparator family (median, CVaR of the worst quarter, the 0.75 quantile, mean + 1 std).
 DEFAULT_FAMILY_MEMBERS = ("median", "cvar:alpha=0.25", "quantile:q=0.75", "mean_plus_std:lambda=1")
-
 
 
 POOLED = "pooled"
@@ -222,9 +221,7 @@ def measures_command(
         help="Bootstrap draws of (scenario, seed) cells for the 95% intervals; 0 for none; at "
         f"most {MAX_RESAMPLES:,}.",
     ),
-    seed: int = typer.Option(
-        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the bootstrap draws."
-    ),
+    seed: int = seed_option("Seed of the bootstrap draws."),
     imports: list[str] = IMPORTS_OPT,
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,

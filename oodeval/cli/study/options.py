@@ -77,6 +77,7 @@ def _overridden(
     device: str | None,
     tf32: str | None,
 ) -> StudyConfig:
+    """CONFIG.toml or the preset, with the command line's trainer options written in."""
     from oodeval._torch import TF32_MODES, device_problem
     from oodeval.study import load_config, preset, preset_names
     from oodeval.study.config import PRECISIONS

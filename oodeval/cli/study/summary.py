@@ -7,10 +7,9 @@ from pathlib import Path
 import typer
 
 from oodeval._text import safe_text
-from oodeval.cli._common import reports_errors
+from oodeval.cli._common import reports_errors, seed_option
 from oodeval.limits import MAX_RESAMPLES
 from oodeval.measures.meta import BOOTSTRAP_RESAMPLES
-from oodeval.study.config.keys import SEED_LIMIT
 
 
 def summary_command(
@@ -24,9 +23,7 @@ def summary_command(
         max=MAX_RESAMPLES,
         help="Bootstrap draws of every interval.",
     ),
-    seed: int = typer.Option(
-        0, "--seed", min=0, max=SEED_LIMIT - 1, help="Seed of the bootstrap draws."
-    ),
+    seed: int = seed_option("Seed of the bootstrap draws."),
 ) -> None:
     """Print one line per study: worst+gap against average on correlation with the ideal
     measure (rho per scenario, the paired 95% interval of the difference) and on selection
