@@ -108,14 +108,14 @@ def refuse_links(*paths: str | Path, named_by_user: bool = False) -> None:
             raise link_refusal(path)
 
 
-def _is_stream(mode: int) -> bool:
+def is_stream(mode: int) -> bool:
     """A character device, a pipe or a socket: written in place, never replaced."""
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def _leads_to_a_stream(path: str | Path) -> bool:
     try:
-        return _is_stream(os.stat(path).st_mode)  # the link followed
+        return is_stream(os.stat(path).st_mode)  # the link followed
     except OSError:  # dangling, or a loop
         return False
 
@@ -281,7 +281,7 @@ def _write_to_stream(path: Path, raw: bytes) -> None:
         if exc.errno in (errno.ENOENT, errno.ELOOP, errno.EISDIR):
             raise link_refusal(path) from None
         raise
-    if not _is_stream(os.fstat(fd).st_mode):
+    if not is_stream(os.fstat(fd).st_mode):
         os.close(fd)
         raise link_refusal(path)
     _write_in_place(fd, raw)

@@ -20,11 +20,11 @@ written into it are compared, and the folder itself when it is an input file.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oodeval._files import is_stream
 from oodeval._text import STDIN
 from oodeval.errors import OodevalError
 
@@ -130,7 +130,7 @@ class _Place:
             st = os.stat(path)
         except (OSError, ValueError):
             st = None
-        if st is not None and _is_stream(st.st_mode):
+        if st is not None and is_stream(st.st_mode):
             return None
         inode = None if st is None else (st.st_dev, st.st_ino)
         return cls(label, str(path), os.path.realpath(path), inode)
@@ -140,10 +140,6 @@ class _Place:
 
     def named(self) -> str:
         return f"{self.label} {self.path}" if self.label else self.path
-
-
-def _is_stream(mode: int) -> bool:
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def refuse_aliases(

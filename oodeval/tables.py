@@ -225,11 +225,17 @@ def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """`frame`'s rows as plain-Python records: numpy scalars unwrapped, NaN and NA as None."""
     records = []
     for row in frame.to_dict("records"):
-        records.append({str(k): _plain(v) for k, v in row.items()})
+        records.append({str(k): json_value(v) for k, v in row.items()})
     return records
 
 
-def _plain(value: object) -> object:
+def json_value(value: object) -> object:
+    """A frame cell as a JSON value: numpy scalars as Python ones; None, NA, NaT, NaN and
+    infinities as None.
+
+    >>> json_value(np.float32(0.5)), json_value(float("inf")), json_value(pd.NaT)
+    (0.5, None, None)
+    """
     if value is None or value is pd.NA or value is pd.NaT:
         return None
     if isinstance(value, np.generic):
@@ -249,7 +255,7 @@ def _strict(value: object) -> object:
         return {k: _strict(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_strict(v) for v in value]
-    return _plain(value)
+    return json_value(value)
 
 
 def render_frame(

@@ -33,7 +33,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from oodeval.limits import SEED_LIMIT
 from oodeval.study.store._integrity import StoreHealth, unit_checksum
 from oodeval.study.store.records import ConfigRecord, unit_key
 from oodeval.study.store.schema import JSON_COLUMNS, RESULT_COLUMNS, UNIT_COLUMNS
+from oodeval.tables import json_value
 
 __all__ = [
     "EXPORT_MAGIC",
@@ -101,7 +101,7 @@ def export_text(study: Any) -> str:
     units = study.units.sort_values("unit_key", kind="stable")
     checksums = dict(getattr(study, "fingerprint", ()) or ())
     for row in units.to_dict("records"):
-        unit = {c: _plain(row.get(c)) for c in UNIT_COLUMNS}
+        unit = {c: json_value(row.get(c)) for c in UNIT_COLUMNS}
         unit["checksum"] = checksums.get(row["unit_key"])
         unit["params"] = dict(unit["params"] or {})
         if "source" in unit["params"]:
@@ -126,15 +126,6 @@ def export_text(study: Any) -> str:
 def _scenario_names(study: Any) -> dict[str, str]:
     history = getattr(study, "history", None) or []
     return dict(history[-1].scenario_names) if history else {}
-
-
-def _plain(value: Any) -> Any:
-    """A frame cell as a JSON value (numpy scalars to Python, NaN/None to None)."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
 
 
 def is_export(path: str | Path) -> bool:
