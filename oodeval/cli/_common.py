@@ -27,7 +27,7 @@ from typer.core import TyperGroup
 from oodeval._extras import extra_of, missing_extra_message
 from oodeval._text import safe_text, shortened
 from oodeval.errors import OodevalError, command_line
-from oodeval.study.config.keys import SEED_LIMIT
+from oodeval.limits import SEED_LIMIT
 
 F = TypeVar("F", bound=Callable[..., Any])
 

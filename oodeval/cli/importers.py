@@ -193,8 +193,8 @@ def domainbed(
     fmt: OutputFormat = FORMAT_OPT,
     output: str | None = OUTPUT_OPT,
     measures: str | None = measures_option(
-        "to add as columns of the measures tables (table and markdown formats); yours with "
-        "--imports."
+        "to add as columns of the measures tables (table and markdown formats); your own "
+        "with --imports."
     ),
     imports: list[str] = IMPORTS_OPT,
 ) -> None:

@@ -65,23 +65,31 @@ class Family:
         """The description of each of `parameters` in the builder's numpy ``Parameters``
         section, on one line ("" when it has none). An entry "As in `Name`." (parameters
         shared with an object of the builder's module, documented there once) takes that
-        object's description of the same parameter.
+        object's description of the same parameter, following such entries `MAX_SHARED_HOPS`
+        deep.
 
         >>> FAMILIES["sr-cmnist"].parameter_docs()["scale"]
         'Scale >= 1 multiplying both counts.'
-        >>> FAMILIES["colored"].parameter_docs()["n_eval"]
+        >>> FAMILIES["cmnist"].parameter_docs()["n_eval"]  # cmnist -> sr-cmnist -> SpuriousScenario
         'Images per evaluation environment (default: the whole held-out pool).'
         """
         docs = numpy_parameter_docs(inspect.getdoc(self.builder) or "")
         module = inspect.getmodule(self.builder)
         for name, text in docs.items():
-            shared = _SHARED_DOC.fullmatch(text)
-            if shared and hasattr(module, shared[1]):
+            for _ in range(MAX_SHARED_HOPS):
+                shared = _SHARED_DOC.fullmatch(text)
+                if shared is None or not hasattr(module, shared[1]):
+                    break
                 owner = numpy_parameter_docs(inspect.getdoc(getattr(module, shared[1])) or "")
-                docs[name] = owner.get(name, text)
+                if name not in owner:
+                    break
+                text = owner[name]
+            docs[name] = text
         return {name: docs.get(name, "") for name in self.parameters()}
 
 
+#: How many "As in `Name`." entries `Family.parameter_docs` follows in a row.
+MAX_SHARED_HOPS = 4
 _SHARED_DOC = re.compile(r"As in `(\w+)`\.")
 
 

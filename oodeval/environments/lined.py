@@ -139,9 +139,11 @@ def build_lined(
         params=params,
         base=to_rgb(src.images),
         given_values=values,
-        render=LineDrawer(k, src.images.shape[2]),
+        render=LineDrawer(k, src.images.shape[-2]),
         spurious=KeptWithProbabilityE(k),
         channels=3,
         binary=False,
-        split=PoolSplit(seed, eval_fraction, n_per_given, n_eval),
+        split=PoolSplit(
+            seed=seed, eval_fraction=eval_fraction, n_per_given=n_per_given, n_eval=n_eval
+        ),
     )

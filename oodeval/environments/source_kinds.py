@@ -89,7 +89,7 @@ class SourceKind(ABC):
 
     def folder(self, root: Path | None) -> Path:
         """`root`, the folder a kind that takes one reads; None is refused in one line (as
-        `oodeval.environments.sources.load_source` refuses a spec without its folder)."""
+        `oodeval.environments.sources.parse_source_spec` refuses a spec without its folder)."""
         if root is None:
             raise OodevalError(f"source {self.name!r} needs a folder: use '{self.usage}'")
         return root

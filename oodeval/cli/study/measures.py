@@ -209,7 +209,8 @@ def measures_command(
         ..., help="Study folders (results.sqlite) or DomainBed sweep folders.", metavar="DIR"
     ),
     measures: str | None = measures_option(
-        "to rank; default: every registered measure plus median, cvar:alpha=0.25, "
+        "to rank (e.g. average,worst_plus_gap,cvar:alpha=0.25); default: every registered "
+        "measure plus median, cvar:alpha=0.25, "
         "quantile:q=0.75 and mean_plus_std:lambda=1. average and worst_plus_gap are always "
         "computed, for the head to head."
     ),

@@ -67,7 +67,7 @@ def degradation_difference(
     d = (cells["worst_plus_gap"] - cells["average"]).to_numpy(np.float64)
     draws = np.random.default_rng(seed).integers(0, d.size, size=(n_resamples, d.size))
     boot = d[draws].mean(axis=1)
-    low, high = np.quantile(boot, [0.025, 0.975])
+    low, high = np.quantile(boot, [(1 - meta.CONFIDENCE) / 2, (1 + meta.CONFIDENCE) / 2])
     return float(d.mean()), float(low), float(high)
 
 
