@@ -24,7 +24,6 @@ from oodeval.cli._common import (
     IMPORTS_OPT,
     load_imports,
     measure_specs,
-    measures_option,
     reports_errors,
     seed_option,
 )
@@ -45,14 +44,15 @@ def measures_help() -> str:
     >>> "cvar:alpha=<float>" in measures_help()
     True
     """
-    return measures_option(
-        f"to score. Registered: {', '.join(measure_names())} (default: {', '.join(MEASURES)}). "
-        "Your own: @register_measure in a module you import."
-    ).help
+    return (
+        "Comma-separated measures, each a name, a label (worst+gap, in any case) or a "
+        f"parameterised spec such as cvar:alpha=0.25. Registered: {', '.join(measure_names())} "
+        f"(default: {', '.join(MEASURES)}). Your own: @register_measure in a module you import."
+    )
 
 
 #: ``--measures``; its help is written by `register`, so it lists the measures of that moment.
-MEASURES_OPT = measures_option("")
+MEASURES_OPT = typer.Option(None, "--measures", help=measures_help())
 
 
 def _as_long_csv(tables: Scores) -> str:

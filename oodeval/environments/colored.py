@@ -97,7 +97,5 @@ def build_colored(
         render=tinted,
         spurious=flipped_by_e,
         channels=3,
-        split=PoolSplit(
-            seed=seed, eval_fraction=eval_fraction, n_per_given=n_per_given, n_eval=n_eval
-        ),
+        split=PoolSplit(seed, eval_fraction, n_per_given, n_eval),
     )

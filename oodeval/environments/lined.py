@@ -143,7 +143,5 @@ def build_lined(
         spurious=KeptWithProbabilityE(k),
         channels=3,
         binary=False,
-        split=PoolSplit(
-            seed=seed, eval_fraction=eval_fraction, n_per_given=n_per_given, n_eval=n_eval
-        ),
+        split=PoolSplit(seed, eval_fraction, n_per_given, n_eval),
     )

@@ -199,9 +199,7 @@ def build_srcmnist(
         render=color_digits,
         spurious=flipped_by_e,
         channels=2,
-        split=PoolSplit(
-            seed=seed, eval_fraction=eval_fraction, n_per_given=n_per_given, n_eval=n_eval
-        ),
+        split=PoolSplit(seed, eval_fraction, n_per_given, n_eval),
     )
 
 

@@ -222,3 +222,17 @@ def test_scenarios_pickle_into_worker_processes_unchanged(family):
         assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
     first = next(iter(copy.evaluation()))
     assert np.array_equal(first.images, next(iter(scenario.evaluation())).images)
+
+
+def test_every_spurious_family_passes_its_pool_split_through(digits):
+    """seed, eval_fraction, n_per_given and n_eval reach the scenario, each as itself."""
+    split = ["seed", "eval_fraction", "n_per_given", "n_eval"]
+    spurious = [f for f in FAMILIES.values() if set(split) <= {"seed", *f.parameters()}]
+    assert {"sr-cmnist", "cmnist", "colored", "lined"} <= {f.name for f in spurious}
+    total = len(digits.labels)
+    for family in spurious:
+        sc = build_scenario(family.name, source=digits, seed=3, eval_fraction=0.3, n_per_given=40)
+        assert sc.seed == 3 and sc.sizes()["given"] == dict.fromkeys(sc.given_names, 40)
+        assert set(sc.sizes()["evaluation"].values()) == {round(0.3 * total)}
+        sc = build_scenario(family.name, source=digits, n_eval=30)
+        assert set(sc.sizes()["evaluation"].values()) == {30}
