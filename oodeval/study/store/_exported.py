@@ -101,7 +101,7 @@ def export_text(study: Any) -> str:
     units = study.units.sort_values("unit_key", kind="stable")
     checksums = dict(getattr(study, "fingerprint", ()) or ())
     for row in units.to_dict("records"):
-        unit = {c: json_value(row.get(c)) for c in UNIT_COLUMNS}
+        unit: dict[str, Any] = {c: json_value(row.get(c)) for c in UNIT_COLUMNS}
         unit["checksum"] = checksums.get(row["unit_key"])
         unit["params"] = dict(unit["params"] or {})
         if "source" in unit["params"]:
